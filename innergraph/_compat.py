@@ -1,0 +1,75 @@
+"""Every PyTensor internal innergraph depends on that may move between versions.
+
+innergraph targets PyTensor 3.0.x and keeps to APIs that also exist in 2.38.x
+(the version PyMC 5.28 pins) where it can. Anything version-specific is imported
+or adapted here, and only here.
+
+3.0 renamed ``Op.L_op``/``Op.R_op`` to ``Op.pullback``/``Op.pushforward`` (the old
+names dispatch to the new ones) and moved ``Function`` to
+``pytensor.compile.executor``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytensor
+from pytensor.graph.basic import Variable
+from pytensor.graph.op import Op
+
+__all__ = [
+    "Function",
+    "HAS_PULLBACK",
+    "PYTENSOR_VERSION",
+    "infer_output_shapes",
+    "pullback",
+    "pushforward",
+]
+
+PYTENSOR_VERSION: tuple[int, ...] = tuple(
+    int(p) for p in pytensor.__version__.split("+")[0].split(".")[:3] if p.isdigit()
+)
+
+#: Whether ``Op.pullback``/``Op.pushforward`` are the methods to implement (3.0+).
+HAS_PULLBACK = hasattr(Op, "pullback")
+
+try:  # 3.0
+    from pytensor.compile.executor import Function
+except ImportError:  # 2.38
+    from pytensor.compile.function.types import Function  # type: ignore[no-redef]
+
+
+def pullback(
+    outputs: Sequence[Variable], wrt: Sequence[Variable], cotangents: Sequence[Variable]
+) -> list[Variable]:
+    """Vector-Jacobian products, disconnected inputs returned as `DisconnectedType`."""
+    from pytensor import gradient
+
+    fn = getattr(gradient, "pullback", None)
+    kwargs: dict[str, Any] = dict(disconnected_inputs="ignore", return_disconnected="disconnected")
+    if fn is not None:
+        return list(fn(list(outputs), list(wrt), cotangents=list(cotangents), **kwargs))
+    return list(gradient.Lop(list(outputs), list(wrt), list(cotangents), **kwargs))
+
+
+def pushforward(
+    outputs: Sequence[Variable], wrt: Sequence[Variable], tangents: Sequence[Variable]
+) -> list[Variable]:
+    """Jacobian-vector products; outputs that depend on no ``wrt`` are zeros."""
+    from pytensor import gradient
+
+    fn = getattr(gradient, "pushforward", None)
+    kwargs: dict[str, Any] = dict(disconnected_outputs="ignore", return_disconnected="zero")
+    if fn is not None:
+        return list(fn(list(outputs), list(wrt), tangents=list(tangents), **kwargs))
+    return list(gradient.Rop(list(outputs), list(wrt), list(tangents), **kwargs))
+
+
+def infer_output_shapes(
+    outputs: Sequence[Variable], inputs: Sequence[Variable], input_shapes: Sequence[Any]
+) -> list[Any]:
+    """Output shapes of a graph from its input shapes, without compiling it."""
+    from pytensor.compile.builders import infer_shape
+
+    return list(infer_shape(list(outputs), list(inputs), list(input_shapes)))

@@ -1,0 +1,1 @@
+"""Backend implementations of innergraph's consumers (loaded on first use)."""

@@ -1,0 +1,78 @@
+"""Numba implementations of innergraph's consumers.
+
+Numba is PyTensor 3.0's default backend (``linker=auto``). Importing this module
+registers, with PyTensor's Numba dispatchers:
+
+* ``numba_typify`` for `Body`: a folded function variable reaches the jitted code
+  as ``None``; consumers read their body from the node at funcify time.
+* ``numba_funcify_and_cache_key`` for `Call`: the body is funcified once per
+  distinct `Body` (merged bodies compile once) and the call jumps into it.
+
+The cache key of a call is derived from its body's own Numba cache key, so
+Numba's on-disk cache can never confuse two different bodies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from hashlib import sha256
+from typing import Any
+
+from pytensor.compile.aliasing import add_supervisor_to_fgraph, insert_deepcopy
+from pytensor.compile.io import In, Out
+from pytensor.graph.fg import FunctionGraph
+from pytensor.link.numba.dispatch.basic import (
+    numba_funcify_and_cache_key,
+    numba_njit,
+    numba_typify,
+    register_funcify_and_cache_key,
+)
+from pytensor.link.utils import compile_function_src
+
+from innergraph.fold import fold_inner_graphs
+from innergraph.instantiate import instantiate
+from innergraph.ops.call import Call
+from innergraph.ops.runtime import body_value, compile_count
+from innergraph.types import Body
+
+__all__ = ["numba_body"]
+
+
+@numba_typify.register(Body)
+def _typify_body(data: Body, **kwargs: Any) -> None:
+    return None
+
+
+def numba_body(body: Body) -> tuple[Callable[..., Any], str | None]:
+    """The body as a jitted function of its params, and its cache key (cached)."""
+    cached = body.cache.get("numba")
+    if cached is None:
+        cached = _funcify_body(body)
+        body.cache["numba"] = cached
+        compile_count[(id(body), "numba")] += 1
+    return cached
+
+
+def _funcify_body(body: Body) -> tuple[Callable[..., Any], str | None]:
+    from pytensor.compile.mode import Mode, get_default_mode
+
+    inputs = [t(name=f"p{i}") for i, t in enumerate(body.param_types)]
+    fgraph = FunctionGraph(inputs, instantiate(body, inputs), clone=True)
+    input_specs = [In(x, borrow=True, mutable=False) for x in fgraph.inputs]
+    add_supervisor_to_fgraph(fgraph=fgraph, input_specs=input_specs, accept_inplace=True)
+    Mode(linker="numba", optimizer=get_default_mode().provided_optimizer).optimizer(fgraph)
+    fold_inner_graphs(fgraph)
+    insert_deepcopy(fgraph, wrapped_inputs=input_specs, wrapped_outputs=[Out(o, borrow=False) for o in fgraph.outputs])
+    return numba_funcify_and_cache_key(
+        fgraph, squeeze_output=len(fgraph.outputs) == 1, fgraph_name="innergraph_body"
+    )
+
+
+@register_funcify_and_cache_key(Call)
+def numba_funcify_call(op: Call, node: Any = None, **kwargs: Any) -> tuple[Callable[..., Any], str | None]:
+    inner, inner_key = numba_body(body_value(node.inputs[0]))
+    args = ", ".join(f"a{i}" for i in range(len(node.inputs) - 1))
+    src = f"def innergraph_call(function, {args}):\n    return inner({args})\n"
+    fn = compile_function_src(src, "innergraph_call", {"inner": inner})
+    key = None if inner_key is None else sha256(f"innergraph.Call:{inner_key}".encode()).hexdigest()
+    return numba_njit(fn), key

@@ -1,0 +1,75 @@
+"""Fold inner-graph nodes into constants, so hidden subgraphs leave the outer graph.
+
+Terms
+-----
+visible node
+    A node the outer function executes: reachable from the graph outputs without
+    passing through an inner-graph node's inputs.
+hidden node
+    Every other node of the graph: it belongs to some body. Hidden nodes are
+    rewritten with the outer graph but never executed or destroyed by it.
+folding
+    Replacing a function variable that a *visible* consumer reads by a `Constant`
+    whose data is the `Body`. An inner-graph node over a closed body is a
+    compile-time constant, so this is ordinary constant folding, done once
+    rewriting of bodies is over. Afterwards the hidden nodes are unreachable and
+    `FunctionGraph` prunes them: no linker ever sees them.
+
+Why fold instead of only filtering the schedule: PyTensor's CVM and lazy VM look
+up ``var.owner`` for every input of a scheduled node, so a consumer cannot read a
+variable whose owner is not scheduled. See ``design/architecture.md``.
+"""
+
+from __future__ import annotations
+
+from pytensor.graph.basic import Apply, Constant, Variable
+from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.rewriting.basic import GraphRewriter
+
+from innergraph.graph import InnerGraph, body_of, is_function
+
+__all__ = ["FoldInnerGraphs", "fold_inner_graphs", "has_inner_graphs", "visible_nodes"]
+
+
+def has_inner_graphs(fgraph: FunctionGraph) -> bool:
+    """Whether ``fgraph`` still contains an unfolded inner-graph node."""
+    return any(isinstance(node.op, InnerGraph) for node in fgraph.apply_nodes)
+
+
+def visible_nodes(fgraph: FunctionGraph) -> set[Apply]:
+    """The nodes the outer function executes (inner-graph nodes excluded)."""
+    seen: set[Apply] = set()
+    stack = [o.owner for o in fgraph.outputs if o.owner is not None]
+    while stack:
+        node = stack.pop()
+        if node in seen or isinstance(node.op, InnerGraph):
+            continue
+        seen.add(node)
+        stack.extend(v.owner for v in node.inputs if v.owner is not None)
+    return seen
+
+
+def fold_inner_graphs(fgraph: FunctionGraph, reason: str = "fold_inner_graphs") -> int:
+    """Fold every function variable read by a visible node; return how many.
+
+    Idempotent: a graph without inner-graph nodes is left untouched.
+    """
+    if not has_inner_graphs(fgraph):
+        return 0
+    replacements: dict[Variable, Variable] = {}
+    for node in visible_nodes(fgraph):
+        for var in node.inputs:
+            if is_function(var) and not isinstance(var, Constant) and var not in replacements:
+                replacements[var] = Constant(var.type, body_of(var), name=var.name)
+    fgraph.replace_all(list(replacements.items()), reason=reason, import_missing=True)
+    return len(replacements)
+
+
+class FoldInnerGraphs(GraphRewriter):
+    """The graph rewriter form of `fold_inner_graphs`, run before in-place rewrites."""
+
+    def apply(self, fgraph: FunctionGraph) -> int:
+        return fold_inner_graphs(fgraph)
+
+    def add_requirements(self, fgraph: FunctionGraph) -> None:
+        pass

@@ -1,0 +1,92 @@
+"""Scope-aware instantiation: substitute a body's params by values.
+
+Invariant 2 of the design: substituting params must stop at nested function
+variables. A nested body's ``NominalVariable(0, t)`` is *its* param, even when it
+is the very object the enclosing body uses for its own param 0 (PyTensor interns
+params). Because nested bodies are closed, a nested function variable is simply
+reused as it is in the instantiated graph.
+
+Never use `pytensor.clone_replace` over a graph that contains nested bodies: it
+would rewrite the nested params too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from pytensor.graph.basic import Variable
+
+from innergraph.errors import ArityError, BodyTypeError
+from innergraph.graph import body_of, params, scope_toposort
+from innergraph.types import Body
+
+__all__ = ["fit_arguments", "instantiate", "substitute"]
+
+
+def substitute(outputs: Sequence[Variable], replace: Mapping[Variable, Variable]) -> list[Variable]:
+    """Rebuild ``outputs`` with ``replace`` applied within one scope.
+
+    Nodes that read no replaced variable are kept as they are (not copied), so
+    the result shares every untouched subgraph with the original; nothing the
+    caller built is mutated.
+    """
+    memo: dict[Variable, Variable] = dict(replace)
+    for node in scope_toposort(outputs, stop=replace.keys()):
+        new_inputs = [memo.get(v, v) for v in node.inputs]
+        if all(a is b for a, b in zip(new_inputs, node.inputs, strict=True)):
+            continue
+        new_node = node.clone_with_new_inputs(new_inputs, strict=True)
+        memo.update(zip(node.outputs, new_node.outputs, strict=True))
+    return [memo.get(o, o) for o in outputs]
+
+
+def fit_arguments(function_type_params: Sequence, args: Sequence, *, where: str) -> list[Variable]:
+    """Check arity and convert each argument to its param type.
+
+    Raises
+    ------
+    ArityError
+        Wrong number of arguments.
+    BodyTypeError
+        An argument cannot be converted to its param's type; the message names the
+        argument and its position.
+    """
+    from pytensor.tensor import as_tensor_variable
+
+    if len(args) != len(function_type_params):
+        raise ArityError(
+            f"{where}: the function takes {len(function_type_params)} arguments "
+            f"({', '.join(map(str, function_type_params))}), got {len(args)}"
+        )
+    fitted = []
+    for i, (arg, t) in enumerate(zip(args, function_type_params, strict=True)):
+        if not isinstance(arg, Variable):
+            arg = as_tensor_variable(arg)
+        try:
+            fitted.append(t.filter_variable(arg))
+        except TypeError as err:
+            raise BodyTypeError(
+                f"{where}: argument {i} ({arg}) has type {arg.type}, but param {i} "
+                f"has type {t}"
+            ) from err
+    return fitted
+
+
+def instantiate(function: Variable | Body, args: Sequence[Variable]) -> list[Variable]:
+    """The outputs of ``function`` applied to ``args``, as an ordinary graph.
+
+    Parameters
+    ----------
+    function
+        A function variable (unfolded or folded) or a `Body`.
+    args
+        One variable per param, of the param's type (or one that fits it).
+
+    Returns
+    -------
+    list of Variable
+        The body outputs with every param of this scope replaced by its argument.
+    """
+    body = body_of(function)
+    fitted = fit_arguments(body.param_types, list(args), where="instantiate")
+    return substitute(body.outputs, dict(zip(params(body.param_types), fitted, strict=True)))

@@ -1,0 +1,63 @@
+"""Apply and remove innergraph's patches to PyTensor.
+
+One module per PyTensor area patched (`linker`, `printing`); each exposes
+``patches()``, a list of `Patch` records. `install` is idempotent and `uninstall`
+puts back the very objects it replaced, so PyTensor is restored exactly.
+The rewrites innergraph registers in PyTensor's database are installed and
+removed together with the patches (see `innergraph.rewriting.db`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Patch", "install", "installed", "uninstall"]
+
+
+@dataclass
+class Patch:
+    """Replace attribute ``name`` of ``owner`` (a module or a class) by ``replacement``."""
+
+    owner: Any
+    name: str
+    replacement: Any
+    original: Any = field(default=None, init=False)
+
+    def apply(self) -> None:
+        self.original = vars(self.owner)[self.name]
+        setattr(self.owner, self.name, self.replacement)
+
+    def revert(self) -> None:
+        setattr(self.owner, self.name, self.original)
+
+
+_applied: list[Patch] = []
+
+
+def installed() -> bool:
+    """Whether innergraph's patches are currently applied."""
+    return bool(_applied)
+
+
+def install() -> None:
+    """Apply every patch and register innergraph's rewrites (idempotent)."""
+    if _applied:
+        return
+    from innergraph.patching import linker, printing
+    from innergraph.rewriting import db
+
+    for module in (linker, printing):
+        for patch in module.patches():
+            patch.apply()
+            _applied.append(patch)
+    db.register_all()
+
+
+def uninstall() -> None:
+    """Restore PyTensor exactly as it was before `install`."""
+    from innergraph.rewriting import db
+
+    while _applied:
+        _applied.pop().revert()
+    db.unregister_all()

@@ -1,0 +1,1 @@
+"""Rewrites innergraph adds to PyTensor's database; `db` registers them all."""

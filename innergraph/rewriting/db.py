@@ -1,0 +1,62 @@
+"""The one place that registers innergraph's rewrites in PyTensor's ``optdb``.
+
+=====================  ========  ==================================================
+name                   position  tags
+=====================  ========  ==================================================
+``innergraph_fold``    49.45     fast_run, fast_compile, minimum_compile
+=====================  ========  ==================================================
+
+``innergraph_fold`` folds the function variables that visible consumers read
+into constants. It runs after every rewrite that should reach bodies
+(canonicalize, stabilize, specialize, fusion at 49) and before
+``add_destroy_handler`` (49.5), so no in-place rewrite of the outer pipeline ever
+sees a hidden node (design brief, invariant 4). It is tagged
+``minimum_compile`` because graphs with in-graph consumers cannot link without
+it; it does *not* carry the ``innergraph`` tag, which selects the optional lift
+rewrites: ``mode.excluding("innergraph")`` must still compile graphs that users
+built with in-graph consumers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pytensor.compile.mode import optdb
+
+from innergraph.fold import FoldInnerGraphs
+
+__all__ = ["register_all", "registered", "unregister_all"]
+
+_REWRITES: list[tuple[str, Any, float, tuple[str, ...]]] = [
+    ("innergraph_fold", FoldInnerGraphs(), 49.45, ("fast_run", "fast_compile", "minimum_compile")),
+]
+
+_added_keys: set[str] = set()
+
+
+def registered() -> list[str]:
+    """Names of innergraph's rewrites currently in ``optdb``."""
+    return [name for name, *_ in _REWRITES if name in optdb._names]
+
+
+def register_all() -> None:
+    before = set(optdb.__db__)
+    for name, rewriter, position, tags in _REWRITES:
+        if name not in optdb._names:
+            optdb.register(name, rewriter, *tags, position=position)
+    _added_keys.update(set(optdb.__db__) - before)
+
+
+def unregister_all() -> None:
+    """Remove innergraph's rewrites (and the tags only they used) from ``optdb``."""
+    for name, rewriter, _, _ in _REWRITES:
+        if name not in optdb._names:
+            continue
+        for members in optdb.__db__.values():
+            members.discard(rewriter)
+        optdb._names.discard(name)
+        optdb.__position__.pop(name, None)
+    for key in _added_keys:
+        if not optdb.__db__.get(key):
+            optdb.__db__.pop(key, None)
+    _added_keys.clear()
