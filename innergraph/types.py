@@ -96,6 +96,7 @@ class Body:
         self.cache = {}
 
     def __str__(self) -> str:
-        return f"Body{self.type}"
+        n, m = len(self.type.param_types), len(self.type.output_types)
+        return f"Body({n}->{m})"
 
     __repr__ = __str__

@@ -1,9 +1,110 @@
-"""Printing patch (filled in below once the plain output is known)."""
+"""Printing patch: `pytensor.dprint` shows every folded body once, params named.
+
+Unfolded bodies already print inline, under their inner-graph node (PyTensor's
+``···`` marks a repeat, so each prints once). Folded bodies — what a compiled
+function holds — are constants, which `debugprint` would show as an opaque
+value. The patched `debugprint` appends a ``Bodies:`` section listing each
+distinct folded body once, labelled with the ``[id X]`` the main listing gave its
+constant, its params printed as ``p0``, ``p1``... with their types.
+"""
 
 from __future__ import annotations
 
+import io
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+import pytensor.printing
+from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.fg import FunctionGraph
+
+from innergraph.graph import InnerGraph, body_of, is_function, scope_toposort
+from innergraph.instantiate import instantiate
 from innergraph.patching import Patch
+from innergraph.types import Body
+
+__all__ = ["debugprint", "patches"]
+
+_original_debugprint = pytensor.printing.debugprint
+
+
+def debugprint(graph_like: Any, *args: Any, file: Any = None, **kwargs: Any) -> Any:
+    """`pytensor.printing.debugprint`, followed by a ``Bodies:`` section when needed."""
+    if file == "rich":
+        return _original_debugprint(graph_like, *args, file=file, **kwargs)
+    ids: dict[Any, str] = kwargs.pop("used_ids", None) or {}
+    buffer = io.StringIO()
+    _original_debugprint(graph_like, *args, file=buffer, used_ids=ids, **kwargs)
+    text = buffer.getvalue() + _bodies_section(_outputs_of(graph_like), ids)
+    if file == "str":
+        return text
+    stream = sys.stdout if file is None else file
+    stream.write(text)
+    return stream
+
+
+def _outputs_of(graph_like: Any) -> list[Variable]:
+    items = graph_like if isinstance(graph_like, list | tuple) else [graph_like]
+    outputs: list[Variable] = []
+    for item in items:
+        if hasattr(item, "maker"):
+            outputs += item.maker.fgraph.outputs
+        elif isinstance(item, FunctionGraph):
+            outputs += item.outputs
+        elif isinstance(item, Variable):
+            outputs.append(item)
+        elif hasattr(item, "outputs"):
+            outputs += item.outputs
+    return outputs
+
+
+def folded_bodies(outputs: Iterable[Variable]) -> list[tuple[Constant, Body]]:
+    """Each distinct folded body reachable from ``outputs``, outer ones first."""
+    found: dict[Body, Constant] = {}
+    stack = [list(outputs)]
+    while stack:
+        for node in scope_toposort(stack.pop()):
+            for var in node.inputs:
+                if not is_function(var):
+                    continue
+                if isinstance(var, Constant) and var.data not in found:
+                    found[var.data] = var
+                    stack.append(list(var.data.outputs))
+                elif var.owner is not None and isinstance(var.owner.op, InnerGraph):
+                    stack.append(list(var.owner.inputs))
+    return [(c, b) for b, c in found.items()]
+
+
+def _bodies_section(outputs: list[Variable], ids: dict[Any, str]) -> str:
+    bodies = folded_bodies(outputs)
+    if not bodies:
+        return ""
+    lines = ["", "Bodies:", ""]
+    for constant, body in bodies:
+        named = [t(name=f"p{i}") for i, t in enumerate(body.param_types)]
+        signature = ", ".join(f"{p.name}: {p.type}" for p in named)
+        lines.append(f"Body {ids.get(constant, '')} ({signature})".replace("  ", " "))
+        printed = _original_debugprint(instantiate(body, named), file="str", used_ids=ids)
+        lines += _indent_outputs(printed.rstrip("\n").split("\n"))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _indent_outputs(lines: list[str]) -> list[str]:
+    """Mark each top-level line (a body output) with ``←``, as PyTensor does for inner graphs."""
+    result, in_outputs = [], True
+    for line in lines:
+        in_outputs = in_outputs and line != "Inner graphs:"
+        top_level = in_outputs and line and not line[0].isspace()
+        result.append((" ← " if top_level else "   ") + line if line else "")
+    return result
 
 
 def patches() -> list[Patch]:
-    return []
+    import pytensor
+
+    return [
+        Patch(pytensor.printing, "debugprint", debugprint),
+        Patch(pytensor, "dprint", debugprint),
+    ]

@@ -1,0 +1,138 @@
+"""Unit tests: params, inner-graph nodes, verification errors, the builder's capture."""
+
+import pickle
+
+import pytensor.scalar as ps
+import pytensor.tensor as pt
+import pytest
+from pytensor.graph.basic import Constant, NominalVariable, equal_computations
+
+from innergraph import (
+    ArityError,
+    BodyTypeError,
+    FreeVariableError,
+    InnerGraph,
+    InnerGraphType,
+    ParamError,
+    body_of,
+    call,
+    inner_graph,
+    param,
+)
+from innergraph.graph import scope_leaves, scope_toposort, used_params
+
+dscalar = pt.dscalar().type
+dvector = pt.dvector().type
+
+
+def test_params_are_interned_per_id_and_type():
+    assert param(0, dscalar) is param(0, dscalar)
+    assert param(0, dscalar) is not param(1, dscalar)
+    assert param(0, dscalar) is not param(0, dvector)
+
+
+def test_inner_graph_node_signature_and_equality():
+    ftype = InnerGraphType([dscalar, dscalar], [dscalar])
+    out = param(0, dscalar) + param(1, dscalar)
+    f = InnerGraph(ftype)(out)
+    assert f.type == ftype
+    assert InnerGraph(ftype) == InnerGraph(InnerGraphType([dscalar, dscalar], [dscalar]))
+    assert InnerGraph(ftype) != InnerGraph(InnerGraphType([dscalar, dvector], [dscalar]))
+    assert str(ftype).count("->") == 1
+
+
+def test_free_variable_is_named():
+    x = pt.dscalar("free_x")
+    with pytest.raises(FreeVariableError, match="free_x"):
+        InnerGraph(InnerGraphType([dscalar], [dscalar]))(param(0, dscalar) + x)
+
+
+def test_param_out_of_range_and_type_collision():
+    with pytest.raises(ParamError, match="out of range"):
+        InnerGraph(InnerGraphType([dscalar], [dscalar]))(param(3, dscalar) * 2)
+    with pytest.raises(ParamError, match="declares"):
+        InnerGraph(InnerGraphType([dvector], [dscalar]))(param(0, dscalar) * 2)
+
+
+def test_output_must_be_a_variable_and_fit_declared_type():
+    with pytest.raises(BodyTypeError, match="not a PyTensor Variable"):
+        InnerGraph(InnerGraphType([dscalar], [dscalar]))("nope")
+    with pytest.raises(BodyTypeError, match="does not fit"):
+        InnerGraph(InnerGraphType([dvector], [dscalar]))(param(0, dvector) * 2)
+    with pytest.raises(BodyTypeError, match="declares 1 outputs"):
+        InnerGraph(InnerGraphType([dscalar], [dscalar]))(param(0, dscalar), param(0, dscalar))
+
+
+def test_builder_rejects_duplicate_and_constant_inputs():
+    x = pt.dscalar("x")
+    with pytest.raises(ParamError, match="same variable"):
+        inner_graph(x * 2, [x, x])
+    with pytest.raises(ParamError, match="constant"):
+        inner_graph(x * 2, [pt.constant(1.0)])
+
+
+def test_call_checks_arity_and_types_naming_the_argument():
+    f = inner_graph(lambda u, v: u * v, [dscalar, dscalar])
+    with pytest.raises(ArityError, match="takes 2 arguments"):
+        call(f, pt.dscalar())
+    with pytest.raises(BodyTypeError, match="argument 1 .*matrix_arg"):
+        call(f, pt.dscalar(), pt.dmatrix("matrix_arg"))
+    with pytest.raises(BodyTypeError, match="must be a function variable"):
+        from innergraph import Call
+
+        Call()(pt.dscalar("not_a_function"), pt.dscalar())
+
+
+def test_hoist_captures_largest_free_subexpression():
+    a, b = pt.dscalar("a"), pt.dscalar("b")
+    hoisted = pt.exp(a) * b
+    f = inner_graph(lambda u: u + hoisted, [dscalar])
+    assert f.captured == (hoisted,)
+    body = body_of(f.function)
+    assert equal_computations(list(body.outputs), [param(0, dscalar) + param(1, dscalar)])
+
+
+def test_leaves_capture_copies_free_work_into_the_body():
+    a, b = pt.dscalar("a"), pt.dscalar("b")
+    f = inner_graph(lambda u: u + pt.exp(a) * b, [dscalar], capture="leaves")
+    assert f.captured == (a, b)
+    p0, p1, p2 = (param(i, dscalar) for i in range(3))
+    assert equal_computations(list(body_of(f.function).outputs), [p0 + pt.exp(p1) * p2])
+
+
+def test_constant_only_work_stays_in_the_body():
+    f = inner_graph(lambda u: u + pt.exp(pt.constant(2.0)), [dscalar])
+    assert f.captured == ()
+    leaves = scope_leaves(body_of(f.function).outputs)
+    assert any(isinstance(v, Constant) for v in leaves)
+
+
+def test_builder_does_not_mutate_the_users_graph():
+    x = pt.dscalar("x")
+    y = pt.exp(x) + 1
+    before = [y.owner, list(y.owner.inputs), y.owner.inputs[0].owner]
+    inner_graph(y, [x])
+    assert [y.owner, list(y.owner.inputs), y.owner.inputs[0].owner] == before
+    assert not any(isinstance(v, NominalVariable) for v in scope_leaves([y]))
+
+
+def test_scope_walk_stops_at_nested_functions():
+    inner = inner_graph(lambda u: pt.sin(u), [dscalar]).function
+    outer = inner_graph(lambda u: call(inner, u) * 2, [dscalar]).function
+    body = body_of(outer)
+    nodes = scope_toposort(body.outputs)
+    assert not any(isinstance(getattr(n.op, "scalar_op", None), ps.Sin) for n in nodes)
+    assert inner in scope_leaves(body.outputs)
+    assert used_params(body) == {0}
+
+
+def test_unused_params_are_reported_by_used_params():
+    f = inner_graph(lambda u, v: u * 2, [dscalar, dscalar]).function
+    assert used_params(body_of(f)) == {0}
+
+
+def test_types_and_functions_pickle():
+    f = inner_graph(lambda u: u * 2 + 1, [dscalar]).function
+    g = pickle.loads(pickle.dumps(f))
+    assert g.type == f.type
+    assert equal_computations(list(body_of(g).outputs), list(body_of(f).outputs))

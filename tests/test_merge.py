@@ -1,0 +1,103 @@
+"""Structural tests: merging bodies, rewriting them in the outer pipeline."""
+
+import pytensor
+import pytensor.scalar as ps
+import pytensor.tensor as pt
+import pytest
+from pytensor.graph.basic import NominalVariable
+from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.rewriting.basic import MergeOptimizer
+
+from innergraph import body_of, call, graph_stats, inner_graph, param
+from innergraph.graph import scope_toposort
+
+dvector = pt.dvector().type
+fvector = pt.fvector().type
+
+
+def merged(*outputs):
+    fg = FunctionGraph(outputs=list(outputs), clone=True)
+    MergeOptimizer().rewrite(fg)
+    return fg
+
+
+def test_alpha_equivalent_bodies_built_separately_merge_to_one_object():
+    f1 = inner_graph(lambda u, v: pt.exp(u) * v + 1, [dvector, dvector]).function
+    f2 = inner_graph(lambda p, q: pt.exp(p) * q + 1, [pt.dvector("other"), pt.dvector("names")]).function
+    assert f1 is not f2
+    fg = merged(f1, f2)
+    assert fg.outputs[0] is fg.outputs[1]
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        lambda u, v: pt.log(u) * v + 1,  # op
+        lambda u, v: pt.exp(u) * v + 2,  # constant value
+        lambda u, v: pt.exp(v) * u + 1,  # param order
+    ],
+    ids=["op", "constant", "param-order"],
+)
+def test_bodies_that_differ_do_not_merge(variant):
+    f1 = inner_graph(lambda u, v: pt.exp(u) * v + 1, [dvector, dvector]).function
+    f2 = inner_graph(variant, [dvector, dvector]).function
+    fg = merged(f1, f2)
+    assert fg.outputs[0] is not fg.outputs[1]
+
+
+@pytest.mark.parametrize(
+    "types",
+    [[fvector, fvector], [pt.dmatrix().type, dvector], [pt.TensorType("float64", shape=(3,)), dvector]],
+    ids=["dtype", "ndim", "static-shape"],
+)
+def test_bodies_with_other_param_types_do_not_merge(types):
+    f1 = inner_graph(lambda u, v: u * v, [dvector, dvector]).function
+    f2 = inner_graph(lambda u, v: u * v, types).function
+    fg = merged(f1, f2)
+    assert fg.outputs[0] is not fg.outputs[1]
+
+
+def test_consumers_of_merged_bodies_merge():
+    x, y = pt.dvector("x"), pt.dvector("y")
+    c1 = call(lambda u, v: u * v + 1, x, y)
+    c2 = call(lambda a, b: a * b + 1, x, y)
+    fg = merged(c1, c2)
+    assert fg.outputs[0] is fg.outputs[1]
+    assert graph_stats(fg)["consumers"]["call"] == 1
+
+
+def test_fast_run_canonicalizes_a_body_in_the_outer_graph():
+    x = pt.dvector("x")
+    fn = pytensor.function([x], call(lambda u: u * 1 + 0, x), mode="FAST_RUN")
+    stats = graph_stats(fn)
+    assert stats["bodies"] == 1
+    assert stats["hidden_nodes"] == 0  # `u * 1 + 0` became `u` itself
+    (body_constant,) = [v for n in fn.maker.fgraph.apply_nodes for v in n.inputs if hasattr(v, "data") and hasattr(v.data, "outputs")]
+    assert body_constant.data.outputs[0] is param(0, dvector)
+
+
+def test_body_subexpression_shared_across_bodies_and_with_twins():
+    x, y = pt.dvector("x"), pt.dvector("y")
+    out1 = call(lambda u: pt.exp(u) * 2, x)
+    out2 = call(lambda u: pt.exp(u) + 3, y)
+    fg = FunctionGraph([x, y], [out1, out2], clone=True)
+    MergeOptimizer().rewrite(fg)
+    b1, b2 = (body_of(o.owner.inputs[0]) for o in fg.outputs)
+    exp1 = [n for n in scope_toposort(b1.outputs) if _is_exp(n)]
+    exp2 = [n for n in scope_toposort(b2.outputs) if _is_exp(n)]
+    assert len(exp1) == 1 and exp1[0] is exp2[0]  # one `exp(p0)` node serves both bodies
+
+
+def _is_exp(node):
+    return isinstance(getattr(node.op, "scalar_op", None), ps.Exp)
+
+
+def test_fast_run_leaves_hidden_nodes_non_destructive():
+    x, a = pt.dvector("x"), pt.dscalar("a")
+    fn = pytensor.function([x, a], call(lambda u, b: pt.exp(u) * 1 + b + 0, x, a), mode="FAST_RUN")
+    body = next(v.data for n in fn.maker.fgraph.apply_nodes for v in n.inputs if hasattr(v, "data") and hasattr(v.data, "outputs"))
+    nodes = scope_toposort(body.outputs)
+    assert nodes, "the fused body should still be there"
+    assert all(not getattr(n.op, "destroy_map", {}) for n in nodes)
+    assert all(isinstance(v, NominalVariable) for n in nodes for v in n.inputs if v.owner is None and not hasattr(v, "data"))
+    assert fn([0.0, 1.0], 2.0) == pytest.approx([3.0, 2.718281828459045 + 2])

@@ -1,0 +1,133 @@
+"""The patches: exact uninstall, the schedule, hidden nodes never run, pickling, printing."""
+
+import pickle
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from pytensor.compile.mode import Mode, optdb
+from pytensor.graph.basic import Apply, NominalVariable
+from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.op import Op
+from pytensor.link.basic import Linker, PerformLinker
+from pytensor.link.vm import VMLinker
+
+import innergraph
+from innergraph import InnerGraph, call, inner_graph
+from innergraph.patching import linker as linker_patch
+from innergraph.patching import printing as printing_patch
+
+LINKERS = ["py", "cvm", "vm", "c|py", "numba"]
+
+
+class Boom(Op):
+    """An Op that fails the test if it is ever executed."""
+
+    __props__ = ()
+
+    def make_node(self, v):
+        return Apply(self, [v], [v.type()])
+
+    def perform(self, node, inputs, outputs):
+        raise AssertionError("a hidden node was executed by the outer function")
+
+
+class ParamCount(Op):
+    """A consumer that reads its function's signature but never runs the body."""
+
+    __props__ = ()
+
+    def make_node(self, function):
+        return Apply(self, [function], [pt.lscalar()])
+
+    def perform(self, node, inputs, outputs):
+        outputs[0][0] = np.array(len(node.inputs[0].type.param_types), dtype="int64")
+
+
+def patched_state():
+    return (
+        vars(Linker)["schedule"],
+        pytensor.printing.debugprint,
+        pytensor.dprint,
+        "innergraph_fold" in optdb._names,
+    )
+
+
+def test_uninstall_restores_pytensor_exactly_and_install_is_idempotent():
+    assert patched_state() == (linker_patch.schedule, printing_patch.debugprint, printing_patch.debugprint, True)
+    innergraph.uninstall()
+    try:
+        assert patched_state() == (
+            linker_patch._original_schedule,
+            printing_patch._original_debugprint,
+            printing_patch._original_debugprint,
+            False,
+        )
+        assert "innergraph_fold" not in optdb.__db__
+        assert not any(isinstance(r, innergraph.fold.FoldInnerGraphs) for r in optdb.query("+minimum_compile").data)
+    finally:
+        innergraph.install()
+        innergraph.install()
+    assert patched_state() == (linker_patch.schedule, printing_patch.debugprint, printing_patch.debugprint, True)
+
+
+def program():
+    x = pt.dvector("x")
+    f = inner_graph(lambda u: Boom()(u) * 2, [pt.dvector]).function
+    return x, ParamCount()(f) + x.sum()
+
+
+@pytest.mark.parametrize("linker", LINKERS)
+def test_hidden_nodes_get_no_storage_and_never_run(linker):
+    x, out = program()
+    fn = pytensor.function([x], out, mode=Mode(linker=linker, optimizer="fast_run"))
+    assert fn([1.0, 2.0]) == 4.0
+    schedule = fn.maker.linker.schedule(fn.maker.fgraph)
+    assert any(isinstance(n.op, ParamCount) for n in schedule)
+    assert not any(isinstance(n.op, Boom | InnerGraph) for n in schedule)
+    # Storage exists for the variables of scheduled nodes (and the map, where the linker keeps one).
+    storage = {v for n in schedule for v in (*n.inputs, *n.outputs)}
+    storage |= set(getattr(fn.vm, "storage_map", {}))
+    for var in storage:
+        assert not isinstance(var, NominalVariable)
+        assert var.owner is None or not isinstance(var.owner.op, Boom | InnerGraph)
+
+
+@pytest.mark.parametrize("make_linker", [PerformLinker, lambda: VMLinker(use_cloop=True)], ids=["py", "cvm"])
+def test_schedule_folds_bodies_out_of_an_unrewritten_graph(make_linker):
+    x, out = program()
+    fg = FunctionGraph([x], [out], clone=True)
+    assert any(isinstance(n.op, Boom) for n in fg.apply_nodes)
+    linker = make_linker().accept(fg)
+    order = linker.schedule(fg)
+    assert not any(isinstance(n.op, Boom | InnerGraph) for n in order)
+    assert not any(isinstance(n.op, Boom | InnerGraph) for n in fg.apply_nodes)
+    thunk, inputs, outputs = linker.make_thunk()
+    inputs[0].storage[0] = np.array([1.0, 2.0])
+    thunk()
+    assert outputs[0].storage[0] == 4.0
+
+
+def test_compiled_function_with_bodies_pickles():
+    x, a = pt.dvector("x"), pt.dscalar("a")
+    fn = pytensor.function([x, a], call(lambda u: pt.exp(u) * a, x), mode=Mode(linker="cvm", optimizer="fast_run"))
+    clone = pickle.loads(pickle.dumps(fn))
+    np.testing.assert_allclose(clone([0.0, 1.0], 2.0), fn([0.0, 1.0], 2.0))
+
+
+def test_dprint_shows_each_folded_body_once_with_named_params():
+    x, y = pt.dvector("x"), pt.dvector("y")
+    body = lambda u: pt.tanh(u) * 3  # noqa: E731
+    fn = pytensor.function([x, y], [call(body, x), call(body, y)], mode=Mode(linker="py", optimizer="fast_run"))
+    text = pytensor.dprint(fn, file="str")
+    assert text.count("Bodies:") == 1
+    assert text.count("\nBody [id") == 1
+    assert "p0: Vector(float64" in text
+    assert "tanh" in text
+
+
+def test_dprint_of_an_unrewritten_graph_prints_the_body_inline():
+    x = pt.dvector("x")
+    text = pytensor.dprint(call(lambda u: pt.tanh(u), x), file="str")
+    assert "InnerGraph" in text and "Tanh" in text and "Bodies:" not in text
