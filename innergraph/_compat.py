@@ -12,7 +12,7 @@ names dispatch to the new ones) and moved ``Function`` to
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import pytensor
 from pytensor.graph.basic import Variable
@@ -25,6 +25,7 @@ __all__ = [
     "infer_output_shapes",
     "pullback",
     "pushforward",
+    "with_legacy_gradient_names",
 ]
 
 PYTENSOR_VERSION: tuple[int, ...] = tuple(
@@ -38,6 +39,25 @@ try:  # 3.0
     from pytensor.compile.executor import Function
 except ImportError:  # 2.38
     from pytensor.compile.function.types import Function  # type: ignore[no-redef]
+
+
+_OpClass = TypeVar("_OpClass", bound=type[Op])
+
+
+def with_legacy_gradient_names(cls: _OpClass) -> _OpClass:
+    """On PyTensor < 3.0, expose ``pullback``/``pushforward`` as ``L_op``/``R_op``."""
+    if HAS_PULLBACK:
+        return cls
+
+    def R_op(self: Any, inputs: Sequence[Variable], eval_points: Sequence[Variable | None]) -> list[Variable]:
+        from pytensor.gradient import disconnected_type
+
+        tangents = [disconnected_type() if e is None else e for e in eval_points]
+        return self.pushforward(inputs, self.make_node(*inputs).outputs, tangents)
+
+    setattr(cls, "L_op", cls.pullback)  # noqa: B010
+    setattr(cls, "R_op", R_op)  # noqa: B010
+    return cls
 
 
 def pullback(

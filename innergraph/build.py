@@ -25,7 +25,7 @@ constant folding reaches them.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.type import Type
@@ -96,20 +96,21 @@ def inner_graph(
     """
     if capture not in ("hoist", "leaves"):
         raise ValueError(f"capture must be 'hoist' or 'leaves', got {capture!r}")
+    variables: list[Variable]
     if callable(fn) and not isinstance(fn, Variable):
-        dummies = [_fresh(t, i) for i, t in enumerate(inputs)]
-        outputs = _as_outputs(fn(*dummies), "the callable's result")
-        inputs = dummies
+        variables = [_fresh(t, i) for i, t in enumerate(inputs)]
+        outputs = _as_outputs(fn(*variables), "the callable's result")
     else:
         outputs = _as_outputs(fn, "fn")
-        inputs = list(inputs)
-    _check_inputs(inputs)
-    captured = _free_variables(outputs, inputs, capture)
-    bound = [*inputs, *captured]
+        variables = [v for v in inputs if isinstance(v, Variable) or _not_a_variable(v)]
+    _check_inputs(variables)
+    captured = _free_variables(outputs, variables, capture)
+    bound = [*variables, *captured]
     types = [v.type for v in bound]
     body = substitute(outputs, {v: param(i, t) for i, (v, t) in enumerate(zip(bound, types))})
     function_type = InnerGraphType(types, [o.type for o in body])
-    return Closure(InnerGraph(function_type)(*body), tuple(captured))
+    function = InnerGraph(function_type).make_node(*body).outputs[0]
+    return Closure(function, tuple(captured))
 
 
 def _fresh(spec: Variable | Type, i: int) -> Variable:
@@ -122,6 +123,10 @@ def _fresh(spec: Variable | Type, i: int) -> Variable:
         if isinstance(made, Variable):
             return made.type(name=f"p{i}")
     raise TypeError(f"Input {i} ({spec!r}) is neither a Variable, a Type nor a variable factory")
+
+
+def _not_a_variable(spec: object) -> bool:
+    raise TypeError(f"With explicit outputs, every input must be a Variable; got {spec!r}")
 
 
 def _as_outputs(result: object, what: str) -> list[Variable]:
@@ -143,7 +148,7 @@ def _as_outputs(result: object, what: str) -> list[Variable]:
     return converted
 
 
-def _check_inputs(inputs: Sequence[Variable]) -> None:
+def _check_inputs(inputs: Sequence[Any]) -> None:
     seen: dict[Variable, int] = {}
     for i, v in enumerate(inputs):
         if not isinstance(v, Variable):

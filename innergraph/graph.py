@@ -22,7 +22,7 @@ scope
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from pytensor.graph.basic import Apply, Constant, NominalVariable, Variable
@@ -84,7 +84,7 @@ def body_of(function: Variable | Body) -> Body:
     return Body(node.op.function_type, node.inputs)
 
 
-def _children(var: Variable, stop: Collection[Variable]) -> Iterable[Variable]:
+def _children(var: Variable, stop: Collection[Variable]) -> Sequence[Variable]:
     node = var.owner
     if node is None or isinstance(node.op, InnerGraph) or var in stop:
         return ()
@@ -98,7 +98,7 @@ def scope_toposort(outputs: Sequence[Variable], stop: Collection[Variable] = ())
     (a nested body belongs to its own scope) and at the variables in ``stop``.
     """
     order: list[Apply] = []
-    seen: set[Variable] = set()
+    seen: set[Any] = set()
     stack: list[tuple[Variable, bool]] = [(o, False) for o in reversed(outputs)]
     while stack:
         var, expanded = stack.pop()
@@ -106,7 +106,7 @@ def scope_toposort(outputs: Sequence[Variable], stop: Collection[Variable] = ())
             node = var.owner
             assert node is not None
             if node not in seen:
-                seen.add(node)  # type: ignore[arg-type]
+                seen.add(node)
                 order.append(node)
             continue
         if var in seen:

@@ -118,7 +118,7 @@ class _Counter:
         if key in self.seen:
             return
         self.seen.add(key)
-        outputs: Sequence[Variable] = body.outputs if body is not None else var.owner.inputs  # type: ignore[union-attr]
+        outputs: Sequence[Variable] = body.outputs if body is not None else var.owner.inputs
         n_params = len(var.type.param_types)
         self.bodies += 1
         read = {v.id for v in scope_leaves(outputs) if isinstance(v, NominalVariable)}

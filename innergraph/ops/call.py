@@ -28,6 +28,7 @@ from innergraph.ops.runtime import body_value, compiled_function, linker_for, ma
 __all__ = ["Call", "call"]
 
 
+@_compat.with_legacy_gradient_names
 class Call(Op):
     """Apply the function at input 0 to the remaining inputs.
 
@@ -44,7 +45,8 @@ class Call(Op):
     __props__ = ()
     kind = "call"
 
-    def make_node(self, function: Any, *args: Any) -> Apply:
+    def make_node(self, *inputs: Any) -> Apply:
+        function, *args = inputs
         if not isinstance(function, Variable) or not is_function(function):
             raise BodyTypeError(
                 f"Call: input 0 ({function!r}) must be a function variable; build one "
@@ -66,7 +68,7 @@ class Call(Op):
         compute_map: Any,
         no_recycling: Any,
         impl: str | None = None,
-    ) -> Callable[[], None]:
+    ) -> Any:
         fn = compiled_function(body_value(node.inputs[0]), linker_for(impl))
         return make_body_thunk(node, storage_map, compute_map, lambda args: fn(*args))
 
@@ -86,7 +88,8 @@ class Call(Op):
         shapes = _compat.infer_output_shapes(instantiate(body, dummies), dummies, input_shapes[1:])
         flat = [s for shape in shapes if shape is not None for s in shape]
         flat = substitute(flat, dict(zip(dummies, node.inputs[1:], strict=True)))
-        result, used = [], 0
+        result: list[tuple[Variable, ...] | None] = []
+        used = 0
         for shape in shapes:
             if shape is None:
                 result.append(None)
@@ -135,15 +138,6 @@ class Call(Op):
         jvps = _compat.pushforward(instantiate(body, xs), [xs[i] for i in active], ts)
         closure = inner_graph(jvps, [*xs, *ts])
         return _as_list(call(closure, *args, *(tangents[1 + i] for i in active)))
-
-    if not _compat.HAS_PULLBACK:  # PyTensor 2.38 calls the old names
-        L_op = pullback  # type: ignore[assignment]
-
-        def R_op(self, inputs: Sequence[Variable], eval_points: Sequence[Variable | None]) -> list[Variable]:  # type: ignore[override]
-            from pytensor.gradient import disconnected_type
-
-            tangents = [disconnected_type() if e is None else e for e in eval_points]
-            return self.pushforward(inputs, self(*inputs, return_list=True), tangents)
 
 
 def _as_list(value: Variable | Sequence[Variable]) -> list[Variable]:

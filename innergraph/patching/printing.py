@@ -32,10 +32,10 @@ _original_debugprint = pytensor.printing.debugprint
 def debugprint(graph_like: Any, *args: Any, file: Any = None, **kwargs: Any) -> Any:
     """`pytensor.printing.debugprint`, followed by a ``Bodies:`` section when needed."""
     if file == "rich":
-        return _original_debugprint(graph_like, *args, file=file, **kwargs)
+        return _original_debugprint(graph_like, *args, **{**kwargs, "file": file})
     ids: dict[Any, str] = kwargs.pop("used_ids", None) or {}
     buffer = io.StringIO()
-    _original_debugprint(graph_like, *args, file=buffer, used_ids=ids, **kwargs)
+    _original_debugprint(graph_like, *args, **{**kwargs, "file": buffer, "used_ids": ids})
     text = buffer.getvalue() + _bodies_section(_outputs_of(graph_like), ids)
     if file == "str":
         return text
@@ -85,7 +85,7 @@ def _bodies_section(outputs: list[Variable], ids: dict[Any, str]) -> str:
         named = [t(name=f"p{i}") for i, t in enumerate(body.param_types)]
         signature = ", ".join(f"{p.name}: {p.type}" for p in named)
         lines.append(f"Body {ids.get(constant, '')} ({signature})".replace("  ", " "))
-        printed = _original_debugprint(instantiate(body, named), file="str", used_ids=ids)
+        printed = str(_original_debugprint(instantiate(body, named), file="str", used_ids=ids))
         lines += _indent_outputs(printed.rstrip("\n").split("\n"))
         lines.append("")
     return "\n".join(lines)
