@@ -102,7 +102,7 @@ def inner_graph(
         outputs = _as_outputs(fn(*variables), "the callable's result")
     else:
         outputs = _as_outputs(fn, "fn")
-        variables = [v for v in inputs if isinstance(v, Variable) or _not_a_variable(v)]
+        variables = [_as_input(v) for v in inputs]
     _check_inputs(variables)
     captured = _free_variables(outputs, variables, capture)
     bound = [*variables, *captured]
@@ -125,8 +125,10 @@ def _fresh(spec: Variable | Type, i: int) -> Variable:
     raise TypeError(f"Input {i} ({spec!r}) is neither a Variable, a Type nor a variable factory")
 
 
-def _not_a_variable(spec: object) -> bool:
-    raise TypeError(f"With explicit outputs, every input must be a Variable; got {spec!r}")
+def _as_input(spec: object) -> Variable:
+    if not isinstance(spec, Variable):
+        raise TypeError(f"With explicit outputs, every input must be a Variable; got {spec!r}")
+    return spec
 
 
 def _as_outputs(result: object, what: str) -> list[Variable]:
