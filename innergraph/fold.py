@@ -26,7 +26,9 @@ from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import GraphRewriter
 
-from innergraph.graph import InnerGraph, body_of, is_function
+from innergraph.errors import FreeVariableError, ParamError
+from innergraph.graph import InnerGraph, body_of, is_function, verify_closed
+from innergraph.types import Body
 
 __all__ = ["FoldInnerGraphs", "fold_inner_graphs", "has_inner_graphs", "visible_nodes"]
 
@@ -60,9 +62,21 @@ def fold_inner_graphs(fgraph: FunctionGraph, reason: str = "fold_inner_graphs") 
     for node in visible_nodes(fgraph):
         for var in node.inputs:
             if is_function(var) and not isinstance(var, Constant) and var not in replacements:
-                replacements[var] = Constant(var.type, body_of(var), name=var.name)
+                body = body_of(var)
+                _check_still_closed(body, reason)
+                replacements[var] = Constant(var.type, body, name=var.name)
     fgraph.replace_all(list(replacements.items()), reason=reason, import_missing=True)
     return len(replacements)
+
+
+def _check_still_closed(body: Body, reason: str) -> None:
+    try:
+        verify_closed(body.type, body.outputs)
+    except (FreeVariableError, ParamError) as err:
+        raise AssertionError(
+            f"A rewrite broke the closure of a body before {reason}: {err}. This is an "
+            "innergraph bug (a rewrite combined nodes of different bodies); please report it."
+        ) from err
 
 
 class FoldInnerGraphs(GraphRewriter):

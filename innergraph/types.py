@@ -87,13 +87,12 @@ class Body:
     def param_types(self) -> tuple[Type, ...]:
         return self.type.param_types
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {"type": self.type, "outputs": self.outputs}
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickle through the canonical encoding: deterministic bytes (PyTensor keys
+        # its on-disk Numba cache with them), no names, tags or caches.
+        from innergraph.canonical import decode, encode
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.type = state["type"]
-        self.outputs = state["outputs"]
-        self.cache = {}
+        return (decode, (encode(self),))
 
     def __str__(self) -> str:
         n, m = len(self.type.param_types), len(self.type.output_types)

@@ -27,7 +27,7 @@ from pytensor.link.numba.dispatch.basic import (
     numba_typify,
     register_funcify_and_cache_key,
 )
-from pytensor.link.utils import compile_function_src
+from pytensor.link.numba.cache import compile_numba_function_src
 
 from innergraph.fold import fold_inner_graphs
 from innergraph.instantiate import instantiate
@@ -73,6 +73,6 @@ def numba_funcify_call(op: Call, node: Any = None, **kwargs: Any) -> tuple[Calla
     inner, inner_key = numba_body(body_value(node.inputs[0]))
     args = ", ".join(f"a{i}" for i in range(len(node.inputs) - 1))
     src = f"def innergraph_call(function, {args}):\n    return inner({args})\n"
-    fn = compile_function_src(src, "innergraph_call", {"inner": inner})
-    key = None if inner_key is None else sha256(f"innergraph.Call:{inner_key}".encode()).hexdigest()
+    fn = compile_numba_function_src(src, "innergraph_call", {"inner": inner})
+    key = None if inner_key is None else sha256(f"({src}, {inner_key})".encode()).hexdigest()
     return numba_njit(fn), key

@@ -3,14 +3,22 @@
 =====================  ========  ==================================================
 name                   position  tags
 =====================  ========  ==================================================
-``innergraph_fold``    49.45     fast_run, fast_compile, minimum_compile
+``innergraph_fold``    48.5      fast_run, fast_compile, minimum_compile
 =====================  ========  ==================================================
 
 ``innergraph_fold`` folds the function variables that visible consumers read
-into constants. It runs after every rewrite that should reach bodies
-(canonicalize, stabilize, specialize, fusion at 49) and before
-``add_destroy_handler`` (49.5), so no in-place rewrite of the outer pipeline ever
-sees a hidden node (design brief, invariant 4). It is tagged
+into constants. It runs after the rewrites that should reach bodies together with
+the outer graph (merge, canonicalize, stabilize, specialize, ``add_mul_fusion`` at
+48) and before two kinds that must not:
+
+* ``elemwise_fusion`` (49) builds one multi-output ``Composite`` from *sibling*
+  nodes. After merging, two bodies share nodes, so fusion would build a node that
+  reads params of both bodies and break closure (each body is fused in its own
+  compile instead);
+* the in-place rewrites after ``add_destroy_handler`` (49.5): no in-place rewrite
+  of the outer pipeline ever sees a hidden node (design brief, invariant 4).
+
+It is tagged
 ``minimum_compile`` because graphs with in-graph consumers cannot link without
 it; it does *not* carry the ``innergraph`` tag, which selects the optional lift
 rewrites: ``mode.excluding("innergraph")`` must still compile graphs that users
@@ -28,7 +36,7 @@ from innergraph.fold import FoldInnerGraphs
 __all__ = ["register_all", "registered", "unregister_all"]
 
 _REWRITES: list[tuple[str, Any, float, tuple[str, ...]]] = [
-    ("innergraph_fold", FoldInnerGraphs(), 49.45, ("fast_run", "fast_compile", "minimum_compile")),
+    ("innergraph_fold", FoldInnerGraphs(), 48.5, ("fast_run", "fast_compile", "minimum_compile")),
 ]
 
 _added_keys: set[str] = set()
