@@ -52,7 +52,8 @@ def build(k: int, in_graph: bool) -> tuple[list[Any], list[Any]]:
             xs, m, s = pt.dvector(), pt.dscalar(), pt.dscalar()
             terms.append(OpFromGraph([xs, m, s], [student_t_logp(xs, m, s)])(x, mu, sigma))
     logp = pt.add(*terms)
-    return [*data, mu, sigma], [logp, *pytensor.grad(logp, [mu, sigma])]
+    grads = pytensor.grad(logp, [mu, sigma])
+    return [*data, mu, sigma], [logp, *grads]
 
 
 def measure(k: int, in_graph: bool, linker: str, repeats: int) -> dict[str, Any]:
