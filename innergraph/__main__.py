@@ -52,7 +52,7 @@ def build(k: int, in_graph: bool) -> tuple[list[Any], list[Any]]:
             xs, m, s = pt.dvector(), pt.dscalar(), pt.dscalar()
             terms.append(OpFromGraph([xs, m, s], [student_t_logp(xs, m, s)])(x, mu, sigma))
     logp = pt.add(*terms)
-    grads = pytensor.grad(logp, [mu, sigma])
+    grads = list(pytensor.grad(logp, [mu, sigma]))  # type: ignore[arg-type]
     return [*data, mu, sigma], [logp, *grads]
 
 
