@@ -90,7 +90,7 @@ def inner_graph(
     >>> a = pt.dscalar("a")
     >>> f = inner_graph(lambda x: x * a + 1, [pt.dscalar])
     >>> f.function.type
-    InnerGraphType(float64, float64) -> (float64)
+    InnerGraphType(Scalar(float64, shape=()), Scalar(float64, shape=())) -> (Scalar(float64, shape=()))
     >>> f.captured
     (a,)
     """

@@ -65,7 +65,7 @@ def graph_stats(graph: FunctionGraph | Any) -> dict[str, Any]:
         ``unused_params`` (params a body never reads), plus ``total_nodes``.
     """
     fgraph = graph.maker.fgraph if hasattr(graph, "maker") else graph
-    outer = [n for n in visible_nodes(fgraph)]
+    outer = list(visible_nodes(fgraph))
     counter = _Counter()
     counter.scope(outer, fgraph.clients, hidden=False)
     for node in fgraph.apply_nodes:  # unfolded bodies reached only through inner-graph nodes

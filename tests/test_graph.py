@@ -54,6 +54,17 @@ def test_param_out_of_range_and_type_collision():
         InnerGraph(InnerGraphType([dvector], [dscalar]))(param(0, dscalar) * 2)
 
 
+def test_nested_body_reading_its_parents_param_is_rejected():
+    # A hand-built nested body that reads the enclosing body's param 1 directly, instead
+    # of receiving it as an argument: inside the nested body, id 1 is out of range.
+    with pytest.raises(ParamError, match="out of range"):
+        InnerGraph(InnerGraphType([dscalar], [dscalar]))(param(0, dscalar) * param(1, dscalar))
+    # Received as an argument, the same computation is fine and reuses ids 0 and 1.
+    nested = InnerGraph(InnerGraphType([dscalar, dscalar], [dscalar]))(param(0, dscalar) * param(1, dscalar))
+    outer = InnerGraph(InnerGraphType([dscalar, dscalar], [dscalar]))(call(nested, param(0, dscalar), param(1, dscalar)))
+    assert body_of(outer).type.param_types == (dscalar, dscalar)
+
+
 def test_output_must_be_a_variable_and_fit_declared_type():
     with pytest.raises(BodyTypeError, match="not a PyTensor Variable"):
         InnerGraph(InnerGraphType([dscalar], [dscalar]))("nope")

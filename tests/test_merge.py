@@ -47,8 +47,13 @@ def test_bodies_that_differ_do_not_merge(variant):
 
 @pytest.mark.parametrize(
     "types",
-    [[fvector, fvector], [pt.dmatrix().type, dvector], [pt.TensorType("float64", shape=(3,)), dvector]],
-    ids=["dtype", "ndim", "static-shape"],
+    [
+        [fvector, fvector],
+        [pt.dmatrix().type, dvector],
+        [pt.TensorType("float64", shape=(1,)), dvector],
+        [pt.TensorType("float64", shape=(3,)), dvector],
+    ],
+    ids=["dtype", "ndim", "broadcastable", "static-shape"],
 )
 def test_bodies_with_other_param_types_do_not_merge(types):
     f1 = inner_graph(lambda u, v: u * v, [dvector, dvector]).function

@@ -21,7 +21,7 @@ from pytensor.graph.op import Op
 from innergraph import _compat
 from innergraph.build import Capture, Closure, inner_graph
 from innergraph.errors import BodyTypeError
-from innergraph.graph import body_of, is_function, params, scope_leaves
+from innergraph.graph import body_of, is_function, scope_leaves
 from innergraph.instantiate import fit_arguments, instantiate, substitute
 from innergraph.ops.runtime import body_value, compiled_function, linker_for, make_body_thunk
 
@@ -179,8 +179,3 @@ def call(
     else:
         raise TypeError(f"call: {fn!r} is neither a callable, a Closure nor a function variable")
     return Call()(closure.function, *args_v, *closure.captured)
-
-
-def call_params(function: Variable) -> list[NominalVariable]:
-    """The params of ``function``'s body (a convenience for tests and tools)."""
-    return params(body_of(function).param_types)
