@@ -127,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.no_dprint:
         import pytensor
 
-        text = pytensor.dprint(ours["fn"], file="str")
+        text = str(pytensor.dprint(ours["fn"], file="str"))
         print("\nThe compiled innergraph function reads each body below through a constant;")
         print("every call site shares it (see the full graph with pytensor.dprint(fn)):")
         print(text[text.index("\nBodies:") :])

@@ -25,6 +25,7 @@ __all__ = [
     "infer_output_shapes",
     "pullback",
     "pushforward",
+    "scope_safe_fusion",
     "with_legacy_gradient_names",
 ]
 
@@ -58,6 +59,14 @@ def with_legacy_gradient_names(cls: _OpClass) -> _OpClass:
     setattr(cls, "L_op", cls.pullback)  # noqa: B010
     setattr(cls, "R_op", R_op)  # noqa: B010
     return cls
+
+
+def scope_safe_fusion() -> Any:
+    """PyTensor's elemwise-fusion sequence without its backend-specific (C-only) members."""
+    from pytensor.compile.mode import optdb
+    from pytensor.graph.rewriting.db import RewriteDatabaseQuery
+
+    return optdb["elemwise_fusion"].query(RewriteDatabaseQuery(include=["fusion"], exclude=["cxx_only"]))
 
 
 def pullback(

@@ -22,15 +22,17 @@ variable whose owner is not scheduled. See ``design/architecture.md``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import GraphRewriter
 
 from innergraph.errors import FreeVariableError, ParamError
-from innergraph.graph import InnerGraph, body_of, is_function, verify_closed
+from innergraph.graph import InnerGraph, body_of, is_function, scope_toposort, verify_closed
 from innergraph.types import Body
 
-__all__ = ["FoldInnerGraphs", "fold_inner_graphs", "has_inner_graphs", "visible_nodes"]
+__all__ = ["FoldInnerGraphs", "fold_inner_graphs", "folded_bodies", "has_inner_graphs", "visible_nodes"]
 
 
 def has_inner_graphs(fgraph: FunctionGraph) -> bool:
@@ -77,6 +79,23 @@ def _check_still_closed(body: Body, reason: str) -> None:
             f"A rewrite broke the closure of a body before {reason}: {err}. This is an "
             "innergraph bug (a rewrite combined nodes of different bodies); please report it."
         ) from err
+
+
+def folded_bodies(outputs: Iterable[Variable]) -> list[tuple[Constant, Body]]:
+    """Each distinct folded body reachable from ``outputs``, outer ones first."""
+    found: dict[Body, Constant] = {}
+    stack = [list(outputs)]
+    while stack:
+        for node in scope_toposort(stack.pop()):
+            for var in node.inputs:
+                if not is_function(var):
+                    continue
+                if isinstance(var, Constant) and var.data not in found:
+                    found[var.data] = var
+                    stack.append(list(var.data.outputs))
+                elif var.owner is not None and isinstance(var.owner.op, InnerGraph):
+                    stack.append(list(var.owner.inputs))
+    return [(c, b) for b, c in found.items()]
 
 
 class FoldInnerGraphs(GraphRewriter):

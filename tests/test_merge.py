@@ -1,5 +1,6 @@
 """Structural tests: merging bodies, rewriting them in the outer pipeline."""
 
+import numpy as np
 import pytensor
 import pytensor.scalar as ps
 import pytensor.tensor as pt
@@ -9,7 +10,8 @@ from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import MergeOptimizer
 
 from innergraph import body_of, call, graph_stats, inner_graph, param
-from innergraph.graph import scope_toposort
+from innergraph.graph import scope_toposort, verify_closed
+from innergraph.fold import folded_bodies
 
 dvector = pt.dvector().type
 fvector = pt.fvector().type
@@ -106,3 +108,21 @@ def test_fast_run_leaves_hidden_nodes_non_destructive():
     assert all(not getattr(n.op, "destroy_map", {}) for n in nodes)
     assert all(isinstance(v, NominalVariable) for n in nodes for v in n.inputs if v.owner is None and not hasattr(v, "data"))
     assert fn([0.0, 1.0], 2.0) == pytest.approx([3.0, 2.718281828459045 + 2])
+
+
+def test_fusion_stays_within_each_body():
+    # A body and its gradient body share subexpressions after merging; PyTensor's
+    # fusion over both at once would build one Composite reading params of both.
+    x, mu = pt.dvector("x"), pt.dscalar("mu")
+    y = call(lambda u, m: pt.log1p(((u - m) * 2) ** 2).sum(), x, mu)
+    fn = pytensor.function([x, mu], [y, pytensor.grad(y, mu)], mode="FAST_RUN")
+    bodies = folded_bodies(fn.maker.fgraph.outputs)
+    assert len(bodies) == 2
+    for _, body in bodies:
+        verify_closed(body.type, body.outputs)
+        ops = [n.op for n in scope_toposort(body.outputs)]
+        assert any(isinstance(getattr(op, "scalar_op", None), ps.Composite) for op in ops)
+    xv = np.array([0.5, -1.0, 2.0])
+    value, grad = fn(xv, 0.3)
+    assert value == pytest.approx(np.log1p(((xv - 0.3) * 2) ** 2).sum())
+    assert grad == pytest.approx(np.sum(-8 * (xv - 0.3) / (1 + 4 * (xv - 0.3) ** 2)))

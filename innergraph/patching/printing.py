@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import io
 import sys
-from collections.abc import Iterable
 from typing import Any
 
 import pytensor.printing
-from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.basic import Variable
 from pytensor.graph.fg import FunctionGraph
 
-from innergraph.graph import InnerGraph, body_of, is_function, scope_toposort
+from innergraph.fold import folded_bodies
 from innergraph.instantiate import instantiate
 from innergraph.patching import Patch
-from innergraph.types import Body
 
 __all__ = ["debugprint", "patches"]
 
@@ -57,23 +55,6 @@ def _outputs_of(graph_like: Any) -> list[Variable]:
         elif hasattr(item, "outputs"):
             outputs += item.outputs
     return outputs
-
-
-def folded_bodies(outputs: Iterable[Variable]) -> list[tuple[Constant, Body]]:
-    """Each distinct folded body reachable from ``outputs``, outer ones first."""
-    found: dict[Body, Constant] = {}
-    stack = [list(outputs)]
-    while stack:
-        for node in scope_toposort(stack.pop()):
-            for var in node.inputs:
-                if not is_function(var):
-                    continue
-                if isinstance(var, Constant) and var.data not in found:
-                    found[var.data] = var
-                    stack.append(list(var.data.outputs))
-                elif var.owner is not None and isinstance(var.owner.op, InnerGraph):
-                    stack.append(list(var.owner.inputs))
-    return [(c, b) for b, c in found.items()]
 
 
 def _bodies_section(outputs: list[Variable], ids: dict[Any, str]) -> str:

@@ -4,6 +4,7 @@
 name                   position  tags
 =====================  ========  ==================================================
 ``innergraph_fold``    48.5      fast_run, fast_compile, minimum_compile
+``innergraph_fusion``  49.1      fast_run, fusion
 =====================  ========  ==================================================
 
 ``innergraph_fold`` folds the function variables that visible consumers read
@@ -18,7 +19,11 @@ the outer graph (merge, canonicalize, stabilize, specialize, ``add_mul_fusion`` 
 * the in-place rewrites after ``add_destroy_handler`` (49.5): no in-place rewrite
   of the outer pipeline ever sees a hidden node (design brief, invariant 4).
 
-It is tagged
+``innergraph_fusion`` then fuses each folded body on its own copy
+(`innergraph.rewriting.fusion`); it carries PyTensor's fusion tags so it runs exactly
+when fusion does.
+
+``innergraph_fold`` is tagged
 ``minimum_compile`` because graphs with in-graph consumers cannot link without
 it; it does *not* carry the ``innergraph`` tag, which selects the optional lift
 rewrites: ``mode.excluding("innergraph")`` must still compile graphs that users
@@ -32,11 +37,13 @@ from typing import Any
 from pytensor.compile.mode import optdb
 
 from innergraph.fold import FoldInnerGraphs
+from innergraph.rewriting.fusion import FuseBodies
 
 __all__ = ["register_all", "registered", "unregister_all"]
 
 _REWRITES: list[tuple[str, Any, float, tuple[str, ...]]] = [
     ("innergraph_fold", FoldInnerGraphs(), 48.5, ("fast_run", "fast_compile", "minimum_compile")),
+    ("innergraph_fusion", FuseBodies(), 49.1, ("fast_run", "fusion")),
 ]
 
 _added_keys: set[str] = set()

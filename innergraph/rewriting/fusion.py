@@ -1,0 +1,59 @@
+"""Elemwise fusion one scope at a time.
+
+PyTensor's ``elemwise_fusion`` builds a multi-output ``Composite`` from *sibling*
+nodes. Run over a graph where two bodies share nodes, it would build one node
+that reads params of both and break closure (see ``design/architecture.md``), so
+innergraph folds bodies before it. This rewrite then fuses each folded body on
+its own: a private copy of the body, its nested bodies first (each fused in its
+own scope), replaced in the graph by a new constant. It is registered with the
+tags of PyTensor's fusion, so it runs exactly when fusion does.
+"""
+
+from __future__ import annotations
+
+from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.rewriting.basic import GraphRewriter
+
+from innergraph import _compat
+from innergraph.fold import fold_inner_graphs
+from innergraph.graph import params
+from innergraph.instantiate import instantiate, substitute
+from innergraph.types import Body
+
+__all__ = ["FuseBodies", "fuse_body"]
+
+
+def fuse_body(body: Body, memo: dict[Body, Body] | None = None) -> Body:
+    """A copy of ``body`` with elemwise fusion applied inside it (and its nested bodies)."""
+    memo = {} if memo is None else memo
+    if body in memo:
+        return memo[body]
+    inputs = [t() for t in body.param_types]
+    fgraph = FunctionGraph(inputs, instantiate(body, inputs), clone=True)
+    fold_inner_graphs(fgraph, reason="fuse_body")
+    _fuse_folded(fgraph, memo)
+    _compat.scope_safe_fusion().rewrite(fgraph)
+    outputs = substitute(fgraph.outputs, dict(zip(fgraph.inputs, params(body.param_types), strict=True)))
+    memo[body] = fused = Body(body.type, outputs)
+    return fused
+
+
+def _fuse_folded(fgraph: FunctionGraph, memo: dict[Body, Body]) -> int:
+    replacements: dict[Variable, Variable] = {}
+    for node in fgraph.apply_nodes:
+        for var in node.inputs:
+            if isinstance(var, Constant) and isinstance(var.data, Body) and var not in replacements:
+                replacements[var] = Constant(var.type, fuse_body(var.data, memo), name=var.name)
+    fgraph.replace_all(list(replacements.items()), reason="fuse_bodies", import_missing=True)
+    return len(replacements)
+
+
+class FuseBodies(GraphRewriter):
+    """Fuse elemwise chains inside every folded body of the graph, one scope at a time."""
+
+    def apply(self, fgraph: FunctionGraph) -> int:
+        return _fuse_folded(fgraph, {})
+
+    def add_requirements(self, fgraph: FunctionGraph) -> None:
+        pass
