@@ -25,7 +25,7 @@ constant folding reaches them.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.type import Type
@@ -150,11 +150,9 @@ def _as_outputs(result: object, what: str) -> list[Variable]:
     return converted
 
 
-def _check_inputs(inputs: Sequence[Any]) -> None:
+def _check_inputs(inputs: Sequence[Variable]) -> None:
     seen: dict[Variable, int] = {}
     for i, v in enumerate(inputs):
-        if not isinstance(v, Variable):
-            raise TypeError(f"Input {i} ({v!r}) is not a PyTensor Variable")
         if isinstance(v, Constant):
             raise ParamError(f"Input {i} ({v}) is a constant; a param must be a variable")
         if v in seen:

@@ -75,8 +75,8 @@ def graph_stats(graph: FunctionGraph | Any) -> dict[str, Any]:
     consumers.update(counter.consumers)
     return {
         "outer_nodes": len(outer),
-        "hidden_nodes": counter.hidden_nodes,
-        "total_nodes": len(outer) + counter.hidden_nodes,
+        "hidden_nodes": len(counter.hidden),
+        "total_nodes": len(outer) + len(counter.hidden),
         "bodies": counter.bodies,
         "consumers": consumers,
         "unused_outputs": counter.unused_outputs,
@@ -89,7 +89,7 @@ class _Counter:
 
     def __init__(self) -> None:
         self.seen: set[Any] = set()
-        self.hidden_nodes = 0
+        self.hidden: set[Apply] = set()
         self.bodies = 0
         self.unused_outputs = 0
         self.unused_params = 0
@@ -99,7 +99,8 @@ class _Counter:
         for node in nodes:
             if isinstance(node.op, InnerGraph):
                 continue
-            self.hidden_nodes += hidden
+            if hidden:
+                self.hidden.add(node)  # a node shared by two bodies is one node
             kind = consumer_kind(node.op)
             if kind is None:
                 continue

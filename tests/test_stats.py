@@ -50,3 +50,15 @@ def test_nested_bodies_are_counted_once_each():
     stats = graph_stats(FunctionGraph([x], [y], clone=True))
     assert stats["bodies"] == 2
     assert stats["consumers"]["call"] == 3
+
+
+def test_a_node_shared_by_two_bodies_counts_once():
+    from pytensor.graph.rewriting.basic import MergeOptimizer
+
+    y = call(lambda u: pt.exp(u) * 2, x) + call(lambda u: pt.exp(u) + 3, x)
+    fg = FunctionGraph([x], [y], clone=True)
+    MergeOptimizer().rewrite(fg)
+    stats = graph_stats(fg)
+    assert stats["bodies"] == 2
+    # exp(p0) is shared: exp, mul, add, and one ExpandDims per constant
+    assert stats["hidden_nodes"] == 5
