@@ -5,6 +5,7 @@ import pytensor
 import pytensor.scalar as ps
 import pytensor.tensor as pt
 import pytest
+from pytensor.compile.mode import Mode
 from pytensor.graph.basic import NominalVariable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import MergeOptimizer
@@ -126,3 +127,15 @@ def test_fusion_stays_within_each_body():
     value, grad = fn(xv, 0.3)
     assert value == pytest.approx(np.log1p(((xv - 0.3) * 2) ** 2).sum())
     assert grad == pytest.approx(np.sum(-8 * (xv - 0.3) / (1 + 4 * (xv - 0.3) ** 2)))
+
+
+def test_a_body_takes_its_own_inplace_decisions_when_compiled():
+    from innergraph.ops import runtime
+
+    x = pt.dvector("x")
+    fn = pytensor.function([x], call(lambda u: pt.exp(u) + 1, x), mode=Mode(linker="cvm", optimizer="fast_run"))
+    ((_, body),) = folded_bodies(fn.maker.fgraph.outputs)
+    assert not any(getattr(n.op, "destroy_map", {}) for n in scope_toposort(body.outputs))
+    compiled = runtime.compiled_function(body, "cvm")
+    assert any(n.op.destroy_map for n in compiled.maker.fgraph.apply_nodes)
+    np.testing.assert_allclose(fn(np.array([0.0, 1.0])), [2.0, np.e + 1])
