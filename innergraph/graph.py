@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from pytensor.graph.basic import Apply, Constant, NominalVariable, Variable
 from pytensor.graph.op import Op
@@ -66,8 +67,10 @@ def is_function(var: Variable) -> bool:
 def body_of(function: Variable | Body) -> Body:
     """The `Body` a function variable stands for, folded or not.
 
-    For an unfolded variable the result is a fresh view of the inner-graph node's
-    current inputs; it is not cached, because rewrites may still change them.
+    For an unfolded variable the result is a view of the inner-graph node's current
+    inputs. It is memoized per node while those inputs stay the same, so what
+    consumers cache on the `Body` (a compiled or native form) survives until a
+    rewrite changes the body — and, through folding, into the compiled function.
     """
     if isinstance(function, Body):
         return function
@@ -81,7 +84,15 @@ def body_of(function: Variable | Body) -> Body:
             f"Function variable {function} is neither an inner-graph node's output nor a "
             "folded constant; functions cannot be free inputs of a graph"
         )
-    return Body(node.op.function_type, node.inputs)
+    body = _views.get(node)
+    if body is None or len(body.outputs) != len(node.inputs) or any(
+        a is not b for a, b in zip(body.outputs, node.inputs)
+    ):
+        body = _views[node] = Body(node.op.function_type, node.inputs)
+    return body
+
+
+_views: WeakKeyDictionary[Apply, Body] = WeakKeyDictionary()
 
 
 def _children(var: Variable, stop: Collection[Variable]) -> Sequence[Variable]:

@@ -6,7 +6,8 @@ registers, with PyTensor's Numba dispatchers:
 * ``numba_typify`` for `Body`: a folded function variable reaches the jitted code
   as ``None``; consumers read their body from the node at funcify time.
 * ``numba_funcify_and_cache_key`` for `Call`: the body is funcified once per
-  distinct `Body` (merged bodies compile once) and the call jumps into it.
+  distinct `Body` (merged bodies compile once) and the call jumps into it;
+* the same for the in-graph `Scan`, delegating to PyTensor's own Numba Scan.
 
 The cache key of a call is derived from its body's own Numba cache key, so
 Numba's on-disk cache can never confuse two different bodies.
@@ -32,6 +33,7 @@ from pytensor.link.numba.cache import compile_numba_function_src
 from innergraph.fold import fold_inner_graphs
 from innergraph.instantiate import instantiate
 from innergraph.ops.call import Call
+from innergraph.ops.scan import Scan, build_native_scan
 from innergraph.ops.runtime import body_value, compile_count
 from innergraph.types import Body
 
@@ -68,11 +70,38 @@ def _funcify_body(body: Body) -> tuple[Callable[..., Any], str | None]:
     )
 
 
+def _skip_function_argument(
+    name: str, n_args: int, inner: Callable[..., Any], inner_key: str | None
+) -> tuple[Callable[..., Any], str | None]:
+    """A jitted ``name(function, *args)`` that calls ``inner(*args)``."""
+    args = ", ".join(f"a{i}" for i in range(n_args))
+    src = f"def {name}(function, {args}):\n    return inner({args})\n"
+    fn = compile_numba_function_src(src, name, {"inner": inner})
+    key = None if inner_key is None else sha256(f"({src}, {inner_key})".encode()).hexdigest()
+    return numba_njit(fn), key
+
+
 @register_funcify_and_cache_key(Call)
 def numba_funcify_call(op: Call, node: Any = None, **kwargs: Any) -> tuple[Callable[..., Any], str | None]:
     inner, inner_key = numba_body(body_value(node.inputs[0]))
-    args = ", ".join(f"a{i}" for i in range(len(node.inputs) - 1))
-    src = f"def innergraph_call(function, {args}):\n    return inner({args})\n"
-    fn = compile_numba_function_src(src, "innergraph_call", {"inner": inner})
-    key = None if inner_key is None else sha256(f"({src}, {inner_key})".encode()).hexdigest()
-    return numba_njit(fn), key
+    return _skip_function_argument("innergraph_call", len(node.inputs) - 1, inner, inner_key)
+
+
+@register_funcify_and_cache_key(Scan)
+def numba_funcify_scan(op: Scan, node: Any = None, **kwargs: Any) -> tuple[Callable[..., Any], str | None]:
+    """Delegate to PyTensor's Numba Scan, built once per body, op and outer input types.
+
+    PyTensor's Numba Scan rewrites its inner graph in place with in-place decisions
+    that depend on the node's outer types, so the native Op is shared only among
+    nodes with the same outer input types.
+    """
+    body = body_value(node.inputs[0])
+    key = ("numba_scan", op, tuple(v.type for v in node.inputs[1:]))
+    cached = body.cache.get(key)
+    if cached is None:
+        native = build_native_scan(body, op)
+        native_node = native.make_node(*node.inputs[1:])
+        cached = body.cache[key] = numba_funcify_and_cache_key(native, node=native_node, **kwargs)
+        compile_count[(id(body), "numba")] += 1
+    inner, inner_key = cached
+    return _skip_function_argument("innergraph_scan", len(node.inputs) - 1, inner, inner_key)

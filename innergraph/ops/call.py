@@ -57,7 +57,7 @@ class Call(Op):
         return Apply(self, [function, *fitted], [t() for t in ftype.output_types])
 
     def perform(self, node: Apply, inputs: Sequence[Any], output_storage: Any) -> None:
-        fn = compiled_function(inputs[0], "py")
+        fn = compiled_function(body_value(node.inputs[0]), "py")
         for cell, value in zip(output_storage, fn(*inputs[1:]), strict=True):
             cell[0] = value
 

@@ -3,9 +3,20 @@
 =====================  ========  ==================================================
 name                   position  tags
 =====================  ========  ==================================================
+``innergraph_lift``    0.06      fast_run, innergraph
+``innergraph_lower``   1.59      fast_run, innergraph
 ``innergraph_fold``    48.5      fast_run, fast_compile, minimum_compile
 ``innergraph_fusion``  49.1      fast_run, fusion
 =====================  ========  ==================================================
+
+``innergraph_lift`` converts PyTensor's own Scans (nested ones and those gradients
+created included) into the in-graph form right after PyTensor's first Scan pass
+(``scan_eqopt1``, 0.05: push-out), so merge, ``useless``, canonicalize and
+stabilize rewrite bodies together with the outer graph and merge alpha-equivalent
+bodies. ``innergraph_lower`` converts them back just before PyTensor's second Scan
+pass (``scan_eqopt2``, 1.6: save-memory, merging, in-place), which — like
+PyTensor's own tests — expects native Scans. A merged body becomes one native Op,
+compiled once. ``mode.excluding("innergraph")`` gives vanilla behaviour back.
 
 ``innergraph_fold`` folds the function variables that visible consumers read
 into constants. It runs after the rewrites that should reach bodies together with
@@ -37,11 +48,14 @@ from typing import Any
 from pytensor.compile.mode import optdb
 
 from innergraph.fold import FoldInnerGraphs
+from innergraph.rewriting.lift import LiftNative, LowerConsumers
 from innergraph.rewriting.fusion import FuseBodies
 
 __all__ = ["register_all", "registered", "unregister_all"]
 
 _REWRITES: list[tuple[str, Any, float, tuple[str, ...]]] = [
+    ("innergraph_lift", LiftNative(), 0.06, ("fast_run", "innergraph")),
+    ("innergraph_lower", LowerConsumers(), 1.59, ("fast_run", "innergraph")),
     ("innergraph_fold", FoldInnerGraphs(), 48.5, ("fast_run", "fast_compile", "minimum_compile")),
     ("innergraph_fusion", FuseBodies(), 49.1, ("fast_run", "fusion")),
 ]

@@ -1,0 +1,294 @@
+"""`Scan`: PyTensor's Scan with its body carried as a graph input.
+
+Inputs are ``(function, n_steps, *outer_inputs)`` where ``outer_inputs`` follow
+PyTensor's Scan layout (sequences, mit-mot, mit-sot, sit-sot, untraced sit-sot,
+nit-sot lengths, non-sequences) and the function's params follow the inner
+layout. The props are that layout (`ScanLayout`, counts and taps) and a few flags,
+never a graph, so two scans with the same props and inputs merge.
+
+Execution reuses PyTensor's own Scan runtimes: the consumer builds the native
+`pytensor.scan.op.Scan` from its body once per distinct body (`native_scan`) and
+delegates to it — the Python/Cython/C thunk, or its Numba implementation. So the
+per-step cost is the native one, and bodies that merged compile once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pytensor.graph.basic import Apply, Constant, Variable
+from pytensor.graph.op import Op
+from pytensor.scan.op import Scan as NativeScan
+from pytensor.scan.op import ScanInfo
+
+from innergraph import _compat
+from innergraph.errors import ArityError, BodyTypeError
+from innergraph.graph import InnerGraph, body_of, is_function, scope_toposort
+from innergraph.instantiate import instantiate, substitute
+from innergraph.ops.runtime import body_value
+from innergraph.types import Body
+
+__all__ = ["Scan", "ScanLayout", "build_native_scan", "native_scan"]
+
+
+@dataclass(frozen=True)
+class ScanLayout:
+    """The argument layout of a scan, with named splits of the inner outputs.
+
+    A thin frozen wrapper over PyTensor's own `ScanInfo`, which holds the counts
+    and taps; the splits name the groups that consumers and rewrites need.
+    """
+
+    info: ScanInfo
+
+    def split_inner_outputs(self, outputs: Sequence[Any]) -> dict[str, list[Any]]:
+        """Group inner outputs: mit_mot (flattened), mit_sot, sit_sot, nit_sot, untraced, until."""
+        info = self.info
+        sizes = [("mit_mot", info.n_mit_mot_outs), ("mit_sot", info.n_mit_sot), ("sit_sot", info.n_sit_sot)]
+        sizes += [("nit_sot", info.n_nit_sot), ("untraced", info.n_untraced_sit_sot), ("until", int(info.as_while))]
+        return _split(outputs, sizes)
+
+    def split_inner_inputs(self, inputs: Sequence[Any]) -> dict[str, list[Any]]:
+        """Group inner inputs (params): seqs, mit_mot and mit_sot taps, sit_sot, untraced, non_seqs."""
+        info = self.info
+        sizes = [("seqs", info.n_seqs), ("mit_mot", sum(len(t) for t in info.mit_mot_in_slices))]
+        sizes += [("mit_sot", sum(len(t) for t in info.mit_sot_in_slices)), ("sit_sot", info.n_sit_sot)]
+        sizes += [("untraced", info.n_untraced_sit_sot), ("non_seqs", info.n_non_seqs)]
+        return _split(inputs, sizes)
+
+    def split_outer_inputs(self, inputs: Sequence[Any]) -> dict[str, list[Any]]:
+        """Group outer inputs after ``n_steps``: seqs, mit_mot, mit_sot, sit_sot, untraced, nit_sot, non_seqs."""
+        info = self.info
+        sizes = [("seqs", info.n_seqs), ("mit_mot", info.n_mit_mot), ("mit_sot", info.n_mit_sot)]
+        sizes += [("sit_sot", info.n_sit_sot), ("untraced", info.n_untraced_sit_sot)]
+        sizes += [("nit_sot", info.n_nit_sot), ("non_seqs", info.n_non_seqs)]
+        return _split(inputs, sizes)
+
+    def check_outer_inputs(self, param_types: Sequence[Any], outer: Sequence[Variable], where: str) -> None:
+        """Check each outer input against the params it feeds; name the offender."""
+        inner = self.split_inner_inputs(param_types)
+        groups = self.split_outer_inputs(outer)
+        per_state = {
+            "seqs": [[t] for t in inner["seqs"]],
+            "mit_mot": _per_state(inner["mit_mot"], self.info.mit_mot_in_slices),
+            "mit_sot": _per_state(inner["mit_sot"], self.info.mit_sot_in_slices),
+            "sit_sot": [[t] for t in inner["sit_sot"]],
+        }
+        for group, states in per_state.items():
+            for i, (var, types) in enumerate(zip(groups[group], states, strict=True)):
+                for t in types:
+                    if getattr(var.type, "dtype", None) != getattr(t, "dtype", None) or var.type.ndim != t.ndim + 1:
+                        raise BodyTypeError(
+                            f"{where}: {group} input {i} ({var}, type {var.type}) does not "
+                            f"match its param type {t} plus a leading (time) dimension"
+                        )
+        for group in ("untraced", "non_seqs"):
+            for i, (var, t) in enumerate(zip(groups[group], inner[group], strict=True)):
+                if not t.in_same_class(var.type) and not t.is_super(var.type):
+                    raise BodyTypeError(f"{where}: {group} input {i} ({var}, type {var.type}) does not fit param type {t}")
+        for i, var in enumerate(groups["nit_sot"]):
+            if getattr(var.type, "ndim", None) != 0 or "int" not in str(var.type.dtype):
+                raise BodyTypeError(f"{where}: nit_sot length {i} ({var}) must be an integer scalar")
+
+    def outer_output_types(self, inner_output_types: Sequence[Any]) -> list[Any]:
+        """The types of the scan's outputs, as PyTensor's Scan derives them."""
+        from pytensor.tensor.type import TensorType
+
+        groups = self.split_inner_outputs(inner_output_types)
+        mit_mot_first = []
+        k = 0
+        for taps in self.info.mit_mot_out_slices:
+            mit_mot_first.append(groups["mit_mot"][k])
+            k += len(taps)
+        traced = mit_mot_first + groups["mit_sot"] + groups["sit_sot"] + groups["nit_sot"]
+        return [TensorType(t.dtype, shape=(None, *t.shape)) for t in traced] + groups["untraced"]
+
+
+def _split(items: Sequence[Any], sizes: list[tuple[str, int]]) -> dict[str, list[Any]]:
+    groups, start = {}, 0
+    for name, n in sizes:
+        groups[name] = list(items[start : start + n])
+        start += n
+    return groups
+
+
+def _per_state(flat: list[Any], slices: Sequence[Sequence[int]]) -> list[list[Any]]:
+    states, start = [], 0
+    for taps in slices:
+        states.append(flat[start : start + len(taps)])
+        start += len(taps)
+    return states
+
+
+@_compat.with_legacy_gradient_names
+class Scan(Op):
+    """PyTensor's Scan, its body an input: ``Scan(...)(function, n_steps, *outer_inputs)``.
+
+    Parameters
+    ----------
+    layout
+        The argument layout (`ScanLayout`).
+    truncate_gradient, name, profile, allow_gc
+        As for PyTensor's Scan; part of equality, as there.
+    mode, strict
+        Carried to the native Scan the consumer runs; not part of equality (as in
+        PyTensor's Scan).
+    """
+
+    __props__ = ("layout", "truncate_gradient", "name", "profile", "allow_gc")
+    kind = "scan"
+
+    def __init__(
+        self,
+        layout: ScanLayout,
+        truncate_gradient: int = -1,
+        name: str | None = None,
+        profile: Any = False,
+        allow_gc: bool = True,
+        mode: Any = None,
+        strict: bool = True,
+    ):
+        self.layout = layout
+        self.truncate_gradient = truncate_gradient
+        self.name = name
+        self.profile = profile
+        self.allow_gc = allow_gc
+        self.mode = mode
+        self.strict = strict
+        info = layout.info
+        if info.n_untraced_sit_sot:  # as PyTensor's Scan: these outputs may alias their inputs
+            first_out = info.n_mit_mot + info.n_mit_sot + info.n_sit_sot + info.n_nit_sot
+            first_in = 2 + info.n_seqs + info.n_mit_mot + info.n_mit_sot + info.n_sit_sot
+            self.view_map = {first_out + j: [first_in + j] for j in range(info.n_untraced_sit_sot)}
+
+    @classmethod
+    def like(cls, native: NativeScan) -> Scan:
+        """The consumer with the layout and flags of a native Scan."""
+        return cls(
+            ScanLayout(native.info),
+            truncate_gradient=native.truncate_gradient,
+            name=native.name,
+            profile=native.profile,
+            allow_gc=native.allow_gc,
+            mode=native.mode,
+            strict=native.strict,
+        )
+
+    def make_node(self, *inputs: Any) -> Apply:
+        function, *outer = inputs
+        if not isinstance(function, Variable) or not is_function(function):
+            raise BodyTypeError(f"{self}: input 0 ({function!r}) must be a function variable")
+        info = self.layout.info
+        ftype = function.type
+        if len(ftype.param_types) != info.n_inner_inputs:
+            raise ArityError(
+                f"{self}: the layout has {info.n_inner_inputs} inner inputs, the function "
+                f"{function} takes {len(ftype.param_types)} params"
+            )
+        if len(ftype.output_types) != info.n_inner_outputs:
+            raise ArityError(
+                f"{self}: the layout has {info.n_inner_outputs} inner outputs, the function "
+                f"{function} returns {len(ftype.output_types)}"
+            )
+        if len(outer) != info.n_outer_inputs:
+            raise ArityError(f"{self}: expected {info.n_outer_inputs} outer inputs (n_steps first), got {len(outer)}")
+        from pytensor.tensor import as_tensor_variable
+
+        n_steps, *rest = [v if isinstance(v, Variable) else as_tensor_variable(v) for v in outer]
+        self.layout.check_outer_inputs(ftype.param_types, rest, where=str(self))
+        outputs = [t() for t in self.layout.outer_output_types(ftype.output_types)]
+        return Apply(self, [function, n_steps, *rest], outputs)
+
+    def native_node(self, node: Apply) -> Apply:
+        """The native Scan node this consumer node runs (body built once per `Body`)."""
+        return native_scan(body_value(node.inputs[0]), self).make_node(*node.inputs[1:])
+
+    def make_thunk(self, node: Apply, storage_map: Any, compute_map: Any, no_recycling: Any, impl: str | None = None) -> Any:
+        native_node = self.native_node(node)
+        pairs = list(zip(native_node.inputs, node.inputs[1:], strict=True))
+        pairs += list(zip(native_node.outputs, node.outputs, strict=True))
+        storage = {n: storage_map[o] for n, o in pairs}
+        computed = {n: compute_map[o] for n, o in pairs}
+        return native_node.op.make_thunk(native_node, storage, computed, [], impl=impl)
+
+    def perform(self, node: Apply, inputs: Sequence[Any], output_storage: Any) -> None:
+        native_node = self.native_node(node)
+        native_node.op.perform(native_node, list(inputs[1:]), output_storage)
+
+    def _native_for_graph(self, inputs: Sequence[Variable]) -> Apply:
+        return native_scan(body_of(inputs[0]), self).make_node(*inputs[1:])
+
+    def connection_pattern(self, node: Apply) -> list[list[bool]]:
+        native = self._native_for_graph(node.inputs)
+        return [[False] * len(node.outputs), *native.op.connection_pattern(native)]
+
+    def infer_shape(self, fgraph: Any, node: Apply, input_shapes: Sequence[Any]) -> Any:
+        native = self._native_for_graph(node.inputs)
+        return native.op.infer_shape(fgraph, native, input_shapes[1:])
+
+    def pullback(self, inputs: Sequence[Variable], outputs: Sequence[Variable], cotangents: Sequence[Variable]) -> list[Variable]:
+        from pytensor.gradient import disconnected_type
+
+        from innergraph.convert import lift_graph
+
+        native = self._native_for_graph(inputs)
+        grads = native.op.L_op(list(inputs[1:]), list(outputs), list(cotangents))
+        return [disconnected_type(), *lift_graph(grads)]
+
+    def pushforward(self, inputs: Sequence[Variable], outputs: Sequence[Variable], tangents: Sequence[Variable]) -> list[Variable]:
+        from innergraph.convert import lift_graph
+
+        native = self._native_for_graph(inputs)
+        eval_points = [_none_if_disconnected(t) for t in tangents[1:]]
+        results = native.op.R_op(list(inputs[1:]), eval_points)
+        from pytensor.gradient import disconnected_type
+
+        return lift_graph([disconnected_type() if r is None else r for r in results])
+
+    def __str__(self) -> str:
+        return f"Scan{{{self.name}, in-graph}}"
+
+
+
+def _none_if_disconnected(tangent: Variable) -> Variable | None:
+    from pytensor.gradient import DisconnectedType
+
+    return None if isinstance(tangent.type, DisconnectedType) else tangent
+
+
+def native_scan(body: Body, op: Scan) -> NativeScan:
+    """The native Scan for ``body`` with ``op``'s layout, built once per body and op."""
+    key = ("native_scan", op, id(op.mode), op.strict)
+    native = body.cache.get(key)
+    if native is None:
+        native = body.cache[key] = build_native_scan(body, op)
+    return native
+
+
+def build_native_scan(body: Body, op: Scan) -> NativeScan:
+    """A new native Scan running ``body`` with ``op``'s layout and flags."""
+    inner_inputs = [t(name=f"p{i}") for i, t in enumerate(body.param_types)]
+    return NativeScan(
+        inner_inputs,
+        fold_scope(instantiate(body, inner_inputs)),
+        op.layout.info,
+        mode=op.mode,
+        truncate_gradient=op.truncate_gradient,
+        name=op.name,
+        profile=op.profile,
+        allow_gc=op.allow_gc,
+        strict=op.strict,
+    )
+
+
+def fold_scope(outputs: Sequence[Variable]) -> list[Variable]:
+    """``outputs`` with every nested (unfolded) function variable of this scope folded."""
+    replace: dict[Variable, Variable] = {}
+    for node in scope_toposort(outputs):
+        for var in node.inputs:
+            owner = var.owner
+            if owner is not None and isinstance(owner.op, InnerGraph) and var not in replace:
+                replace[var] = Constant(var.type, body_of(var))
+    return substitute(outputs, replace) if replace else list(outputs)
