@@ -9,17 +9,25 @@ inner_graph
     Build a closed body and its function variable from a callable or outputs.
 call
     Apply a function to arguments in the graph (an in-graph OpFromGraph).
+scan
+    `pytensor.scan`, building the in-graph Scan.
+lift, lower, lift_graph, lower_graph
+    Convert PyTensor's own Scans to the in-graph form and back (a FunctionGraph
+    in place, or a graph by rebuilding).
 instantiate
     Scope-aware substitution of a body's params by values.
-fold_inner_graphs
-    Fold function variables into constants (what the linker schedule does).
+fold_inner_graphs, unfold_inner_graphs, fold_function
+    Fold function variables into constants (outside the rewrite pipeline, and
+    before linking), and unfold them into rewritable nodes (at its start).
 graph_stats
     Node, body and consumer counts, for vanilla and in-graph graphs alike.
 """
 
 from innergraph.build import Closure, inner_graph
+from innergraph.builders import scan
+from innergraph.convert import lift, lift_graph, lower, lower_graph
 from innergraph.errors import ArityError, BodyTypeError, FreeVariableError, ParamError
-from innergraph.fold import fold_inner_graphs, visible_nodes
+from innergraph.fold import fold_function, fold_inner_graphs, unfold_inner_graphs, visible_nodes
 from innergraph.graph import InnerGraph, body_of, is_function, param, params
 from innergraph.instantiate import instantiate, substitute
 from innergraph.ops.call import Call, call
@@ -39,6 +47,7 @@ __all__ = [
     "ParamError",
     "body_of",
     "call",
+    "fold_function",
     "fold_inner_graphs",
     "graph_stats",
     "inner_graph",
@@ -48,7 +57,13 @@ __all__ = [
     "is_function",
     "param",
     "params",
+    "lift",
+    "lift_graph",
+    "lower",
+    "lower_graph",
+    "scan",
     "substitute",
+    "unfold_inner_graphs",
     "uninstall",
     "visible_nodes",
 ]

@@ -4,10 +4,11 @@ A closed body is canonical up to the order of its nodes: its leaves are params
 (identified by position), constants (identified by type and value) and nested
 bodies (themselves closed). Encoding the nodes of one scope in a deterministic
 topological order, each input as a reference — ``("p", i)`` a param,
-``("c", type, data)`` a constant, ``("n", k, j)`` output j of the k-th node,
+``("c", signature)`` a constant (PyTensor's hashable ``(type, data)``), ``("n", k, j)`` output j of the k-th node,
 ``("f", encoding)`` a nested body — gives a value that
 
-* is equal for alpha-equivalent bodies (names, auto-names and tags are left out),
+* is equal, and hashes equal, for alpha-equivalent bodies (names, auto-names and
+  tags are left out) — `Body` equality is defined by it,
 * pickles to the same bytes in every process, so it can key PyTensor's on-disk
   Numba cache, and
 * can be decoded back into a `Body`: `Body` pickles through it.
@@ -45,7 +46,7 @@ def encode(body: Body) -> Encoding:
         if is_function(var):
             return ("f", encode(body_of(var)))
         if isinstance(var, Constant):
-            return ("c", var.type, var.data)
+            return ("c", var.signature())
         raise ValueError(f"{var} is not a leaf of a closed body")
 
     encoded_nodes = tuple(
@@ -69,7 +70,8 @@ def decode(encoding: Encoding) -> Body:
         if tag == "f":
             nested = decode(ref[1])
             return Constant(nested.type, nested)
-        return ref[1].make_constant(ref[2])  # "c"
+        signature = ref[1]  # "c": PyTensor's (type, data) signature of a constant
+        return signature[0].make_constant(signature[1])
 
     for op, input_refs, output_types in encoded_nodes:
         built.append(Apply(op, [var(r) for r in input_refs], [t() for t in output_types]))

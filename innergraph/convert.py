@@ -19,20 +19,21 @@ family registers its rules next to its Op, no central function changes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from typing import Any
 
-from pytensor.graph.basic import Variable
+from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.op import Op
 from pytensor.scan.op import Scan as NativeScan
 
+from innergraph.fold import fold_scope
 from innergraph.graph import InnerGraph, body_of, param, scope_toposort
-from innergraph.instantiate import substitute
+from innergraph.instantiate import copy_scope
 from innergraph.ops.scan import Scan, native_scan
 from innergraph.types import InnerGraphType
 
-__all__ = ["LIFTERS", "LOWERERS", "copy_scope", "lift", "lift_graph", "lower", "lower_graph"]
+__all__ = ["LIFTERS", "LOWERERS", "lift", "lift_graph", "lower", "lower_graph"]
 
 Rule = Callable[[Op, Sequence[Variable]], list[Variable]]
 
@@ -42,21 +43,14 @@ LIFTERS: dict[type, Rule] = {}
 LOWERERS: dict[type, Rule] = {}
 
 
-def copy_scope(outputs: Sequence[Variable]) -> list[Variable]:
-    """A private copy of one scope's nodes (leaves and nested functions shared)."""
-    memo: dict[Variable, Variable] = {}
-    for node in scope_toposort(outputs):
-        new = node.clone_with_new_inputs([memo.get(v, v) for v in node.inputs], strict=True)
-        memo.update(zip(node.outputs, new.outputs, strict=True))
-    return [memo.get(o, o) for o in outputs]
-
-
-def _rewrite_graph(outputs: Sequence[Variable], rules: dict[type, Rule]) -> list[Variable]:
+def _rewrite_graph(
+    outputs: Sequence[Variable], rules: dict[type, Rule], only: Container[Apply] | None = None
+) -> list[Variable]:
     memo: dict[Variable, Variable] = {}
     for node in scope_toposort(outputs):
         inputs = [memo.get(v, v) for v in node.inputs]
         rule = rules.get(type(node.op))
-        if rule is not None:
+        if rule is not None and (only is None or node in only):
             new_outputs = rule(node.op, inputs)
         elif any(a is not b for a, b in zip(inputs, node.inputs, strict=True)):
             new_outputs = node.clone_with_new_inputs(inputs, strict=True).outputs
@@ -66,9 +60,14 @@ def _rewrite_graph(outputs: Sequence[Variable], rules: dict[type, Rule]) -> list
     return [memo.get(o, o) for o in outputs]
 
 
-def lift_graph(outputs: Sequence[Variable]) -> list[Variable]:
-    """``outputs`` with every native node of one scope lifted (nothing is mutated)."""
-    return _rewrite_graph(outputs, LIFTERS)
+def lift_graph(outputs: Sequence[Variable], only: Container[Apply] | None = None) -> list[Variable]:
+    """``outputs`` with the native nodes of one scope lifted (all, or those in ``only``).
+
+    Nothing is mutated: nodes downstream of a lifted node are rebuilt, the rest shared.
+    The new consumers read their functions folded, like every graph built outside
+    the rewrite pipeline (see ``design/architecture.md``).
+    """
+    return fold_scope(_rewrite_graph(outputs, LIFTERS, only))
 
 
 def lower_graph(outputs: Sequence[Variable]) -> list[Variable]:

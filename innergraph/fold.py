@@ -22,7 +22,7 @@ variable whose owner is not scheduled. See ``design/architecture.md``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
@@ -30,9 +30,19 @@ from pytensor.graph.rewriting.basic import GraphRewriter
 
 from innergraph.errors import FreeVariableError, ParamError
 from innergraph.graph import InnerGraph, body_of, is_function, scope_toposort, verify_closed
+from innergraph.instantiate import copy_scope, substitute
 from innergraph.types import Body
 
-__all__ = ["FoldInnerGraphs", "fold_inner_graphs", "folded_bodies", "has_inner_graphs", "visible_nodes"]
+__all__ = [
+    "FoldInnerGraphs",
+    "fold_function",
+    "fold_inner_graphs",
+    "fold_scope",
+    "folded_bodies",
+    "has_inner_graphs",
+    "unfold_inner_graphs",
+    "visible_nodes",
+]
 
 
 def has_inner_graphs(fgraph: FunctionGraph) -> bool:
@@ -96,6 +106,45 @@ def folded_bodies(outputs: Iterable[Variable]) -> list[tuple[Constant, Body]]:
                 elif var.owner is not None and isinstance(var.owner.op, InnerGraph):
                     stack.append(list(var.owner.inputs))
     return [(c, b) for b, c in found.items()]
+
+
+def fold_function(function: Variable) -> Variable:
+    """``function`` folded into a `Constant` holding its `Body` (unchanged if folded)."""
+    if isinstance(function, Constant):
+        return function
+    return Constant(function.type, body_of(function), name=function.name)
+
+
+def fold_scope(outputs: Sequence[Variable]) -> list[Variable]:
+    """``outputs`` with every nested (unfolded) function variable of this scope folded."""
+    replace: dict[Variable, Variable] = {}
+    for node in scope_toposort(outputs):
+        for var in node.inputs:
+            owner = var.owner
+            if owner is not None and isinstance(owner.op, InnerGraph) and var not in replace:
+                replace[var] = fold_function(var)
+    return substitute(outputs, replace) if replace else list(outputs)
+
+
+def unfold_inner_graphs(fgraph: FunctionGraph, reason: str = "unfold_inner_graphs") -> int:
+    """Unfold every folded function that a node of ``fgraph`` reads; return how many.
+
+    Each folded body becomes an inner-graph node over a private copy of its nodes,
+    so the rewriter sees and rewrites it (the `Body` itself is never mutated).
+    Bodies nested in unfolded ones are unfolded too.
+    """
+    total = 0
+    while True:
+        replacements: dict[Variable, Variable] = {}
+        for node in fgraph.apply_nodes:
+            for var in node.inputs:
+                if isinstance(var, Constant) and isinstance(var.data, Body) and var not in replacements:
+                    body = var.data
+                    replacements[var] = InnerGraph(body.type).make_node(*copy_scope(body.outputs)).outputs[0]
+        if not replacements:
+            return total
+        fgraph.replace_all(list(replacements.items()), reason=reason, import_missing=True)
+        total += len(replacements)
 
 
 class FoldInnerGraphs(GraphRewriter):

@@ -20,7 +20,7 @@ from innergraph.errors import ArityError, BodyTypeError
 from innergraph.graph import body_of, params, scope_toposort
 from innergraph.types import Body
 
-__all__ = ["fit_arguments", "instantiate", "substitute"]
+__all__ = ["copy_scope", "fit_arguments", "instantiate", "substitute"]
 
 
 def substitute(outputs: Sequence[Variable], replace: Mapping[Variable, Variable]) -> list[Variable]:
@@ -37,6 +37,15 @@ def substitute(outputs: Sequence[Variable], replace: Mapping[Variable, Variable]
             continue
         new_node = node.clone_with_new_inputs(new_inputs, strict=True)
         memo.update(zip(node.outputs, new_node.outputs, strict=True))
+    return [memo.get(o, o) for o in outputs]
+
+
+def copy_scope(outputs: Sequence[Variable]) -> list[Variable]:
+    """A private copy of one scope's nodes (leaves and nested functions shared)."""
+    memo: dict[Variable, Variable] = {}
+    for node in scope_toposort(outputs):
+        new = node.clone_with_new_inputs([memo.get(v, v) for v in node.inputs], strict=True)
+        memo.update(zip(node.outputs, new.outputs, strict=True))
     return [memo.get(o, o) for o in outputs]
 
 

@@ -5,14 +5,15 @@ Terms
 signature
     The param types and the output types of a body, ``(t0, t1) -> (u0,)``.
 function variable
-    A variable of `InnerGraphType`. Before linking it is the output of an
-    inner-graph node; when the graph is prepared for linking it is *folded* into a
-    `Constant` whose data is a `Body`.
+    A variable of `InnerGraphType`: the output of an inner-graph node (*unfolded*:
+    its body is nodes of the graph, rewritable) or a `Constant` whose data is a
+    `Body` (*folded*: opaque to every graph traversal).
 Body
     The run-time value of a function variable: its signature and its output
     variables, written over the params ``NominalVariable(i, param_types[i])``.
-    A `Body` compares by identity, so two consumers share a compiled body exactly
-    when they read the same function variable.
+    Two bodies are equal exactly when they are alpha-equivalent (their canonical
+    encodings are equal), so folded functions built separately merge as constants.
+    A `Body` is immutable once folded: nothing rewrites its nodes.
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ class Body:
     -----
     Consumers cache what they compile from a body on the `Body` itself (see
     `innergraph.ops.runtime`), so bodies that merged compile once. The caches are
-    not pickled.
+    not pickled. Equality and hashing use `key`, computed once (linear in the size
+    of the body).
     """
 
     def __init__(self, type: InnerGraphType, outputs: Sequence[Variable]):
@@ -86,6 +88,21 @@ class Body:
     @property
     def param_types(self) -> tuple[Type, ...]:
         return self.type.param_types
+
+    def key(self) -> Any:
+        """The canonical encoding: equal exactly for alpha-equivalent bodies (cached)."""
+        key = self.cache.get("canonical")
+        if key is None:
+            from innergraph.canonical import encode
+
+            key = self.cache["canonical"] = encode(self)
+        return key
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, Body) and self.key() == other.key())
+
+    def __hash__(self) -> int:
+        return hash(self.key())
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickle through the canonical encoding: deterministic bytes (PyTensor keys

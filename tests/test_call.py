@@ -7,7 +7,7 @@ import pytest
 from pytensor.compile.mode import Mode
 from pytensor.gradient import pushforward, verify_grad
 
-from innergraph import body_of, call, graph_stats, inner_graph
+from innergraph import body_of, call, graph_stats, inner_graph, unfold_inner_graphs
 from innergraph.graph import scope_toposort
 from innergraph.ops import runtime
 
@@ -129,6 +129,7 @@ def test_nested_body_merged_with_parents_node(rng):
     from pytensor.graph.rewriting.basic import MergeOptimizer
 
     fg = FunctionGraph([x], [nested_program()], clone=True)
+    unfold_inner_graphs(fg)  # as the rewrite pipeline does
     MergeOptimizer().rewrite(fg)
     outer = body_of(fg.outputs[0].owner.inputs[0])
     outer_nodes = scope_toposort(outer.outputs)

@@ -133,7 +133,8 @@ def test_scope_walk_stops_at_nested_functions():
     body = body_of(outer)
     nodes = scope_toposort(body.outputs)
     assert not any(isinstance(getattr(n.op, "scalar_op", None), ps.Sin) for n in nodes)
-    assert inner in scope_leaves(body.outputs)
+    # `call` reads the nested function folded: a constant holding the same body
+    assert any(isinstance(v, Constant) and v.data == body_of(inner) for v in scope_leaves(body.outputs))
     assert used_params(body) == {0}
 
 

@@ -10,7 +10,7 @@ from pytensor.graph.basic import NominalVariable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import MergeOptimizer
 
-from innergraph import body_of, call, graph_stats, inner_graph, param
+from innergraph import body_of, call, graph_stats, inner_graph, param, unfold_inner_graphs
 from innergraph.graph import scope_toposort, verify_closed
 from innergraph.fold import folded_bodies
 
@@ -89,6 +89,7 @@ def test_body_subexpression_shared_across_bodies_and_with_twins():
     out1 = call(lambda u: pt.exp(u) * 2, x)
     out2 = call(lambda u: pt.exp(u) + 3, y)
     fg = FunctionGraph([x, y], [out1, out2], clone=True)
+    unfold_inner_graphs(fg)  # as the rewrite pipeline does
     MergeOptimizer().rewrite(fg)
     b1, b2 = (body_of(o.owner.inputs[0]) for o in fg.outputs)
     exp1 = [n for n in scope_toposort(b1.outputs) if _is_exp(n)]

@@ -127,7 +127,12 @@ def test_dprint_shows_each_folded_body_once_with_named_params():
     assert "tanh" in text.lower()
 
 
-def test_dprint_of_an_unrewritten_graph_prints_the_body_inline():
+def test_dprint_of_an_unfolded_function_prints_the_body_inline():
+    text = pytensor.dprint(inner_graph(lambda u: pt.tanh(u), [pt.dvector]).function, file="str")
+    assert "InnerGraph" in text and "Tanh" in text and "Bodies:" not in text
+
+
+def test_dprint_of_a_built_call_lists_its_folded_body():
     x = pt.dvector("x")
     text = pytensor.dprint(call(lambda u: pt.tanh(u), x), file="str")
-    assert "InnerGraph" in text and "Tanh" in text and "Bodies:" not in text
+    assert "Body(1->1)" in text and "Bodies:" in text and "Tanh" in text

@@ -21,6 +21,7 @@ from pytensor.graph.op import Op
 from innergraph import _compat
 from innergraph.build import Capture, Closure, inner_graph
 from innergraph.errors import BodyTypeError
+from innergraph.fold import fold_function
 from innergraph.graph import body_of, is_function, scope_leaves
 from innergraph.instantiate import fit_arguments, instantiate, substitute
 from innergraph.ops.runtime import body_value, compiled_function, linker_for, make_body_thunk
@@ -166,6 +167,12 @@ def call(
     -------
     Variable or list of Variable
         The call's output, or its outputs when the body has several.
+
+    Notes
+    -----
+    The call reads its function *folded* (a constant holding the body), so the
+    graph is safe to hand to any PyTensor utility, `pytensor.scan` included. The
+    rewrite pipeline unfolds it, so the outer rewriter still reaches the body.
     """
     from pytensor.tensor import as_tensor_variable
 
@@ -178,4 +185,4 @@ def call(
         closure = inner_graph(fn, args_v, capture=capture)
     else:
         raise TypeError(f"call: {fn!r} is neither a callable, a Closure nor a function variable")
-    return Call()(closure.function, *args_v, *closure.captured)
+    return Call()(fold_function(closure.function), *args_v, *closure.captured)

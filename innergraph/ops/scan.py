@@ -18,15 +18,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytensor.graph.basic import Apply, Constant, Variable
+from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.op import Op
 from pytensor.scan.op import Scan as NativeScan
 from pytensor.scan.op import ScanInfo
 
 from innergraph import _compat
 from innergraph.errors import ArityError, BodyTypeError
-from innergraph.graph import InnerGraph, body_of, is_function, scope_toposort
+from innergraph.graph import body_of, is_function
 from innergraph.instantiate import instantiate, substitute
+from innergraph.fold import fold_scope
 from innergraph.ops.runtime import body_value
 from innergraph.types import Body
 
@@ -226,7 +227,14 @@ class Scan(Op):
 
     def infer_shape(self, fgraph: Any, node: Apply, input_shapes: Sequence[Any]) -> Any:
         native = self._native_for_graph(node.inputs)
-        return native.op.infer_shape(fgraph, native, input_shapes[1:])
+        shapes = native.op.infer_shape(fgraph, native, input_shapes[1:])
+        flat = [s for shape in shapes if shape is not None for s in shape]
+        flat = _repoint(flat, native, node.inputs, node.outputs)
+        result, used = [], 0
+        for shape in shapes:
+            result.append(None if shape is None else tuple(flat[used : used + len(shape)]))
+            used += 0 if shape is None else len(shape)
+        return result
 
     def pullback(self, inputs: Sequence[Variable], outputs: Sequence[Variable], cotangents: Sequence[Variable]) -> list[Variable]:
         from pytensor.gradient import disconnected_type
@@ -234,22 +242,32 @@ class Scan(Op):
         from innergraph.convert import lift_graph
 
         native = self._native_for_graph(inputs)
-        grads = native.op.L_op(list(inputs[1:]), list(outputs), list(cotangents))
-        return [disconnected_type(), *lift_graph(grads)]
+        grads = native.op.L_op(native.inputs, native.outputs, list(cotangents))
+        return [disconnected_type(), *lift_graph(_repoint(grads, native, inputs, outputs))]
 
     def pushforward(self, inputs: Sequence[Variable], outputs: Sequence[Variable], tangents: Sequence[Variable]) -> list[Variable]:
+        from pytensor.gradient import disconnected_type
+
         from innergraph.convert import lift_graph
 
         native = self._native_for_graph(inputs)
         eval_points = [_none_if_disconnected(t) for t in tangents[1:]]
-        results = native.op.R_op(list(inputs[1:]), eval_points)
-        from pytensor.gradient import disconnected_type
-
-        return lift_graph([disconnected_type() if r is None else r for r in results])
+        results = native.op.R_op(native.inputs, eval_points)
+        results = [disconnected_type() if r is None else r for r in results]
+        return lift_graph(_repoint(results, native, inputs, outputs))
 
     def __str__(self) -> str:
         return f"Scan{{{self.name}, in-graph}}"
 
+
+
+def _repoint(
+    graph: Sequence[Variable], native: Apply, inputs: Sequence[Variable], outputs: Sequence[Variable]
+) -> list[Variable]:
+    """``graph`` reading this consumer's inputs and outputs instead of its native twin's."""
+    replace = dict(zip(native.outputs, outputs, strict=True))
+    replace.update((n, o) for n, o in zip(native.inputs, inputs[1:], strict=True) if n is not o)
+    return substitute(graph, replace)
 
 
 def _none_if_disconnected(tangent: Variable) -> Variable | None:
@@ -281,14 +299,3 @@ def build_native_scan(body: Body, op: Scan) -> NativeScan:
         allow_gc=op.allow_gc,
         strict=op.strict,
     )
-
-
-def fold_scope(outputs: Sequence[Variable]) -> list[Variable]:
-    """``outputs`` with every nested (unfolded) function variable of this scope folded."""
-    replace: dict[Variable, Variable] = {}
-    for node in scope_toposort(outputs):
-        for var in node.inputs:
-            owner = var.owner
-            if owner is not None and isinstance(owner.op, InnerGraph) and var not in replace:
-                replace[var] = Constant(var.type, body_of(var))
-    return substitute(outputs, replace) if replace else list(outputs)

@@ -7,6 +7,7 @@ name                   position  tags
 ``innergraph_lower``   1.59      fast_run, innergraph
 ``innergraph_fold``    48.5      fast_run, fast_compile, minimum_compile
 ``innergraph_fusion``  49.1      fast_run, fusion
+``innergraph_share``   99        fast_run, innergraph
 =====================  ========  ==================================================
 
 ``innergraph_lift`` converts PyTensor's own Scans (nested ones and those gradients
@@ -17,6 +18,10 @@ bodies. ``innergraph_lower`` converts them back just before PyTensor's second Sc
 pass (``scan_eqopt2``, 1.6: save-memory, merging, in-place), which — like
 PyTensor's own tests — expects native Scans. A merged body becomes one native Op,
 compiled once. ``mode.excluding("innergraph")`` gives vanilla behaviour back.
+
+``innergraph_share`` (`innergraph.rewriting.share`) runs after every pass that
+rebuilds native Scan Ops and makes nodes with equal Ops share one instance again,
+so a merged body compiles once.
 
 ``innergraph_fold`` folds the function variables that visible consumers read
 into constants. It runs after the rewrites that should reach bodies together with
@@ -49,6 +54,7 @@ from pytensor.compile.mode import optdb
 
 from innergraph.fold import FoldInnerGraphs
 from innergraph.rewriting.lift import LiftNative, LowerConsumers
+from innergraph.rewriting.share import ShareNativeOps
 from innergraph.rewriting.fusion import FuseBodies
 
 __all__ = ["register_all", "registered", "unregister_all"]
@@ -58,6 +64,7 @@ _REWRITES: list[tuple[str, Any, float, tuple[str, ...]]] = [
     ("innergraph_lower", LowerConsumers(), 1.59, ("fast_run", "innergraph")),
     ("innergraph_fold", FoldInnerGraphs(), 48.5, ("fast_run", "fast_compile", "minimum_compile")),
     ("innergraph_fusion", FuseBodies(), 49.1, ("fast_run", "fusion")),
+    ("innergraph_share", ShareNativeOps(), 99, ("fast_run", "innergraph")),
 ]
 
 _added_keys: set[str] = set()

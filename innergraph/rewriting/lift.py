@@ -6,15 +6,22 @@ from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import GraphRewriter
 
 from innergraph.convert import lift, lower
+from innergraph.fold import unfold_inner_graphs
 
 __all__ = ["LiftNative", "LowerConsumers"]
 
 
 class LiftNative(GraphRewriter):
-    """Convert PyTensor's own control-flow nodes into the in-graph form."""
+    """Unfold folded functions and lift PyTensor's own control-flow nodes, to a fixpoint.
+
+    Afterwards every body is nodes of the graph: the outer rewriter reaches them.
+    """
 
     def apply(self, fgraph: FunctionGraph) -> int:
-        return lift(fgraph)
+        total = 0
+        while changed := unfold_inner_graphs(fgraph, reason="innergraph_lift") + lift(fgraph):
+            total += changed
+        return total
 
     def add_requirements(self, fgraph: FunctionGraph) -> None:
         pass

@@ -1,0 +1,209 @@
+"""The in-graph Scan: every Scan feature, against vanilla PyTensor, with gradients.
+
+Each case builds a graph with `pytensor.scan` and checks three compilations of it
+against vanilla PyTensor (``mode.excluding("innergraph")``):
+
+* ``pipeline``: the default mode — native Scans are lifted, rewritten with the outer
+  graph, and lowered back;
+* ``in_graph``: the graph built by `innergraph.scan`, executed by the in-graph Scan
+  itself (lifting and lowering excluded);
+* ``roundtrip``: `lift` then `lower` on a FunctionGraph, no rewriting in between —
+  exact to the last bit.
+"""
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from pytensor.compile.mode import get_default_mode
+from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.traversal import ancestors, applys_between
+from pytensor.scan.op import Scan as NativeScan
+
+import innergraph
+from innergraph import graph_stats, lift, lower
+from innergraph.ops.scan import Scan
+
+VANILLA = get_default_mode().excluding("innergraph")
+DEFAULT = get_default_mode()
+
+
+def sit_sot(scan, x, s):
+    return scan(lambda y: y**2 * 0.5 + 1, outputs_info=[x], n_steps=5, return_updates=False)
+
+
+def mit_sot(scan, x, s):
+    init = pt.stack([x, x + 1])
+    return scan(lambda a, b: a * 0.5 + b * 0.25, outputs_info=[{"initial": init, "taps": [-2, -1]}], n_steps=6, return_updates=False)
+
+
+def nit_sot_with_sequence_taps(scan, x, s):
+    return scan(lambda prev, cur, k: pt.exp(cur) - prev * k, sequences=[{"input": s, "taps": [-1, 0]}], non_sequences=[x], return_updates=False)
+
+
+def backwards(scan, x, s):
+    return scan(lambda v, acc: acc * 0.9 + v, sequences=[s], outputs_info=[x], go_backwards=True, return_updates=False)
+
+
+def several_outputs(scan, x, s):
+    def step(v, a, b):
+        return a + v, b * v, pt.sin(a)
+
+    ys = scan(step, sequences=[s], outputs_info=[x, x + 1, None], return_updates=False)
+    return ys[0] + ys[1] + ys[2]
+
+
+def until_loop(scan, x, s):
+    from pytensor.scan.utils import until
+
+    return scan(lambda y: (y * 1.5 + 0.1, until(y > 3.0)), outputs_info=[x], n_steps=50, return_updates=False)
+
+
+def nested(scan, x, s):
+    def outer_step(v, acc):
+        inner = scan(lambda z: z * v + 0.5, outputs_info=[acc], n_steps=3, return_updates=False)
+        return inner[-1]
+
+    return scan(outer_step, sequences=[s], outputs_info=[x], return_updates=False)
+
+
+def truncated(scan, x, s):
+    return scan(lambda v, y: y * v + pt.tanh(y), sequences=[s], outputs_info=[x], truncate_gradient=2, return_updates=False)
+
+
+DIFFERENTIABLE = [sit_sot, mit_sot, nit_sot_with_sequence_taps, backwards, several_outputs, until_loop, nested, truncated]
+
+
+def inputs():
+    return pt.dscalar("x"), pt.dvector("s")
+
+
+def values():
+    return 0.7, np.array([0.3, -0.2, 0.5, 0.1, 0.4])
+
+
+def outputs_of(case, scan):
+    x, s = inputs()
+    y = case(scan, x, s)
+    cost = (y**2).sum()
+    return [x, s], [y, *pytensor.grad(cost, [x, s], disconnected_inputs="ignore")]
+
+
+def run(inputs_, outputs_, mode):
+    fn = pytensor.function(inputs_, outputs_, mode=mode, on_unused_input="ignore")
+    return fn, fn(*values())
+
+
+@pytest.fixture(scope="module", params=DIFFERENTIABLE, ids=lambda c: c.__name__)
+def case(request):
+    ins, outs = outputs_of(request.param, pytensor.scan)
+    _, expected = run(ins, outs, VANILLA)
+    return request.param, expected
+
+
+def assert_close(got, expected):
+    for g, e in zip(got, expected, strict=True):
+        np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-12)
+
+
+def test_pipeline_matches_vanilla(case):
+    build, expected = case
+    ins, outs = outputs_of(build, pytensor.scan)
+    fn, got = run(ins, outs, DEFAULT)
+    assert_close(got, expected)
+    assert graph_stats(fn)["consumers"]["scan"] <= _vanilla_scan_count(build)
+
+
+def test_in_graph_scan_runs_itself(case):
+    build, expected = case
+    ins, outs = outputs_of(build, innergraph.scan)
+    assert not any(isinstance(n.op, NativeScan) for n in applys_between(ins, outs))
+    assert any(isinstance(n.op, Scan) for n in applys_between(ins, outs))
+    fn, got = run(ins, outs, VANILLA)
+    assert_close(got, expected)
+
+
+def test_lift_then_lower_is_exact(case):
+    build, expected = case
+    ins, outs = outputs_of(build, pytensor.scan)
+    fg = FunctionGraph(ins, outs, clone=True)
+    n_native = sum(isinstance(n.op, NativeScan) for n in fg.apply_nodes)
+    assert lift(fg) >= n_native
+    assert not any(isinstance(n.op, NativeScan) for n in fg.apply_nodes)
+    assert lower(fg) >= 1
+    assert not any(isinstance(n.op, Scan) for n in fg.apply_nodes)
+    _, got = run(fg.inputs, fg.outputs, VANILLA)
+    for g, e in zip(got, expected, strict=True):
+        np.testing.assert_array_equal(g, e)
+
+
+def _vanilla_scan_count(build):
+    ins, outs = outputs_of(build, pytensor.scan)
+    fn = pytensor.function(ins, outs, mode=VANILLA, on_unused_input="ignore")
+    return graph_stats(fn)["consumers"]["scan"]
+
+
+@pytest.mark.parametrize("linker", ["cvm", "py"])
+def test_in_graph_scan_under_python_linkers(linker):
+    from pytensor.compile.mode import Mode
+
+    ins, outs = outputs_of(mit_sot, innergraph.scan)
+    _, expected = run(*outputs_of(mit_sot, pytensor.scan), VANILLA)
+    _, got = run(ins, outs, Mode(linker=linker, optimizer="fast_run").excluding("innergraph"))
+    assert_close(got, expected)
+
+
+def test_shared_updates_and_random_generators():
+    rng = pytensor.shared(np.random.default_rng(3), name="rng")
+    counter = pytensor.shared(np.float64(0.0), name="counter")
+
+    def build(scan):
+        def step(y, g):
+            next_g, noise = pt.random.normal(0, 1, rng=g).owner.outputs
+            return y * 0.5 + noise, next_g
+
+        (ys, _), updates = scan(step, outputs_info=[pt.constant(0.0, dtype="float64"), rng], n_steps=4)
+        updates[counter] = counter + ys.sum()
+        return ys, updates
+
+    results = []
+    for scan in (pytensor.scan, innergraph.scan):
+        rng.set_value(np.random.default_rng(3))
+        counter.set_value(0.0)
+        ys, updates = build(scan)
+        fn = pytensor.function([], ys, updates=updates)
+        results.append((fn(), fn(), counter.get_value()))
+    np.testing.assert_allclose(results[0][0], results[1][0])
+    np.testing.assert_allclose(results[0][1], results[1][1])
+    assert results[0][2] == pytest.approx(results[1][2])
+
+
+def test_scan_with_updates_returns_pytensor_structure():
+    x = pt.dscalar("x")
+    ys, updates = innergraph.scan(lambda y: y + 1, outputs_info=[x], n_steps=3)
+    assert isinstance(ys, pt.TensorVariable) and len(updates) == 0
+    ys_list = innergraph.scan(lambda y: [y + 1, y * 2], outputs_info=[x, None], n_steps=3, return_updates=False)
+    assert isinstance(ys_list, list) and len(ys_list) == 2
+
+
+def test_consumer_checks_its_inputs():
+    from innergraph.errors import BodyTypeError
+
+    x = pt.dscalar("x")
+    ys = innergraph.scan(lambda y: y * 2, outputs_info=[x], n_steps=3, return_updates=False)
+    node = ys.owner.inputs[0].owner  # Subtensor of the scan output
+    scan_node = next(n for n in applys_between([x], [ys]) if isinstance(n.op, Scan))
+    function, n_steps, *outer = scan_node.inputs
+    with pytest.raises(BodyTypeError, match="sit_sot input 0"):
+        scan_node.op.make_node(function, n_steps, pt.dmatrix("wrong_state"))
+    assert node is not None
+
+
+def test_scan_lifts_only_the_scan_it_builds():
+    x = pt.dscalar("x")
+    earlier = pytensor.scan(lambda y: y + 1, outputs_info=[x], n_steps=2, return_updates=False)
+    later = innergraph.scan(lambda y, e: y * e, outputs_info=[x], non_sequences=[earlier[-1]], n_steps=2, return_updates=False)
+    nodes = {v.owner for v in ancestors([later]) if v.owner is not None}
+    assert sum(isinstance(n.op, NativeScan) for n in nodes) == 1  # `earlier`, untouched
+    assert sum(isinstance(n.op, Scan) for n in nodes) == 1
+    assert earlier.owner.inputs[0].owner is not None  # the caller's graph is unchanged
