@@ -207,3 +207,45 @@ def test_scan_lifts_only_the_scan_it_builds():
     assert sum(isinstance(n.op, NativeScan) for n in nodes) == 1  # `earlier`, untouched
     assert sum(isinstance(n.op, Scan) for n in nodes) == 1
     assert earlier.owner.inputs[0].owner is not None  # the caller's graph is unchanged
+
+
+def test_pushforward_matches_vanilla():
+    from pytensor.gradient import pushforward
+
+    def build(scan):
+        x, s = inputs()
+        v = pt.dvector("v")
+        y = several_outputs(scan, x, s)
+        return [x, s, v], pushforward(y, s, v)
+
+    vals = (*values(), np.array([1.0, -1.0, 0.5, 0.2, 0.3]))
+    expected = pytensor.function(*build(pytensor.scan), mode=VANILLA)(*vals)
+    got = pytensor.function(*build(innergraph.scan), mode=VANILLA)(*vals)
+    np.testing.assert_allclose(got, expected, rtol=1e-10)
+
+
+def test_infer_shape_does_not_run_the_loop():
+    x, s = inputs()
+    y = innergraph.scan(lambda v, acc: acc + v, sequences=[s], outputs_info=[x], return_updates=False)
+    fn = pytensor.function([x, s], y.shape, mode=VANILLA, on_unused_input="ignore")
+    assert list(fn(*values())) == [5]
+    assert graph_stats(fn)["consumers"]["scan"] == 0
+
+
+def test_untraced_state_round_trip():
+    rng = pytensor.shared(np.random.default_rng(0), name="rng")
+
+    def step(y, g):
+        next_g, noise = pt.random.normal(0, 1, rng=g).owner.outputs
+        return y + noise, next_g
+
+    (ys, _), _ = pytensor.scan(step, outputs_info=[pt.constant(0.0, dtype="float64"), rng], n_steps=3)
+    fg = FunctionGraph([rng], [ys], clone=True)
+    (native,) = [n for n in fg.apply_nodes if isinstance(n.op, NativeScan)]
+    assert native.op.info.n_untraced_sit_sot == 1
+    lift(fg)
+    (consumer,) = [n for n in fg.apply_nodes if isinstance(n.op, Scan)]
+    assert consumer.op.layout.info == native.op.info
+    lower(fg)
+    (lowered,) = [n for n in fg.apply_nodes if isinstance(n.op, NativeScan)]
+    assert lowered.op == native.op
