@@ -143,7 +143,7 @@ def _vanilla_scan_count(build):
     return graph_stats(fn)["consumers"]["scan"]
 
 
-@pytest.mark.parametrize("linker", ["cvm", "py"])
+@pytest.mark.parametrize("linker", ["cvm", "vm", "py"])
 def test_in_graph_scan_under_python_linkers(linker):
     from pytensor.compile.mode import Mode
 
