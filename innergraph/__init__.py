@@ -31,6 +31,7 @@ from innergraph.fold import fold_function, fold_inner_graphs, unfold_inner_graph
 from innergraph.graph import InnerGraph, body_of, is_function, param, params
 from innergraph.instantiate import instantiate, substitute
 from innergraph.ops.call import Call, call
+from innergraph.ops.ifelse import ifelse
 from innergraph.patching import install, installed, uninstall
 from innergraph.stats import graph_stats
 from innergraph.types import Body, InnerGraphType
@@ -50,6 +51,7 @@ __all__ = [
     "fold_function",
     "fold_inner_graphs",
     "graph_stats",
+    "ifelse",
     "inner_graph",
     "install",
     "installed",

@@ -15,6 +15,10 @@ lower
 
 Both are rule tables keyed by Op class (`LIFTERS`, `LOWERERS`): a new consumer
 family registers its rules next to its Op, no central function changes.
+`PIPELINE_LIFTS` / `PIPELINE_LOWERS` say which rules the rewrite pipeline applies
+by itself: Scan is lifted and lowered around PyTensor's Scan passes; an in-graph
+IfElse is never lowered (it would lose its laziness) and PyTensor's own IfElse is
+never lifted (PyTensor's tests expect it in compiled graphs).
 """
 
 from __future__ import annotations
@@ -25,11 +29,13 @@ from typing import Any
 from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.op import Op
+from pytensor.ifelse import IfElse as NativeIfElse
 from pytensor.scan.op import Scan as NativeScan
 
 from innergraph.fold import fold_scope
 from innergraph.graph import InnerGraph, body_of, param, scope_toposort
-from innergraph.instantiate import copy_scope
+from innergraph.instantiate import copy_scope, instantiate
+from innergraph.ops.ifelse import IfElse, ifelse
 from innergraph.ops.scan import Scan, native_scan
 from innergraph.types import InnerGraphType
 
@@ -41,6 +47,9 @@ Rule = Callable[[Op, Sequence[Variable]], list[Variable]]
 LIFTERS: dict[type, Rule] = {}
 #: Lower rules: consumer class -> (op, inputs) -> outputs of the native form.
 LOWERERS: dict[type, Rule] = {}
+#: The Op classes the rewrite pipeline lifts and lowers by itself.
+PIPELINE_LIFTS: set[type] = set()
+PIPELINE_LOWERS: set[type] = set()
 
 
 def _rewrite_graph(
@@ -75,14 +84,18 @@ def lower_graph(outputs: Sequence[Variable]) -> list[Variable]:
     return _rewrite_graph(outputs, LOWERERS)
 
 
-def lift(fgraph: FunctionGraph) -> int:
-    """Lift every native node of ``fgraph`` (nested ones included); return how many."""
-    return _rewrite_fgraph(fgraph, LIFTERS, "innergraph.lift")
+def lift(fgraph: FunctionGraph, only: Container[type] | None = None) -> int:
+    """Lift the native nodes of ``fgraph`` (of the classes in ``only``, default all)."""
+    return _rewrite_fgraph(fgraph, _subset(LIFTERS, only), "innergraph.lift")
 
 
-def lower(fgraph: FunctionGraph) -> int:
-    """Lower every consumer of ``fgraph`` (nested ones first); return how many."""
-    return _rewrite_fgraph(fgraph, LOWERERS, "innergraph.lower")
+def lower(fgraph: FunctionGraph, only: Container[type] | None = None) -> int:
+    """Lower the consumers of ``fgraph`` (of the classes in ``only``, default all), nested first."""
+    return _rewrite_fgraph(fgraph, _subset(LOWERERS, only), "innergraph.lower")
+
+
+def _subset(rules: dict[type, Rule], only: Container[type] | None) -> dict[type, Rule]:
+    return rules if only is None else {k: v for k, v in rules.items() if k in only}
 
 
 def _rewrite_fgraph(fgraph: FunctionGraph, rules: dict[type, Rule], reason: str) -> int:
@@ -113,5 +126,26 @@ def _lower_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
     return native_scan(body_of(inputs[0]), consumer).make_node(*inputs[1:]).outputs
 
 
+def _lift_ifelse(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
+    n = op.n_outs
+    return _as_list(ifelse(inputs[0], list(inputs[1 : 1 + n]), list(inputs[1 + n :])))
+
+
+def _lower_ifelse(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
+    from pytensor.ifelse import ifelse as native_ifelse
+
+    consumer: IfElse = op
+    cond, then_fn, else_fn, then_args, else_args = consumer.split(inputs)
+    return _as_list(native_ifelse(cond, instantiate(then_fn, then_args), instantiate(else_fn, else_args)))
+
+
+def _as_list(value: Variable | Sequence[Variable]) -> list[Variable]:
+    return [value] if isinstance(value, Variable) else list(value)
+
+
 LIFTERS[NativeScan] = _lift_scan
 LOWERERS[Scan] = _lower_scan
+LIFTERS[NativeIfElse] = _lift_ifelse
+LOWERERS[IfElse] = _lower_ifelse
+PIPELINE_LIFTS.add(NativeScan)
+PIPELINE_LOWERS.add(Scan)

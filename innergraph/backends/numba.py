@@ -7,7 +7,8 @@ registers, with PyTensor's Numba dispatchers:
   as ``None``; consumers read their body from the node at funcify time.
 * ``numba_funcify_and_cache_key`` for `Call`: the body is funcified once per
   distinct `Body` (merged bodies compile once) and the call jumps into it;
-* the same for the in-graph `Scan`, delegating to PyTensor's own Numba Scan.
+* the same for the in-graph `Scan`, delegating to PyTensor's own Numba Scan;
+* a lazy `IfElse`: both branch bodies are jitted, exactly one runs per call.
 
 The cache key of a call is derived from its body's own Numba cache key, so
 Numba's on-disk cache can never confuse two different bodies.
@@ -33,6 +34,7 @@ from pytensor.link.numba.cache import compile_numba_function_src
 from innergraph.fold import fold_inner_graphs
 from innergraph.instantiate import instantiate
 from innergraph.ops.call import Call
+from innergraph.ops.ifelse import IfElse
 from innergraph.ops.scan import Scan, build_native_scan
 from innergraph.ops.runtime import body_value, compile_count
 from innergraph.types import Body
@@ -105,3 +107,22 @@ def numba_funcify_scan(op: Scan, node: Any = None, **kwargs: Any) -> tuple[Calla
         compile_count[(id(body), "numba")] += 1
     inner, inner_key = cached
     return _skip_function_argument("innergraph_scan", len(node.inputs) - 1, inner, inner_key)
+
+
+@register_funcify_and_cache_key(IfElse)
+def numba_funcify_ifelse(op: IfElse, node: Any = None, **kwargs: Any) -> tuple[Callable[..., Any], str | None]:
+    _, then_fn, else_fn, then_args, else_args = op.split(node.inputs)
+    then_inner, then_key = numba_body(body_value(then_fn))
+    else_inner, else_key = numba_body(body_value(else_fn))
+    a = ", ".join(f"a{i}" for i in range(len(then_args)))
+    b = ", ".join(f"b{i}" for i in range(len(else_args)))
+    params = ", ".join(p for p in ("cond, then_function, else_function", a, b) if p)
+    src = (
+        f"def innergraph_ifelse({params}):\n"
+        f"    if cond:\n        return then_inner({a})\n"
+        f"    else:\n        return else_inner({b})\n"
+    )
+    fn = compile_numba_function_src(src, "innergraph_ifelse", {"then_inner": then_inner, "else_inner": else_inner})
+    keys = (then_key, else_key)
+    key = None if None in keys else sha256(f"({src}, {keys})".encode()).hexdigest()
+    return numba_njit(fn), key

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import GraphRewriter
 
-from innergraph.convert import lift, lower
+from innergraph.convert import PIPELINE_LIFTS, PIPELINE_LOWERS, lift, lower
 from innergraph.fold import unfold_inner_graphs
 
 __all__ = ["LiftNative", "LowerConsumers"]
@@ -19,7 +19,7 @@ class LiftNative(GraphRewriter):
 
     def apply(self, fgraph: FunctionGraph) -> int:
         total = 0
-        while changed := unfold_inner_graphs(fgraph, reason="innergraph_lift") + lift(fgraph):
+        while changed := unfold_inner_graphs(fgraph, reason="innergraph_lift") + lift(fgraph, PIPELINE_LIFTS):
             total += changed
         return total
 
@@ -31,7 +31,7 @@ class LowerConsumers(GraphRewriter):
     """Convert in-graph consumers back into PyTensor's own nodes."""
 
     def apply(self, fgraph: FunctionGraph) -> int:
-        return lower(fgraph)
+        return lower(fgraph, PIPELINE_LOWERS)
 
     def add_requirements(self, fgraph: FunctionGraph) -> None:
         pass

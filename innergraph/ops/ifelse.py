@@ -1,0 +1,269 @@
+"""`IfElse`: a lazy conditional whose branches are bodies.
+
+Inputs are ``(condition, then_function, else_function, *then_args, *else_args)``.
+The branches are built with leaf-only capture (design brief, invariant 5): work
+only a branch needs lives in that branch's body and runs only when the branch is
+taken — in every backend: the Python thunk calls one compiled branch, and the
+Numba implementation jumps into one jitted branch. (PyTensor's own IfElse is lazy
+only in the VM; PyTensor issue #501.)
+
+The one prop, ``n_then_args``, splits the arguments; two conditionals with the same
+condition, branches and arguments are equal and merge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytensor.tensor as pt
+from pytensor.graph.basic import Apply, Variable
+from pytensor.graph.op import Op
+
+from innergraph import _compat
+from innergraph.build import inner_graph
+from innergraph.errors import BodyTypeError
+from innergraph.fold import fold_function
+from innergraph.graph import body_of, is_function
+from innergraph.instantiate import fit_arguments, instantiate, substitute
+from innergraph.ops.runtime import body_value, compiled_function, linker_for, make_body_thunk
+
+__all__ = ["IfElse", "ifelse"]
+
+
+@_compat.with_legacy_gradient_names
+class IfElse(Op):
+    """``IfElse(n_then_args)(condition, then_fn, else_fn, *then_args, *else_args)``."""
+
+    __props__ = ("n_then_args",)
+    kind = "ifelse"
+
+    def __init__(self, n_then_args: int):
+        self.n_then_args = n_then_args
+
+    def split(self, inputs: Sequence[Any]) -> tuple[Any, Any, Any, list[Any], list[Any]]:
+        """``(condition, then_fn, else_fn, then_args, else_args)``."""
+        cond, then_fn, else_fn, *args = inputs
+        return cond, then_fn, else_fn, args[: self.n_then_args], args[self.n_then_args :]
+
+    def make_node(self, *inputs: Any) -> Apply:
+        from pytensor.tensor import as_tensor_variable
+
+        cond, then_fn, else_fn, then_args, else_args = self.split(inputs)
+        for pos, fn in ((1, then_fn), (2, else_fn)):
+            if not isinstance(fn, Variable) or not is_function(fn):
+                raise BodyTypeError(f"{self}: input {pos} ({fn!r}) must be a function variable")
+        cond = as_tensor_variable(cond)
+        if cond.ndim != 0:
+            raise BodyTypeError(f"{self}: the condition {cond} must be a scalar, got {cond.type}")
+        then_args = fit_arguments(then_fn.type.param_types, then_args, where=f"{self} then branch")
+        else_args = fit_arguments(else_fn.type.param_types, else_args, where=f"{self} else branch")
+        outputs = [t() for t in _output_types(then_fn.type.output_types, else_fn.type.output_types, str(self))]
+        return Apply(self, [cond, then_fn, else_fn, *then_args, *else_args], outputs)
+
+    def _branches(self, node: Apply, linker: str) -> tuple[Any, Any]:
+        _, then_fn, else_fn, _, _ = self.split(node.inputs)
+        return compiled_function(body_value(then_fn), linker), compiled_function(body_value(else_fn), linker)
+
+    def make_thunk(self, node: Apply, storage_map: Any, compute_map: Any, no_recycling: Any, impl: str | None = None) -> Any:
+        then_fn, else_fn = self._branches(node, linker_for(impl))
+        n = self.n_then_args
+
+        def run(values: Sequence[Any]) -> Sequence[Any]:
+            cond, *args = values
+            return then_fn(*args[:n]) if cond else else_fn(*args[n:])
+
+        return make_body_thunk(node, storage_map, compute_map, run)
+
+    def perform(self, node: Apply, inputs: Sequence[Any], output_storage: Any) -> None:
+        then_fn, else_fn = self._branches(node, "py")
+        cond, _, _, then_args, else_args = self.split(inputs)
+        results = then_fn(*then_args) if cond else else_fn(*else_args)
+        for cell, value in zip(output_storage, results, strict=True):
+            cell[0] = value
+
+    def connection_pattern(self, node: Apply) -> list[list[bool]]:
+        n_out = len(node.outputs)
+        _, then_fn, else_fn, _, _ = self.split(node.inputs)
+        rows = [[True] * n_out, [False] * n_out, [False] * n_out]
+        for fn in (then_fn, else_fn):
+            rows += _param_rows(fn)
+        return rows
+
+    def infer_shape(self, fgraph: Any, node: Apply, input_shapes: Sequence[Any]) -> list[Any]:
+        cond, then_fn, else_fn, then_args, else_args = self.split(node.inputs)
+        then_shapes = _branch_shapes(then_fn, then_args, input_shapes[3 : 3 + self.n_then_args])
+        else_shapes = _branch_shapes(else_fn, else_args, input_shapes[3 + self.n_then_args :])
+        result: list[Any] = []
+        for t_shape, e_shape in zip(then_shapes, else_shapes, strict=True):
+            if t_shape is None or e_shape is None:
+                result.append(None)
+                continue
+            pairs = list(zip(t_shape, e_shape, strict=True))
+            if all(a is b for a, b in pairs):
+                result.append(tuple(t_shape))
+                continue
+            # Pick the taken branch's dimensions lazily: a conditional over shape bodies.
+            lazy = ifelse(cond, list(t_shape), list(e_shape))
+            result.append(tuple(_as_list(lazy)))
+        return result
+
+    def pullback(self, inputs: Sequence[Variable], outputs: Sequence[Variable], cotangents: Sequence[Variable]) -> list[Variable]:
+        from pytensor import config
+        from pytensor.gradient import DisconnectedType, disconnected_type
+        from pytensor.graph.null_type import NullType
+
+        cond, then_fn, else_fn, then_args, else_args = self.split(inputs)
+        live = [k for k, g in enumerate(cotangents) if not isinstance(g.type, DisconnectedType | NullType)]
+        # As PyTensor's IfElse: the condition is connected, but condition + epsilon
+        # takes the same branch, so its gradient is zero.
+        cond_grad = cond.zeros_like(dtype=config.floatX)
+        result: list[Variable] = [cond_grad, disconnected_type(), disconnected_type()]
+        if not live:
+            return result + [disconnected_type() for _ in (*then_args, *else_args)]
+        gs = [cotangents[k] for k in live]
+        result += _branch_grads(cond, then_fn, then_args, live, gs, taken=True)
+        result += _branch_grads(cond, else_fn, else_args, live, gs, taken=False)
+        return result
+
+    def pushforward(self, inputs: Sequence[Variable], outputs: Sequence[Variable], tangents: Sequence[Variable]) -> list[Variable]:
+        from pytensor.gradient import DisconnectedType
+
+        cond, then_fn, else_fn, then_args, else_args = self.split(inputs)
+        n = self.n_then_args
+        then_t, else_t = list(tangents[3 : 3 + n]), list(tangents[3 + n :])
+        bodies = []
+        for fn, args, ts in ((then_fn, then_args, then_t), (else_fn, else_args, else_t)):
+            active = [i for i, t in enumerate(ts) if not isinstance(t.type, DisconnectedType)]
+            xs = [t() for t in fn.type.param_types]
+            dts = [ts[i].type() for i in active]
+            outs = instantiate(fn, xs)
+            jvps = _compat.pushforward(outs, [xs[i] for i in active], dts) if active else [pt.zeros_like(o) for o in outs]
+            bodies.append((inner_graph(jvps, [*xs, *dts], capture="leaves"), [*args, *(ts[i] for i in active)]))
+        (then_c, then_in), (else_c, else_in) = bodies
+        return _as_list(
+            IfElse(len(then_in) + len(then_c.captured))(
+                cond,
+                fold_function(then_c.function),
+                fold_function(else_c.function),
+                *then_in,
+                *then_c.captured,
+                *else_in,
+                *else_c.captured,
+            )
+        )
+
+    def __str__(self) -> str:
+        return "IfElse{in-graph, lazy}"
+
+
+def _output_types(then_types: Sequence[Any], else_types: Sequence[Any], where: str) -> list[Any]:
+    if len(then_types) != len(else_types):
+        raise BodyTypeError(f"{where}: the then branch has {len(then_types)} outputs, the else branch {len(else_types)}")
+    types = []
+    for k, (a, b) in enumerate(zip(then_types, else_types, strict=True)):
+        if a.is_super(b):
+            types.append(a)
+        elif b.is_super(a):
+            types.append(b)
+        else:
+            raise BodyTypeError(f"{where}: output {k} has type {a} in the then branch and {b} in the else branch")
+    return types
+
+
+def _param_rows(fn: Variable) -> list[list[bool]]:
+    from pytensor.graph.basic import NominalVariable
+
+    from innergraph.graph import scope_leaves
+
+    body = body_of(fn)
+    reads = [{v.id for v in scope_leaves([o]) if isinstance(v, NominalVariable)} for o in body.outputs]
+    return [[i in r for r in reads] for i in range(len(body.param_types))]
+
+
+def _branch_shapes(fn: Variable, args: Sequence[Variable], arg_shapes: Sequence[Any]) -> list[Any]:
+    body = body_of(fn)
+    dummies = [t() for t in body.param_types]
+    shapes = _compat.infer_output_shapes(instantiate(body, dummies), dummies, list(arg_shapes))
+    flat = [s for shape in shapes if shape is not None for s in shape]
+    flat = substitute(flat, dict(zip(dummies, args, strict=True)))
+    result, used = [], 0
+    for shape in shapes:
+        result.append(None if shape is None else tuple(flat[used : used + len(shape)]))
+        used += 0 if shape is None else len(shape)
+    return result
+
+
+def _branch_grads(
+    cond: Variable, fn: Variable, args: Sequence[Variable], live: list[int], gs: list[Variable], taken: bool
+) -> list[Variable]:
+    """Gradients w.r.t. one branch's arguments: its vector-Jacobian product when taken, else zeros."""
+    from pytensor.gradient import DisconnectedType, disconnected_type
+    from pytensor.graph.null_type import NullType
+
+    if not args:
+        return []
+    xs = [t(name=f"x{i}") for i, t in enumerate(fn.type.param_types)]
+    g_dummies = [g.type(name=f"g{k}") for k, g in zip(live, gs, strict=True)]
+    ys = instantiate(fn, xs)
+    grads = _compat.pullback([ys[k] for k in live], xs, g_dummies)
+    kept = [i for i, g in enumerate(grads) if not isinstance(g.type, DisconnectedType | NullType)]
+    result: list[Variable] = [g.type() if isinstance(g.type, NullType) else disconnected_type() for g in grads]
+    if not kept:
+        return result
+    vjp = inner_graph([grads[i] for i in kept], [*xs, *g_dummies], capture="leaves")
+    zeros = inner_graph([pt.zeros_like(xs[i]) for i in kept], [*xs, *g_dummies], capture="leaves")
+    taken_c, other_c = (vjp, zeros) if taken else (zeros, vjp)
+    operands = [*args, *gs]
+    applied = IfElse(len(operands) + len(taken_c.captured))(
+        cond,
+        fold_function(taken_c.function),
+        fold_function(other_c.function),
+        *operands,
+        *taken_c.captured,
+        *operands,
+        *other_c.captured,
+    )
+    for i, value in zip(kept, _as_list(applied), strict=True):
+        result[i] = value
+    return result
+
+
+def _as_list(value: Variable | Sequence[Variable]) -> list[Variable]:
+    return [value] if isinstance(value, Variable) else list(value)
+
+
+def ifelse(
+    condition: Any,
+    then_branch: Variable | Sequence[Variable],
+    else_branch: Variable | Sequence[Variable],
+    name: str | None = None,
+) -> Variable | list[Variable]:
+    """`pytensor.ifelse.ifelse`, with lazy branch bodies (see the module docstring).
+
+    Parameters
+    ----------
+    condition
+        A scalar; the then branch is taken when it is true.
+    then_branch, else_branch
+        A variable or a list of variables each; the work they need that is not
+        shared with the rest of the graph moves into the branch's body.
+    name
+        Accepted for signature compatibility.
+
+    Returns
+    -------
+    Variable or list of Variable
+        As `pytensor.ifelse.ifelse`: a single variable when the branches are.
+    """
+    single = isinstance(then_branch, Variable)
+    then_list, else_list = _as_list(then_branch), _as_list(else_branch)
+    if len(then_list) != len(else_list):
+        raise BodyTypeError(f"ifelse: {len(then_list)} then outputs but {len(else_list)} else outputs")
+    then_c = inner_graph(then_list, [], capture="leaves")
+    else_c = inner_graph(else_list, [], capture="leaves")
+    out = IfElse(len(then_c.captured))(
+        condition, fold_function(then_c.function), fold_function(else_c.function), *then_c.captured, *else_c.captured
+    )
+    outs = _as_list(out)
+    return outs[0] if single else outs

@@ -1,0 +1,161 @@
+"""The in-graph IfElse: lazy in every linker, gradients, sharing, merging, lift/lower."""
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from pytensor.compile.mode import Mode, get_default_mode
+from pytensor.graph.basic import Apply
+from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.op import Op
+from pytensor.graph.rewriting.basic import MergeOptimizer
+from pytensor.ifelse import ifelse as vanilla_ifelse
+from pytensor.raise_op import Assert
+
+import innergraph
+from innergraph import graph_stats, ifelse, lift, lower
+from innergraph.fold import folded_bodies
+from innergraph.graph import scope_toposort
+from innergraph.ops.ifelse import IfElse
+
+LINKERS = ["py", "cvm", "vm", "numba"]
+VANILLA = get_default_mode().excluding("innergraph")
+
+
+def mode(linker):
+    return Mode(linker=linker, optimizer="fast_run")
+
+
+a, b = pt.dscalar("a"), pt.dvector("b")
+
+
+def program(cond_fn):
+    return cond_fn(a > 0, pt.exp(b).sum() * a, (b**2).sum() + a)
+
+
+@pytest.mark.parametrize("linker", LINKERS)
+def test_values_and_gradients_match_vanilla(linker):
+    ours, theirs = program(ifelse), program(vanilla_ifelse)
+    fn = pytensor.function([a, b], [ours, *pytensor.grad(ours, [a, b])], mode=mode(linker))
+    ref = pytensor.function([a, b], [theirs, *pytensor.grad(theirs, [a, b])], mode=VANILLA)
+    for av in (1.5, -0.5):
+        for got, want in zip(fn(av, [1.0, 2.0]), ref(av, [1.0, 2.0]), strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+class CountCalls(Op):
+    """Identity that records how often it runs."""
+
+    __props__ = ()
+    calls = 0
+
+    def make_node(self, x):
+        return Apply(self, [x], [x.type()])
+
+    def perform(self, node, inputs, outputs):
+        type(self).calls += 1
+        outputs[0][0] = inputs[0].copy()
+
+
+@pytest.fixture(scope="module", params=LINKERS)
+def lazy_fn(request):
+    x = pt.dscalar("x")
+    guarded = Assert("the else branch ran")(x * 2, pt.lt(x, -100))  # raises unless x < -100
+    counted = CountCalls()(pt.sqrt(x))
+    out = ifelse(pt.gt(x, 0), counted, guarded)
+    return pytensor.function([x], out, mode=mode(request.param))
+
+
+def test_untaken_branch_with_an_assert_never_runs(lazy_fn):
+    assert lazy_fn(4.0) == 2.0
+    with pytest.raises(AssertionError, match="the else branch ran"):
+        lazy_fn(-1.0)
+    assert lazy_fn(-200.0) == -400.0
+
+
+def test_untaken_branch_work_is_not_done(lazy_fn):
+    CountCalls.calls = 0
+    lazy_fn(-200.0)
+    lazy_fn(-300.0)
+    assert CountCalls.calls == 0
+    lazy_fn(9.0)
+    assert CountCalls.calls == 1
+
+
+def test_vanilla_numba_is_eager_where_innergraph_is_lazy():
+    x = pt.dscalar("x")
+    guarded = Assert("else ran")(x * 2, pt.lt(x, -100))
+    vanilla = pytensor.function([x], vanilla_ifelse(pt.gt(x, 0), pt.sqrt(x), guarded), mode=mode("numba"))
+    with pytest.raises(AssertionError):
+        vanilla(4.0)  # PyTensor issue #501: both branches run
+
+
+def test_work_the_outer_graph_computes_anyway_is_passed_in():
+    shared = pt.exp(b).sum()
+    out = ifelse(a > 0, shared * 2, (b**2).sum()) + shared
+    fn = pytensor.function([a, b], out, mode=get_default_mode())
+    exps = [n for n in fn.maker.fgraph.apply_nodes if _computes_exp(n)]
+    assert len(exps) == 1  # computed once, outside the branch
+    for _, body in folded_bodies(fn.maker.fgraph.outputs):
+        assert not any(_computes_exp(n) for n in scope_toposort(body.outputs))
+    np.testing.assert_allclose(fn(1.0, [0.0, 1.0]), 3 * (1 + np.e))
+    np.testing.assert_allclose(fn(-1.0, [0.0, 1.0]), 1.0 + 1 + np.e)
+
+
+def _computes_exp(node):
+    import pytensor.scalar as ps
+
+    scalar_op = getattr(node.op, "scalar_op", None)
+    if isinstance(scalar_op, ps.Composite):
+        return any(isinstance(n.op, ps.Exp) for n in scalar_op.fgraph.apply_nodes)
+    return isinstance(scalar_op, ps.Exp)
+
+
+def test_identical_conditionals_built_separately_merge():
+    fg = FunctionGraph([a, b], [program(ifelse), program(ifelse)], clone=True)
+    MergeOptimizer().rewrite(fg)
+    assert fg.outputs[0] is fg.outputs[1]
+    assert graph_stats(fg)["consumers"]["ifelse"] == 1
+
+
+def test_infer_shape_without_running_a_branch():
+    out = ifelse(a > 0, pt.exp(b), b[::-1] * 2)
+    fn = pytensor.function([a, b], out.shape, mode=mode("py"))
+    assert list(fn(1.0, np.ones(3))) == [3]
+    assert graph_stats(fn)["consumers"]["ifelse"] == 0
+
+
+def test_infer_shape_of_branches_with_different_shapes_stays_lazy():
+    out = ifelse(a > 0, b[:2], Assert("else ran")(b, pt.lt(a, -100)))
+    fn = pytensor.function([a, b], out.shape, mode=mode("numba"))
+    assert list(fn(1.0, np.ones(5))) == [2]
+
+
+def test_lift_and_lower_native_ifelse():
+    theirs = program(vanilla_ifelse)
+    fg = FunctionGraph([a, b], [theirs], clone=True)
+    assert lift(fg) == 1
+    assert graph_stats(fg)["consumers"]["ifelse"] == 1
+    lifted = pytensor.function(fg.inputs, fg.outputs, mode=VANILLA)
+    assert lower(fg) == 1
+    assert not any(isinstance(n.op, IfElse) for n in fg.apply_nodes)
+    lowered = pytensor.function(fg.inputs, fg.outputs, mode=VANILLA)
+    ref = pytensor.function([a, b], theirs, mode=VANILLA)
+    for av in (1.5, -0.5):
+        assert lifted(av, [1.0, 2.0]) == ref(av, [1.0, 2.0]) == lowered(av, [1.0, 2.0])
+
+
+def test_native_ifelse_is_not_lifted_by_the_pipeline():
+    fn = pytensor.function([a, b], program(vanilla_ifelse), mode=get_default_mode())
+    assert any(type(n.op).__module__ == "pytensor.ifelse" for n in fn.maker.fgraph.apply_nodes)
+
+
+def test_ifelse_signature_and_errors():
+    single = ifelse(a > 0, a, a * 2)
+    assert isinstance(single, pt.TensorVariable)
+    pair = ifelse(a > 0, [a, b], [a * 2, b])
+    assert isinstance(pair, list) and len(pair) == 2
+    with pytest.raises(innergraph.BodyTypeError, match="output 0"):
+        ifelse(a > 0, a, b)
+    with pytest.raises(innergraph.BodyTypeError, match="scalar"):
+        ifelse(b, a, a)
