@@ -50,7 +50,8 @@ def _hoisted(function: Variable, args: list[Variable], index: dict[Any, Apply]) 
     outer = [twin[v] for v in hoist]
     new_params = [v.type(name=f"shared{i}") for i, v in enumerate(hoist)]
     dummies = [t(name=f"a{i}") for i, t in enumerate(body.param_types)]
-    replace = {**dict(zip(params(body.param_types), dummies)), **dict(zip(hoist, new_params))}
+    replace: dict[Variable, Variable] = dict(zip(params(body.param_types), dummies))
+    replace.update(zip(hoist, new_params))
     closure = inner_graph(substitute(body.outputs, replace), [*dummies, *new_params], capture="leaves")
     return closure.function, [*args, *outer, *closure.captured]
 
