@@ -24,7 +24,7 @@ graph_stats
 """
 
 from innergraph.build import Closure, inner_graph
-from innergraph.builders import scan
+from innergraph.builders import op_from_graph, scan
 from innergraph.convert import lift, lift_graph, lower, lower_graph
 from innergraph.errors import ArityError, BodyTypeError, FreeVariableError, ParamError
 from innergraph.fold import fold_function, fold_inner_graphs, unfold_inner_graphs, visible_nodes
@@ -63,6 +63,7 @@ __all__ = [
     "lift_graph",
     "lower",
     "lower_graph",
+    "op_from_graph",
     "scan",
     "substitute",
     "unfold_inner_graphs",

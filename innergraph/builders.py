@@ -1,4 +1,4 @@
-"""User-facing builders that mirror PyTensor's: `scan`.
+"""User-facing builders that mirror PyTensor's: `scan`, `op_from_graph`.
 
 `scan` has exactly `pytensor.scan`'s signature and semantics. It reuses
 `pytensor.scan`'s argument processing (taps, ``outputs_info`` forms, shared-variable
@@ -20,7 +20,7 @@ from pytensor.graph.traversal import ancestors
 
 from innergraph.convert import LIFTERS, lift_graph
 
-__all__ = ["scan"]
+__all__ = ["InGraphOpFromGraph", "op_from_graph", "scan"]
 
 
 def scan(*args: Any, **kwargs: Any) -> Any:
@@ -63,3 +63,37 @@ def _native_nodes(variables: Iterable[Variable]) -> set[Apply]:
         for v in ancestors(list(variables))
         if v.owner is not None and type(v.owner.op) in LIFTERS
     }
+
+
+class InGraphOpFromGraph:
+    """What `op_from_graph` returns: call it like an `OpFromGraph` to get in-graph calls.
+
+    Every application reads the same folded body, so all call sites share one body
+    (compiled once). ``native`` is the `OpFromGraph` it mirrors.
+    """
+
+    def __init__(self, native: Any):
+        self.native = native
+
+    def __call__(self, *inputs: Any, return_list: bool = False) -> Any:
+        outputs = self.native(*inputs, return_list=True)
+        lifted = lift_graph(outputs, only={outputs[0].owner})
+        return lifted if return_list or len(lifted) != 1 else lifted[0]
+
+    def __repr__(self) -> str:
+        return f"InGraphOpFromGraph({self.native})"
+
+
+def op_from_graph(inputs: list[Variable], outputs: list[Variable], **kwargs: Any) -> InGraphOpFromGraph:
+    """`OpFromGraph(inputs, outputs, **kwargs)`, applied as in-graph calls.
+
+    The arguments are exactly `pytensor.compile.builders.OpFromGraph`'s (``inline``,
+    ``pullback``/``lop_overrides``, ``pushforward``/``rop_overrides``,
+    ``connection_pattern``, ``strict``, ``name``, shared variables...): PyTensor builds
+    and validates the Op, and each application is lifted into an `innergraph.Call`
+    carrying the same body and gradient overrides. An Op that cannot be lifted
+    safely (an override reading variables it does not receive) applies natively.
+    """
+    from pytensor.compile.builders import OpFromGraph
+
+    return InGraphOpFromGraph(OpFromGraph(inputs, outputs, **kwargs))

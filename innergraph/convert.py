@@ -29,19 +29,23 @@ from typing import Any
 from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.op import Op
+import pytensor.tensor as pt
+from pytensor.compile.builders import OpFromGraph
 from pytensor.ifelse import IfElse as NativeIfElse
 from pytensor.scan.op import Scan as NativeScan
 
 from innergraph.fold import fold_scope
 from innergraph.graph import InnerGraph, body_of, param, scope_toposort
 from innergraph.instantiate import copy_scope, instantiate
+from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse, ifelse
 from innergraph.ops.scan import Scan, native_scan
+from innergraph.build import inner_graph
 from innergraph.types import InnerGraphType
 
 __all__ = ["LIFTERS", "LOWERERS", "lift", "lift_graph", "lower", "lower_graph"]
 
-Rule = Callable[[Op, Sequence[Variable]], list[Variable]]
+Rule = Callable[[Op, Sequence[Variable]], list[Variable] | None]  # None: not lifted
 
 #: Lift rules: native Op class -> (op, inputs) -> outputs of the in-graph form.
 LIFTERS: dict[type, Rule] = {}
@@ -59,8 +63,9 @@ def _rewrite_graph(
     for node in scope_toposort(outputs):
         inputs = [memo.get(v, v) for v in node.inputs]
         rule = rules.get(type(node.op))
-        if rule is not None and (only is None or node in only):
-            new_outputs = rule(node.op, inputs)
+        lifted = rule(node.op, inputs) if rule is not None and (only is None or node in only) else None
+        if lifted is not None:
+            new_outputs = lifted
         elif any(a is not b for a, b in zip(inputs, node.inputs, strict=True)):
             new_outputs = node.clone_with_new_inputs(inputs, strict=True).outputs
         else:
@@ -100,13 +105,17 @@ def _subset(rules: dict[type, Rule], only: Container[type] | None) -> dict[type,
 
 def _rewrite_fgraph(fgraph: FunctionGraph, rules: dict[type, Rule], reason: str) -> int:
     count = 0
+    declined: set[Any] = set()
     while True:  # new nodes (a lifted body's nested scans) are handled in the next round
-        todo = [n for n in fgraph.toposort() if type(n.op) in rules]
+        todo = [n for n in fgraph.toposort() if type(n.op) in rules and n not in declined]
         if not todo:
             return count
         for node in todo:
-            if node in fgraph.apply_nodes:
+            if node in fgraph.apply_nodes and node not in declined:
                 new = rules[type(node.op)](node.op, node.inputs)
+                if new is None:
+                    declined.add(node)
+                    continue
                 fgraph.replace_all(list(zip(node.outputs, new, strict=True)), reason=reason, import_missing=True)
                 count += 1
 
@@ -139,6 +148,80 @@ def _lower_ifelse(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
     return _as_list(native_ifelse(cond, instantiate(then_fn, then_args), instantiate(else_fn, else_args)))
 
 
+def _lift_ofg(op: Any, inputs: Sequence[Variable]) -> list[Variable] | None:
+    """Lift an `OpFromGraph` — the exact class only, and not an in-place one.
+
+    Subclasses (AllocDiag, Einsum, random-variable Ops, ...) stand for Ops with a
+    fixed signature that rewrites match on by class, so they stay native. Gradient
+    overrides become function inputs of the `Call`; an override that reads
+    variables other than its arguments is not lifted.
+    """
+    native: OpFromGraph = op
+    if type(native) is not OpFromGraph or native.destroy_map:
+        return None
+    body = lift_graph(copy_scope(native.inner_outputs))
+    param_types = [v.type for v in native.inner_inputs]
+    function = InnerGraph(InnerGraphType(param_types, [o.type for o in body])).make_node(*body).outputs[0]
+    functions: list[Variable] = [function]
+    ins, outs = list(native.input_types), list(native.output_types)
+    pullback = pushforward = None
+    if native.pullback_overrides is not None:
+        made = _override_function(lambda xs, ys, gs: native.pullback(xs, ys, gs), ins, outs, outs, True)
+        if made is None:
+            return None
+        functions.append(made[0])
+        pullback = made[1]
+    if native.pushforward_overrides is not None:
+        made = _override_function(lambda xs, ys, ts: native.pushforward(xs, ys, ts), ins, outs, ins, False)
+        if made is None:
+            return None
+        functions.append(made[0])
+        pushforward = made[1]
+    pattern = native._connection_pattern
+    connection = tuple(tuple(bool(c) for c in row) for row in pattern) if pattern is not None else None
+    return Call(pullback, pushforward, connection).make_node(*functions, *inputs).outputs
+
+
+def _override_function(
+    make: Callable[..., Sequence[Variable]],
+    in_types: list[Any],
+    out_types: list[Any],
+    last_types: list[Any],
+    reads_outputs: bool,
+) -> tuple[Variable, tuple[str, ...]] | None:
+    """A gradient override as a function of ``(args, [outputs], (co)tangents)``, and its pattern."""
+    from pytensor.gradient import DisconnectedType
+    from pytensor.graph.null_type import NullType
+
+    xs, ys, zs = [t() for t in in_types], [t() for t in out_types], [t() for t in last_types]
+    results = list(make(xs, ys, zs))
+    pattern = tuple(
+        "d" if isinstance(r.type, DisconnectedType) else "n" if isinstance(r.type, NullType) else "c" for r in results
+    )
+    connected = [r for r, mark in zip(results, pattern, strict=True) if mark == "c"]
+    closure = inner_graph(lift_graph(connected) if connected else [pt.constant(0.0)], [*xs, *(ys if reads_outputs else []), *zs])
+    if closure.captured:
+        return None
+    return closure.function, pattern
+
+
+def _lower_call(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
+    consumer: Call = op
+    function, pb, pf, args = consumer.split(inputs)
+    body = body_of(function)
+    xs = [t() for t in body.param_types]
+    kwargs: dict[str, Any] = {}
+    if pb is not None:
+        kwargs["pullback"] = lambda i, o, g: consumer._overridden_pullback(pb, i, o, g)
+    if pf is not None:
+        outputs_like = [t() for t in body.type.output_types]
+        kwargs["pushforward"] = lambda i, t: consumer._overridden_pushforward(pf, i, t, outputs_like)
+    if consumer.connection is not None:
+        kwargs["connection_pattern"] = [list(row) for row in consumer.connection]
+    native = OpFromGraph(xs, fold_scope(instantiate(body, xs)), **kwargs)
+    return _as_list(native(*args, return_list=True))
+
+
 def _as_list(value: Variable | Sequence[Variable]) -> list[Variable]:
     return [value] if isinstance(value, Variable) else list(value)
 
@@ -147,5 +230,7 @@ LIFTERS[NativeScan] = _lift_scan
 LOWERERS[Scan] = _lower_scan
 LIFTERS[NativeIfElse] = _lift_ifelse
 LOWERERS[IfElse] = _lower_ifelse
+LIFTERS[OpFromGraph] = _lift_ofg
+LOWERERS[Call] = _lower_call
 PIPELINE_LIFTS.add(NativeScan)
 PIPELINE_LOWERS.add(Scan)

@@ -73,11 +73,12 @@ def _funcify_body(body: Body) -> tuple[Callable[..., Any], str | None]:
 
 
 def _skip_function_argument(
-    name: str, n_args: int, inner: Callable[..., Any], inner_key: str | None
+    name: str, n_args: int, inner: Callable[..., Any], inner_key: str | None, n_functions: int = 1
 ) -> tuple[Callable[..., Any], str | None]:
-    """A jitted ``name(function, *args)`` that calls ``inner(*args)``."""
+    """A jitted ``name(*functions, *args)`` that calls ``inner(*args)``."""
     args = ", ".join(f"a{i}" for i in range(n_args))
-    src = f"def {name}(function, {args}):\n    return inner({args})\n"
+    functions = ", ".join(f"function{i}" for i in range(n_functions))
+    src = f"def {name}({functions}, {args}):\n    return inner({args})\n"
     fn = compile_numba_function_src(src, name, {"inner": inner})
     key = None if inner_key is None else sha256(f"({src}, {inner_key})".encode()).hexdigest()
     return numba_njit(fn), key
@@ -86,7 +87,8 @@ def _skip_function_argument(
 @register_funcify_and_cache_key(Call)
 def numba_funcify_call(op: Call, node: Any = None, **kwargs: Any) -> tuple[Callable[..., Any], str | None]:
     inner, inner_key = numba_body(body_value(node.inputs[0]))
-    return _skip_function_argument("innergraph_call", len(node.inputs) - 1, inner, inner_key)
+    n_args = len(node.inputs) - op.n_functions
+    return _skip_function_argument("innergraph_call", n_args, inner, inner_key, op.n_functions)
 
 
 @register_funcify_and_cache_key(Scan)

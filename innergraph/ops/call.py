@@ -20,7 +20,7 @@ from pytensor.graph.op import Op
 
 from innergraph import _compat
 from innergraph.build import Capture, Closure, inner_graph
-from innergraph.errors import BodyTypeError
+from innergraph.errors import ArityError, BodyTypeError
 from innergraph.fold import fold_function
 from innergraph.graph import body_of, is_function, scope_leaves
 from innergraph.instantiate import fit_arguments, instantiate, substitute
@@ -31,7 +31,15 @@ __all__ = ["Call", "call"]
 
 @_compat.with_legacy_gradient_names
 class Call(Op):
-    """Apply the function at input 0 to the remaining inputs.
+    """Apply the function at input 0 to the arguments.
+
+    Inputs are ``(function, [pullback_function], [pushforward_function], *args)``.
+    The optional functions carry gradient overrides (a lifted `OpFromGraph`'s
+    ``pullback``/``pushforward``): the pullback function maps
+    ``(*args, *outputs, *cotangents)``, the pushforward function ``(*args, *tangents)``,
+    to the results marked ``"c"`` (connected) in the pattern props; ``"d"`` results
+    are disconnected and ``"n"`` undefined. The props are those static patterns (and
+    an explicit connection pattern), never a graph.
 
     Examples
     --------
@@ -43,23 +51,51 @@ class Call(Op):
     5.0
     """
 
-    __props__ = ()
+    __props__ = ("pullback_pattern", "pushforward_pattern", "connection")
     kind = "call"
 
+    def __init__(
+        self,
+        pullback_pattern: tuple[str, ...] | None = None,
+        pushforward_pattern: tuple[str, ...] | None = None,
+        connection: tuple[tuple[bool, ...], ...] | None = None,
+    ):
+        self.pullback_pattern = pullback_pattern
+        self.pushforward_pattern = pushforward_pattern
+        self.connection = connection
+
+    @property
+    def n_functions(self) -> int:
+        return 1 + (self.pullback_pattern is not None) + (self.pushforward_pattern is not None)
+
+    def split(self, inputs: Sequence[Any]) -> tuple[Any, Any, Any, list[Any]]:
+        """``(function, pullback_function | None, pushforward_function | None, args)``."""
+        function, rest = inputs[0], list(inputs[1 : self.n_functions])
+        pb = rest.pop(0) if self.pullback_pattern is not None else None
+        pf = rest.pop(0) if self.pushforward_pattern is not None else None
+        return function, pb, pf, list(inputs[self.n_functions :])
+
     def make_node(self, *inputs: Any) -> Apply:
-        function, *args = inputs
-        if not isinstance(function, Variable) or not is_function(function):
-            raise BodyTypeError(
-                f"Call: input 0 ({function!r}) must be a function variable; build one "
-                "with innergraph.inner_graph"
-            )
+        function, pb, pf, args = self.split(inputs)
+        for pos, fn in enumerate(inputs[: self.n_functions]):
+            if not isinstance(fn, Variable) or not is_function(fn):
+                raise BodyTypeError(
+                    f"Call: input {pos} ({fn!r}) must be a function variable; build one "
+                    "with innergraph.inner_graph"
+                )
         ftype = function.type
         fitted = fit_arguments(ftype.param_types, args, where=f"Call of {function}")
-        return Apply(self, [function, *fitted], [t() for t in ftype.output_types])
+        n_out = len(ftype.output_types)
+        if pb is not None and len(pb.type.param_types) != len(fitted) + 2 * n_out:
+            raise ArityError(f"Call: the pullback function {pb} must take args, outputs and cotangents")
+        if pf is not None and len(pf.type.param_types) != 2 * len(fitted):
+            raise ArityError(f"Call: the pushforward function {pf} must take args and tangents")
+        functions = list(inputs[: self.n_functions])
+        return Apply(self, [*functions, *fitted], [t() for t in ftype.output_types])
 
     def perform(self, node: Apply, inputs: Sequence[Any], output_storage: Any) -> None:
         fn = compiled_function(body_value(node.inputs[0]), "py")
-        for cell, value in zip(output_storage, fn(*inputs[1:]), strict=True):
+        for cell, value in zip(output_storage, fn(*inputs[self.n_functions :]), strict=True):
             cell[0] = value
 
     def make_thunk(
@@ -74,21 +110,21 @@ class Call(Op):
         return make_body_thunk(node, storage_map, compute_map, lambda args: fn(*args))
 
     def connection_pattern(self, node: Apply) -> list[list[bool]]:
+        n_out = len(node.outputs)
+        rows = [[False] * n_out for _ in range(self.n_functions)]
+        if self.connection is not None:
+            return rows + [list(r) for r in self.connection]
         body = body_of(node.inputs[0])
-        reads = [
-            {v.id for v in scope_leaves([out]) if isinstance(v, NominalVariable)}
-            for out in body.outputs
-        ]
-        rows = [[False] * len(body.outputs)]
-        rows += [[i in r for r in reads] for i in range(len(body.param_types))]
-        return rows
+        reads = [{v.id for v in scope_leaves([out]) if isinstance(v, NominalVariable)} for out in body.outputs]
+        return rows + [[i in r for r in reads] for i in range(len(body.param_types))]
 
     def infer_shape(self, fgraph: Any, node: Apply, input_shapes: Sequence[Any]) -> list[Any]:
         body = body_of(node.inputs[0])
         dummies = [t() for t in body.param_types]
-        shapes = _compat.infer_output_shapes(instantiate(body, dummies), dummies, input_shapes[1:])
+        arg_shapes = input_shapes[self.n_functions :]
+        shapes = _compat.infer_output_shapes(instantiate(body, dummies), dummies, arg_shapes)
         flat = [s for shape in shapes if shape is not None for s in shape]
-        flat = substitute(flat, dict(zip(dummies, node.inputs[1:], strict=True)))
+        flat = substitute(flat, dict(zip(dummies, node.inputs[self.n_functions :], strict=True)))
         result: list[tuple[Variable, ...] | None] = []
         used = 0
         for shape in shapes:
@@ -102,43 +138,99 @@ class Call(Op):
     def pullback(
         self, inputs: Sequence[Variable], outputs: Sequence[Variable], cotangents: Sequence[Variable]
     ) -> list[Variable]:
-        from pytensor.gradient import DisconnectedType, disconnected_type
-        from pytensor.graph.null_type import NullType
+        from pytensor.gradient import disconnected_type
 
-        function, *args = inputs
-        body = body_of(function)
-        live = [k for k, g in enumerate(cotangents) if not isinstance(g.type, DisconnectedType | NullType)]
-        if not live:
-            return [disconnected_type() for _ in inputs]
-        xs = [t(name=f"x{i}") for i, t in enumerate(body.param_types)]
-        gs = [cotangents[k].type(name=f"g{k}") for k in live]
-        ys = instantiate(body, xs)
-        grads = _compat.pullback([ys[k] for k in live], xs, gs)
-        kept = [i for i, g in enumerate(grads) if not isinstance(g.type, DisconnectedType | NullType)]
-        result: list[Variable] = [disconnected_type()]
-        result += [g.type() if isinstance(g.type, NullType) else disconnected_type() for g in grads]
-        if kept:
-            closure = inner_graph([grads[i] for i in kept], [*xs, *gs])
-            applied = call(closure, *args, *(cotangents[k] for k in live))
-            for i, value in zip(kept, _as_list(applied), strict=True):
-                result[1 + i] = value
-        return result
+        function, pb, _, args = self.split(inputs)
+        head = [disconnected_type() for _ in range(self.n_functions)]
+        if pb is not None:
+            return head + self._overridden_pullback(pb, args, outputs, cotangents)
+        return head + _body_pullback(function, args, cotangents)
+
+    def _overridden_pullback(
+        self, pb: Variable, args: Sequence[Variable], outputs: Sequence[Variable], cotangents: Sequence[Variable]
+    ) -> list[Variable]:
+        assert self.pullback_pattern is not None
+        cot = [_zeros_if_missing(g, out) for g, out in zip(cotangents, outputs, strict=True)]
+        results = _as_list(call(pb, *args, *outputs, *cot)) if "c" in self.pullback_pattern else []
+        return _by_pattern(self, self.pullback_pattern, results, args)
 
     def pushforward(
         self, inputs: Sequence[Variable], outputs: Sequence[Variable], tangents: Sequence[Variable]
     ) -> list[Variable]:
-        from pytensor.gradient import DisconnectedType, disconnected_type
+        function, _, pf, args = self.split(inputs)
+        arg_tangents = list(tangents[self.n_functions :])
+        if pf is None:
+            return _body_pushforward(function, args, arg_tangents, len(outputs))
+        return self._overridden_pushforward(pf, args, arg_tangents, outputs)
 
-        function, *args = inputs
-        body = body_of(function)
-        active = [i for i, t in enumerate(tangents[1:]) if not isinstance(t.type, DisconnectedType)]
-        if not active:
-            return [disconnected_type() for _ in outputs]
-        xs = [t(name=f"x{i}") for i, t in enumerate(body.param_types)]
-        ts = [tangents[1 + i].type(name=f"t{i}") for i in active]
-        jvps = _compat.pushforward(instantiate(body, xs), [xs[i] for i in active], ts)
-        closure = inner_graph(jvps, [*xs, *ts])
-        return _as_list(call(closure, *args, *(tangents[1 + i] for i in active)))
+    def _overridden_pushforward(
+        self, pf: Variable, args: Sequence[Variable], tangents: Sequence[Variable], outputs: Sequence[Variable]
+    ) -> list[Variable]:
+        assert self.pushforward_pattern is not None
+        ts = [_zeros_if_missing(t, a) for t, a in zip(tangents, args, strict=True)]
+        results = _as_list(call(pf, *args, *ts)) if "c" in self.pushforward_pattern else []
+        return _by_pattern(self, self.pushforward_pattern, results, outputs)
+
+
+def _zeros_if_missing(value: Variable, like: Variable) -> Variable:
+    """A disconnected or undefined (co)tangent as zeros: (co)tangent maps are linear."""
+    import pytensor.tensor as pt
+    from pytensor.gradient import DisconnectedType
+    from pytensor.graph.null_type import NullType
+
+    return pt.zeros_like(like) if isinstance(value.type, DisconnectedType | NullType) else value
+
+
+def _by_pattern(op: Op, pattern: Sequence[str], results: Sequence[Variable], like: Sequence[Variable]) -> list[Variable]:
+    from pytensor.gradient import disconnected_type, grad_undefined
+
+    connected = iter(results)
+    out: list[Variable] = []
+    for i, (mark, var) in enumerate(zip(pattern, like, strict=True)):
+        if mark == "c":
+            out.append(next(connected))
+        elif mark == "d":
+            out.append(disconnected_type())
+        else:
+            out.append(grad_undefined(op, i, var, "the gradient override leaves it undefined"))
+    return out
+
+
+def _body_pullback(function: Variable, args: Sequence[Variable], cotangents: Sequence[Variable]) -> list[Variable]:
+    from pytensor.gradient import DisconnectedType, disconnected_type
+    from pytensor.graph.null_type import NullType
+
+    body = body_of(function)
+    live = [k for k, g in enumerate(cotangents) if not isinstance(g.type, DisconnectedType | NullType)]
+    if not live:
+        return [disconnected_type() for _ in args]
+    xs = [t(name=f"x{i}") for i, t in enumerate(body.param_types)]
+    gs = [cotangents[k].type(name=f"g{k}") for k in live]
+    grads = _compat.pullback([instantiate(body, xs)[k] for k in live], xs, gs)
+    kept = [i for i, g in enumerate(grads) if not isinstance(g.type, DisconnectedType | NullType)]
+    result = [g.type() if isinstance(g.type, NullType) else disconnected_type() for g in grads]
+    if kept:
+        closure = inner_graph([grads[i] for i in kept], [*xs, *gs])
+        applied = call(closure, *args, *(cotangents[k] for k in live))
+        for i, value in zip(kept, _as_list(applied), strict=True):
+            result[i] = value
+    return result
+
+
+def _body_pushforward(
+    function: Variable, args: Sequence[Variable], tangents: Sequence[Variable], n_out: int
+) -> list[Variable]:
+    from pytensor.gradient import DisconnectedType, disconnected_type
+
+    body = body_of(function)
+    active = [i for i, t in enumerate(tangents) if not isinstance(t.type, DisconnectedType)]
+    if not active:
+        return [disconnected_type() for _ in range(n_out)]
+    xs = [t(name=f"x{i}") for i, t in enumerate(body.param_types)]
+    ts = [tangents[i].type(name=f"t{i}") for i in active]
+    jvps = _compat.pushforward(instantiate(body, xs), [xs[i] for i in active], ts)
+    closure = inner_graph(jvps, [*xs, *ts])
+    return _as_list(call(closure, *args, *(tangents[i] for i in active)))
 
 
 def _as_list(value: Variable | Sequence[Variable]) -> list[Variable]:

@@ -5,6 +5,7 @@ name                   position  tags
 =====================  ========  ==================================================
 ``innergraph_lift``    0.06      fast_run, innergraph
 ``innergraph_branch``  1.55      fast_run, innergraph
+``innergraph_prune``   1.56      fast_run, innergraph
 ``innergraph_lower``   1.59      fast_run, innergraph
 ``innergraph_fold``    48.5      fast_run, fast_compile, minimum_compile
 ``innergraph_fusion``  49.1      fast_run, fusion
@@ -23,6 +24,9 @@ compiled once. ``mode.excluding("innergraph")`` gives vanilla behaviour back.
 ``innergraph_branch`` (`innergraph.rewriting.share_branch`) passes work a lazy
 branch shares with the outer graph into the branch as an argument, after
 canonicalize and stabilize made both sides canonical.
+
+``innergraph_prune`` (`innergraph.rewriting.prune`) removes dead outputs and
+unused params of calls whose owner allows it.
 
 ``innergraph_share`` (`innergraph.rewriting.share`) runs after every pass that
 rebuilds native Scan Ops and makes nodes with equal Ops share one instance again,
@@ -59,6 +63,7 @@ from pytensor.compile.mode import optdb
 
 from innergraph.fold import FoldInnerGraphs
 from innergraph.rewriting.lift import LiftNative, LowerConsumers
+from innergraph.rewriting.prune import PruneCalls
 from innergraph.rewriting.share import ShareNativeOps
 from innergraph.rewriting.share_branch import ShareBranchWork
 from innergraph.rewriting.fusion import FuseBodies
@@ -68,6 +73,7 @@ __all__ = ["register_all", "registered", "unregister_all"]
 _REWRITES: list[tuple[str, Any, float, tuple[str, ...]]] = [
     ("innergraph_lift", LiftNative(), 0.06, ("fast_run", "innergraph")),
     ("innergraph_branch", ShareBranchWork(), 1.55, ("fast_run", "innergraph")),
+    ("innergraph_prune", PruneCalls(), 1.56, ("fast_run", "innergraph")),
     ("innergraph_lower", LowerConsumers(), 1.59, ("fast_run", "innergraph")),
     ("innergraph_fold", FoldInnerGraphs(), 48.5, ("fast_run", "fast_compile", "minimum_compile")),
     ("innergraph_fusion", FuseBodies(), 49.1, ("fast_run", "fusion")),
