@@ -16,9 +16,12 @@ lower
 Both are rule tables keyed by Op class (`LIFTERS`, `LOWERERS`): a new consumer
 family registers its rules next to its Op, no central function changes.
 `PIPELINE_LIFTS` / `PIPELINE_LOWERS` say which rules the rewrite pipeline applies
-by itself: Scan is lifted and lowered around PyTensor's Scan passes; an in-graph
-IfElse is never lowered (it would lose its laziness) and PyTensor's own IfElse is
-never lifted (PyTensor's tests expect it in compiled graphs).
+by itself: Scan is lifted and lowered around PyTensor's Scan passes. An in-graph
+IfElse is never lowered (it would lose its laziness), nor a call (it would lose
+its shared, compiled-once body); so PyTensor's own IfElse and OpFromGraph are
+not lifted by the pipeline either — PyTensor's tests (and users) inspect them in
+compiled graphs. `lift`/`lower` convert them on request, and `ifelse`, `call` and
+`op_from_graph` build the in-graph forms directly.
 """
 
 from __future__ import annotations

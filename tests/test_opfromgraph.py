@@ -1,0 +1,134 @@
+"""OpFromGraph in the in-graph form: op_from_graph, lift/lower, overrides, pruning."""
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from pytensor.compile.builders import OpFromGraph
+from pytensor.compile.mode import Mode, get_default_mode
+from pytensor.graph.fg import FunctionGraph
+
+import innergraph
+from innergraph import graph_stats, lift, lower, op_from_graph
+from innergraph.graph import body_of
+from innergraph.ops import runtime
+from innergraph.ops.call import Call
+from innergraph.rewriting.prune import prune_calls
+
+VANILLA = get_default_mode().excluding("innergraph")
+x, y = pt.dscalar("x"), pt.dscalar("y")
+
+
+def scaled_pullback(inputs, outputs, grads):
+    (g,) = grads
+    return [g * 3.0, g * 5.0]
+
+
+def build(ofg_class, **kwargs):
+    u, v = pt.dscalar("u"), pt.dscalar("v")
+    return ofg_class([u, v], [pt.exp(u) * v + u], **kwargs)
+
+
+OVERRIDES = {
+    "plain": {},
+    "pullback-callable": {"pullback": scaled_pullback},
+    "pullback-list": {"pullback": [lambda i, o, g: g[0] * 7.0, None]},
+    "inline": {"inline": True},
+}
+
+
+@pytest.mark.parametrize("kind", list(OVERRIDES))
+def test_op_from_graph_matches_vanilla_with_gradients(kind):
+    ours = build(op_from_graph, **OVERRIDES[kind])
+    theirs = build(OpFromGraph, **OVERRIDES[kind])
+    out_ours, out_theirs = ours(x, y), theirs(x, y)
+    grads_ours = pytensor.grad(out_ours, [x, y], disconnected_inputs="ignore")
+    grads_theirs = pytensor.grad(out_theirs, [x, y], disconnected_inputs="ignore")
+    f = pytensor.function([x, y], [out_ours, *grads_ours])
+    g = pytensor.function([x, y], [out_theirs, *grads_theirs], mode=VANILLA)
+    for got, want in zip(f(0.3, 1.7), g(0.3, 1.7), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_pushforward_override_is_used():
+    def jvp(inputs, tangents):
+        return [tangents[0] * 11.0 + tangents[1]]
+
+    ours = build(op_from_graph, pushforward=jvp)(x, y)
+    theirs = build(OpFromGraph, pushforward=jvp)(x, y)
+    tx, ty = pt.dscalar("tx"), pt.dscalar("ty")
+    r_ours = pytensor.gradient.pushforward(ours, [x, y], [tx, ty], use_op_pushforward=True)
+    r_theirs = pytensor.gradient.pushforward(theirs, [x, y], [tx, ty], use_op_pushforward=True)
+    f = pytensor.function([x, y, tx, ty], r_ours)
+    g = pytensor.function([x, y, tx, ty], r_theirs, mode=VANILLA)
+    assert f(0.3, 1.7, 1.0, 2.0) == g(0.3, 1.7, 1.0, 2.0) == 13.0
+
+
+def test_same_body_at_several_call_sites_is_one_body_compiled_once():
+    helper = op_from_graph([x], [pt.tanh(x) * 2 + x])
+    a, b, c = pt.dscalars("a", "b", "c")
+    before = sum(runtime.compile_count.values())
+    fn = pytensor.function([a, b, c], helper(a) + helper(b) * helper(c), mode=Mode(linker="cvm", optimizer="fast_run"))
+    assert fn(0.1, 0.2, 0.3) == pytest.approx(sum_ref := (np.tanh(0.1) * 2 + 0.1) + (np.tanh(0.2) * 2 + 0.2) * (np.tanh(0.3) * 2 + 0.3))
+    assert sum_ref
+    stats = graph_stats(fn)
+    assert stats["consumers"]["call"] == 3 and stats["bodies"] == 1
+    assert sum(runtime.compile_count.values()) - before == 1
+
+
+def test_shared_variables_are_arguments():
+    w = pytensor.shared(np.float64(2.0), name="w")
+    helper = op_from_graph([x], [x * w])
+    out = helper(y)
+    node = out.owner
+    assert isinstance(node.op, Call) and w in node.inputs
+    fn = pytensor.function([y], out)
+    assert fn(3.0) == 6.0
+    w.set_value(4.0)
+    assert fn(3.0) == 12.0
+
+
+@pytest.mark.parametrize("kind", ["plain", "pullback-callable", "pullback-list"])
+def test_lift_then_lower_round_trip(kind):
+    theirs = build(OpFromGraph, **OVERRIDES[kind])
+    out = theirs(x, y)
+    grads = pytensor.grad(out, [x, y], disconnected_inputs="ignore")
+    fg = FunctionGraph([x, y], [out, *grads], clone=True)
+    expected = pytensor.function([x, y], [out, *grads], mode=VANILLA)(0.3, 1.7)
+    assert lift(fg) >= 1
+    assert not any(type(n.op) is OpFromGraph for n in fg.apply_nodes)
+    lifted = pytensor.function(fg.inputs, fg.outputs, mode=VANILLA)(0.3, 1.7)
+    assert lower(fg) >= 1
+    assert not any(isinstance(n.op, Call) for n in fg.apply_nodes)
+    lowered = pytensor.function(fg.inputs, fg.outputs, mode=VANILLA)(0.3, 1.7)
+    for got_l, got_w, want in zip(lifted, lowered, expected, strict=True):
+        np.testing.assert_allclose(got_l, want, rtol=1e-12)
+        np.testing.assert_allclose(got_w, want, rtol=1e-12)
+
+
+def test_subclasses_with_a_fixed_signature_are_not_lifted():
+    class Fixed(OpFromGraph):
+        """Stands for an Op with a fixed signature (AllocDiag, Einsum, ...)."""
+
+    out = build(Fixed)(x, y)
+    fg = FunctionGraph([x, y], [out], clone=True)
+    assert lift(fg) == 0
+    assert any(isinstance(n.op, Fixed) for n in fg.apply_nodes)
+
+
+def test_dead_outputs_and_unused_params_are_pruned():
+    z = pt.dscalar("z")
+    used, _ = innergraph.call(lambda p, q, r: [pt.exp(p) * q, pt.log(r)], x, y, z)
+    fg = FunctionGraph([x, y, z], [used], clone=True)
+    assert prune_calls(fg) == 1
+    (node,) = [n for n in fg.apply_nodes if isinstance(n.op, Call)]
+    assert len(node.outputs) == 1 and len(node.inputs) == 3  # function, x, y
+    assert len(body_of(node.inputs[0]).param_types) == 2
+    fn = pytensor.function(fg.inputs, fg.outputs, mode=VANILLA, on_unused_input="ignore")
+    assert fn(0.0, 2.0, 5.0) == [2.0]
+
+
+def test_calls_with_overrides_keep_their_signature():
+    out = build(op_from_graph, pullback=scaled_pullback)(x, y)
+    fg = FunctionGraph([x, y], [out], clone=True)
+    assert prune_calls(fg) == 0
