@@ -34,9 +34,11 @@ OVERRIDES = {
     "pullback-callable": {"pullback": scaled_pullback},
     "pullback-list": {"pullback": [lambda i, o, g: g[0] * 7.0, None]},
     "inline": {"inline": True},
+    "lop_overrides": {"lop_overrides": scaled_pullback},  # 3.0's deprecated spelling
 }
 
 
+@pytest.mark.filterwarnings("ignore:lop_overrides is deprecated")
 @pytest.mark.parametrize("kind", list(OVERRIDES))
 def test_op_from_graph_matches_vanilla_with_gradients(kind):
     ours = build(op_from_graph, **OVERRIDES[kind])
