@@ -13,6 +13,7 @@ would rewrite the nested params too.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pytensor.graph.basic import Variable
 
@@ -20,7 +21,14 @@ from innergraph.errors import ArityError, BodyTypeError
 from innergraph.graph import body_of, params, scope_toposort
 from innergraph.types import Body
 
-__all__ = ["copy_scope", "fit_arguments", "instantiate", "substitute"]
+__all__ = [
+    "body_output_shapes",
+    "copy_scope",
+    "fit_arguments",
+    "instantiate",
+    "substitute",
+    "substitute_shapes",
+]
 
 
 def substitute(outputs: Sequence[Variable], replace: Mapping[Variable, Variable]) -> list[Variable]:
@@ -99,3 +107,19 @@ def instantiate(function: Variable | Body, args: Sequence[Variable]) -> list[Var
     body = body_of(function)
     fitted = fit_arguments(body.param_types, list(args), where="instantiate")
     return substitute(body.outputs, dict(zip(params(body.param_types), fitted, strict=True)))
+
+
+def substitute_shapes(shapes: Sequence[Any], replace: Mapping[Variable, Variable]) -> list[Any]:
+    """`substitute` over a list of shape tuples (``None`` for non-tensor outputs)."""
+    flat = iter(substitute([s for shape in shapes if shape is not None for s in shape], replace))
+    return [None if shape is None else tuple(next(flat) for _ in shape) for shape in shapes]
+
+
+def body_output_shapes(function: Variable | Body, args: Sequence[Variable], arg_shapes: Sequence[Any]) -> list[Any]:
+    """The shapes of ``function``'s outputs applied to ``args``, without running it."""
+    from innergraph import _compat
+
+    body = body_of(function)
+    dummies = [t() for t in body.param_types]
+    shapes = _compat.infer_output_shapes(instantiate(body, dummies), dummies, list(arg_shapes))
+    return substitute_shapes(shapes, dict(zip(dummies, args, strict=True)))

@@ -4,7 +4,6 @@ Vanilla PyTensor 3.0.7 compiles the second derivative to 4 Scans, two of them wi
 alpha-equivalent backward bodies compiled separately; the third derivative gives 8.
 """
 
-import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest

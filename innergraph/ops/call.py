@@ -23,7 +23,7 @@ from innergraph.build import Capture, Closure, inner_graph
 from innergraph.errors import ArityError, BodyTypeError
 from innergraph.fold import fold_function
 from innergraph.graph import body_of, is_function, scope_leaves
-from innergraph.instantiate import fit_arguments, instantiate, substitute
+from innergraph.instantiate import body_output_shapes, fit_arguments, instantiate
 from innergraph.ops.runtime import body_value, compiled_function, linker_for, make_body_thunk
 
 __all__ = ["Call", "call"]
@@ -119,21 +119,8 @@ class Call(Op):
         return rows + [[i in r for r in reads] for i in range(len(body.param_types))]
 
     def infer_shape(self, fgraph: Any, node: Apply, input_shapes: Sequence[Any]) -> list[Any]:
-        body = body_of(node.inputs[0])
-        dummies = [t() for t in body.param_types]
-        arg_shapes = input_shapes[self.n_functions :]
-        shapes = _compat.infer_output_shapes(instantiate(body, dummies), dummies, arg_shapes)
-        flat = [s for shape in shapes if shape is not None for s in shape]
-        flat = substitute(flat, dict(zip(dummies, node.inputs[self.n_functions :], strict=True)))
-        result: list[tuple[Variable, ...] | None] = []
-        used = 0
-        for shape in shapes:
-            if shape is None:
-                result.append(None)
-            else:
-                result.append(tuple(flat[used : used + len(shape)]))
-                used += len(shape)
-        return result
+        n = self.n_functions
+        return body_output_shapes(node.inputs[0], node.inputs[n:], input_shapes[n:])
 
     def pullback(
         self, inputs: Sequence[Variable], outputs: Sequence[Variable], cotangents: Sequence[Variable]

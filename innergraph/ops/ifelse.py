@@ -25,7 +25,7 @@ from innergraph.build import inner_graph
 from innergraph.errors import BodyTypeError
 from innergraph.fold import fold_function
 from innergraph.graph import body_of, is_function
-from innergraph.instantiate import fit_arguments, instantiate, substitute
+from innergraph.instantiate import body_output_shapes, fit_arguments, instantiate
 from innergraph.ops.runtime import body_value, compiled_function, linker_for, make_body_thunk
 
 __all__ = ["IfElse", "ifelse"]
@@ -92,8 +92,8 @@ class IfElse(Op):
 
     def infer_shape(self, fgraph: Any, node: Apply, input_shapes: Sequence[Any]) -> list[Any]:
         cond, then_fn, else_fn, then_args, else_args = self.split(node.inputs)
-        then_shapes = _branch_shapes(then_fn, then_args, input_shapes[3 : 3 + self.n_then_args])
-        else_shapes = _branch_shapes(else_fn, else_args, input_shapes[3 + self.n_then_args :])
+        then_shapes = body_output_shapes(then_fn, then_args, input_shapes[3 : 3 + self.n_then_args])
+        else_shapes = body_output_shapes(else_fn, else_args, input_shapes[3 + self.n_then_args :])
         result: list[Any] = []
         for t_shape, e_shape in zip(then_shapes, else_shapes, strict=True):
             if t_shape is None or e_shape is None:
@@ -179,19 +179,6 @@ def _param_rows(fn: Variable) -> list[list[bool]]:
     body = body_of(fn)
     reads = [{v.id for v in scope_leaves([o]) if isinstance(v, NominalVariable)} for o in body.outputs]
     return [[i in r for r in reads] for i in range(len(body.param_types))]
-
-
-def _branch_shapes(fn: Variable, args: Sequence[Variable], arg_shapes: Sequence[Any]) -> list[Any]:
-    body = body_of(fn)
-    dummies = [t() for t in body.param_types]
-    shapes = _compat.infer_output_shapes(instantiate(body, dummies), dummies, list(arg_shapes))
-    flat = [s for shape in shapes if shape is not None for s in shape]
-    flat = substitute(flat, dict(zip(dummies, args, strict=True)))
-    result, used = [], 0
-    for shape in shapes:
-        result.append(None if shape is None else tuple(flat[used : used + len(shape)]))
-        used += 0 if shape is None else len(shape)
-    return result
 
 
 def _branch_grads(

@@ -26,7 +26,7 @@ from pytensor.scan.op import ScanInfo
 from innergraph import _compat
 from innergraph.errors import ArityError, BodyTypeError
 from innergraph.graph import body_of, is_function
-from innergraph.instantiate import instantiate, substitute
+from innergraph.instantiate import instantiate, substitute, substitute_shapes
 from innergraph.fold import fold_scope
 from innergraph.ops.runtime import body_value
 from innergraph.types import Body
@@ -228,13 +228,7 @@ class Scan(Op):
     def infer_shape(self, fgraph: Any, node: Apply, input_shapes: Sequence[Any]) -> Any:
         native = self._native_for_graph(node.inputs)
         shapes = native.op.infer_shape(fgraph, native, input_shapes[1:])
-        flat = [s for shape in shapes if shape is not None for s in shape]
-        flat = _repoint(flat, native, node.inputs, node.outputs)
-        result, used = [], 0
-        for shape in shapes:
-            result.append(None if shape is None else tuple(flat[used : used + len(shape)]))
-            used += 0 if shape is None else len(shape)
-        return result
+        return substitute_shapes(shapes, _repoint_map(native, node.inputs, node.outputs))
 
     def pullback(self, inputs: Sequence[Variable], outputs: Sequence[Variable], cotangents: Sequence[Variable]) -> list[Variable]:
         from pytensor.gradient import disconnected_type
@@ -261,13 +255,18 @@ class Scan(Op):
 
 
 
+def _repoint_map(native: Apply, inputs: Sequence[Variable], outputs: Sequence[Variable]) -> dict[Variable, Variable]:
+    """Native twin's inputs and outputs -> this consumer's."""
+    replace = dict(zip(native.outputs, outputs, strict=True))
+    replace.update((n, o) for n, o in zip(native.inputs, inputs[1:], strict=True) if n is not o)
+    return replace
+
+
 def _repoint(
     graph: Sequence[Variable], native: Apply, inputs: Sequence[Variable], outputs: Sequence[Variable]
 ) -> list[Variable]:
     """``graph`` reading this consumer's inputs and outputs instead of its native twin's."""
-    replace = dict(zip(native.outputs, outputs, strict=True))
-    replace.update((n, o) for n, o in zip(native.inputs, inputs[1:], strict=True) if n is not o)
-    return substitute(graph, replace)
+    return substitute(graph, _repoint_map(native, inputs, outputs))
 
 
 def _none_if_disconnected(tangent: Variable) -> Variable | None:
