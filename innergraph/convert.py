@@ -3,8 +3,8 @@
 Terms
 -----
 lift
-    Replace a native node (PyTensor's Scan today; IfElse and OpFromGraph next)
-    by an in-graph consumer reading a function variable whose body is a private
+    Replace a native node (PyTensor's Scan, IfElse or OpFromGraph) by an
+    in-graph consumer reading a function variable whose body is a private
     copy of the native inner graph. Native inner graphs are built over
     ``NominalVariable(i, t)`` inputs already (``construct_nominal_fgraph``), so the
     copy is the body as it is.
@@ -29,21 +29,21 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Sequence
 from typing import Any
 
+import pytensor.tensor as pt
+from pytensor.compile.builders import OpFromGraph
 from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.op import Op
-import pytensor.tensor as pt
-from pytensor.compile.builders import OpFromGraph
 from pytensor.ifelse import IfElse as NativeIfElse
 from pytensor.scan.op import Scan as NativeScan
 
+from innergraph.build import inner_graph
 from innergraph.fold import fold_scope
 from innergraph.graph import InnerGraph, body_of, param, scope_toposort
 from innergraph.instantiate import copy_scope, instantiate
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse, ifelse
 from innergraph.ops.scan import Scan, native_scan
-from innergraph.build import inner_graph
 from innergraph.types import InnerGraphType
 
 __all__ = ["LIFTERS", "LOWERERS", "lift", "lift_graph", "lower", "lower_graph"]
@@ -127,7 +127,9 @@ def _lift_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
     native: NativeScan = op
     body = lift_graph(copy_scope(native.inner_outputs))
     param_types = [v.type for v in native.inner_inputs]
-    assert all(v is param(i, t) for i, (v, t) in enumerate(zip(native.inner_inputs, param_types)))
+    assert all(v is param(i, t) for i, (v, t) in enumerate(zip(native.inner_inputs, param_types))), (
+        f"{native}: PyTensor's Scan no longer builds its inner graph over NominalVariable(i) inputs"
+    )
     function_type = InnerGraphType(param_types, [o.type for o in body])
     function = InnerGraph(function_type).make_node(*body).outputs[0]
     return Scan.like(native).make_node(function, *inputs).outputs
