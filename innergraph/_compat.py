@@ -23,6 +23,7 @@ __all__ = [
     "HAS_PULLBACK",
     "PYTENSOR_VERSION",
     "infer_output_shapes",
+    "param_connection_rows",
     "pullback",
     "pushforward",
     "scope_safe_fusion",
@@ -93,6 +94,17 @@ def pushforward(
     if fn is not None:
         return list(fn(list(outputs), list(wrt), tangents=list(tangents), **kwargs))
     return list(gradient.Rop(list(outputs), list(wrt), list(tangents), **kwargs))
+
+
+def param_connection_rows(param_types: Sequence[Any], outputs_of: Any) -> list[list[bool]]:
+    """Which outputs each param is connected to, by PyTensor's own op connection patterns.
+
+    ``outputs_of(inputs)`` builds the outputs from fresh inputs of ``param_types``.
+    """
+    from pytensor.graph.op import io_connection_pattern
+
+    xs = [t() for t in param_types]
+    return [list(row) for row in io_connection_pattern(xs, list(outputs_of(xs)))]
 
 
 def infer_output_shapes(

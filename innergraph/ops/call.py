@@ -15,14 +15,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pytensor.graph.basic import Apply, NominalVariable, Variable
+from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.op import Op
 
 from innergraph import _compat
 from innergraph.build import Capture, Closure, inner_graph
 from innergraph.errors import ArityError, BodyTypeError
 from innergraph.fold import fold_function
-from innergraph.graph import body_of, is_function, scope_leaves
+from innergraph.graph import body_of, is_function
 from innergraph.instantiate import body_output_shapes, fit_arguments, instantiate
 from innergraph.ops.runtime import body_value, compiled_function, linker_for, make_body_thunk
 
@@ -115,8 +115,7 @@ class Call(Op):
         if self.connection is not None:
             return rows + [list(r) for r in self.connection]
         body = body_of(node.inputs[0])
-        reads = [{v.id for v in scope_leaves([out]) if isinstance(v, NominalVariable)} for out in body.outputs]
-        return rows + [[i in r for r in reads] for i in range(len(body.param_types))]
+        return rows + _compat.param_connection_rows(body.param_types, lambda xs: instantiate(body, xs))
 
     def infer_shape(self, fgraph: Any, node: Apply, input_shapes: Sequence[Any]) -> list[Any]:
         n = self.n_functions

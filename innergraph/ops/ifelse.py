@@ -172,13 +172,8 @@ def _output_types(then_types: Sequence[Any], else_types: Sequence[Any], where: s
 
 
 def _param_rows(fn: Variable) -> list[list[bool]]:
-    from pytensor.graph.basic import NominalVariable
-
-    from innergraph.graph import scope_leaves
-
     body = body_of(fn)
-    reads = [{v.id for v in scope_leaves([o]) if isinstance(v, NominalVariable)} for o in body.outputs]
-    return [[i in r for r in reads] for i in range(len(body.param_types))]
+    return _compat.param_connection_rows(body.param_types, lambda xs: instantiate(body, xs))
 
 
 def _branch_grads(

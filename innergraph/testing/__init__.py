@@ -1,0 +1,18 @@
+"""The alpha-equivalence kit: assertions, random bodies, and a checker for inner-graph Ops.
+
+`assert_alpha_equivalent` / `assert_not_alpha_equivalent`
+    Fail with both bodies side by side and the first point where they differ.
+`innergraph.testing.recipes`
+    Random closed bodies as data (`recipes` is a hypothesis strategy), built any
+    number of times with fresh variables, other names and shuffled construction
+    order, and mutated in meaning-changing ways (law 2).
+`check_inner_graph_op`
+    Checks a consumer against laws 1, 2, 4 and 5, pickling, ``infer_shape`` and
+    gradients. See ``design/testing.md``.
+
+The strategies need hypothesis (the ``test`` extra).
+"""
+
+from innergraph.testing.assertions import alpha_equivalent, assert_alpha_equivalent, assert_not_alpha_equivalent
+
+__all__ = ["alpha_equivalent", "assert_alpha_equivalent", "assert_not_alpha_equivalent"]
