@@ -14,5 +14,6 @@ The strategies need hypothesis (the ``test`` extra).
 """
 
 from innergraph.testing.assertions import alpha_equivalent, assert_alpha_equivalent, assert_not_alpha_equivalent
+from innergraph.testing.kit import OpCase, check_inner_graph_op
 
-__all__ = ["alpha_equivalent", "assert_alpha_equivalent", "assert_not_alpha_equivalent"]
+__all__ = ["OpCase", "alpha_equivalent", "assert_alpha_equivalent", "assert_not_alpha_equivalent", "check_inner_graph_op"]

@@ -145,12 +145,12 @@ def _construction_order(recipe: Recipe, seed: int | None) -> list[int]:
     return order
 
 
-def _build_step(step: Step, args: list[Variable]) -> Variable:
+def _build_step(step: Step, args: list[Any]) -> Any:
     value = _apply(step, args)
     return IDENTITIES[step.identity](value) if step.identity else value
 
 
-def _apply(step: Step, args: list[Variable]) -> Variable:
+def _apply(step: Step, args: list[Any]) -> Any:
     op = step.op
     if op in _UNARY_FN:
         return _UNARY_FN[op](args[0])
