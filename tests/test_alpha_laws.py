@@ -7,7 +7,6 @@ Profiles: ``ci`` (the default: 200 examples per law, deterministic) and ``thorou
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
-import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from pytensor.compile.mode import Mode, get_default_mode
