@@ -56,6 +56,9 @@ def patched_state():
 
 def test_uninstall_restores_pytensor_exactly_and_install_is_idempotent():
     assert patched_state() == (linker_patch.schedule, printing_patch.debugprint, printing_patch.debugprint, True)
+    from innergraph.rewriting import db
+
+    assert len(db.registered()) == 7
     innergraph.uninstall()
     try:
         assert patched_state() == (
@@ -64,12 +67,19 @@ def test_uninstall_restores_pytensor_exactly_and_install_is_idempotent():
             printing_patch._original_debugprint,
             False,
         )
-        assert "innergraph_fold" not in optdb.__db__
+        from innergraph.rewriting import db
+
+        names = [name for name, *_ in db._REWRITES]
+        assert len(names) == 7 and db.registered() == []
+        assert not any(name in optdb.__db__ for name in names)
         assert not any(isinstance(r, innergraph.fold.FoldInnerGraphs) for r in optdb.query("+minimum_compile").data)
     finally:
         innergraph.install()
         innergraph.install()
     assert patched_state() == (linker_patch.schedule, printing_patch.debugprint, printing_patch.debugprint, True)
+    from innergraph.rewriting import db
+
+    assert len(db.registered()) == 7
 
 
 def program():
