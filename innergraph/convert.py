@@ -169,22 +169,23 @@ def _lift_ofg(op: Any, inputs: Sequence[Variable]) -> list[Variable] | None:
     function = InnerGraph(InnerGraphType(param_types, [o.type for o in body])).make_node(*body).outputs[0]
     functions: list[Variable] = [function]
     ins, outs = list(native.input_types), list(native.output_types)
-    pullback = pushforward = None
-    if native.pullback_overrides is not None:
-        made = _override_function(lambda xs, ys, gs: native.pullback(xs, ys, gs), ins, outs, outs, True)
+    overrides = (  # (override, how to apply it, types of its last argument group, reads outputs)
+        (native.pullback_overrides, native.pullback, outs, True),
+        (native.pushforward_overrides, native.pushforward, ins, False),
+    )
+    patterns: list[tuple[str, ...] | None] = []
+    for override, apply, last_types, reads_outputs in overrides:
+        if override is None:
+            patterns.append(None)
+            continue
+        made = _override_function(apply, ins, outs, last_types, reads_outputs)
         if made is None:
             return None
         functions.append(made[0])
-        pullback = made[1]
-    if native.pushforward_overrides is not None:
-        made = _override_function(lambda xs, ys, ts: native.pushforward(xs, ys, ts), ins, outs, ins, False)
-        if made is None:
-            return None
-        functions.append(made[0])
-        pushforward = made[1]
+        patterns.append(made[1])
     pattern = native._connection_pattern
     connection = tuple(tuple(bool(c) for c in row) for row in pattern) if pattern is not None else None
-    return Call(pullback, pushforward, connection).make_node(*functions, *inputs).outputs
+    return Call(patterns[0], patterns[1], connection).make_node(*functions, *inputs).outputs
 
 
 def _override_function(

@@ -164,18 +164,16 @@ class Scan(Op):
             first_in = 2 + info.n_seqs + info.n_mit_mot + info.n_mit_sot + info.n_sit_sot
             self.view_map = {first_out + j: [first_in + j] for j in range(info.n_untraced_sit_sot)}
 
+    #: The flags this Op shares with PyTensor's Scan, under the same names.
+    FLAGS = ("truncate_gradient", "name", "profile", "allow_gc", "mode", "strict")
+
+    def flags(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.FLAGS}
+
     @classmethod
     def like(cls, native: NativeScan) -> Scan:
         """The consumer with the layout and flags of a native Scan."""
-        return cls(
-            ScanLayout(native.info),
-            truncate_gradient=native.truncate_gradient,
-            name=native.name,
-            profile=native.profile,
-            allow_gc=native.allow_gc,
-            mode=native.mode,
-            strict=native.strict,
-        )
+        return cls(ScanLayout(native.info), **{name: getattr(native, name) for name in cls.FLAGS})
 
     def make_node(self, *inputs: Any) -> Apply:
         function, *outer = inputs
@@ -287,14 +285,4 @@ def native_scan(body: Body, op: Scan) -> NativeScan:
 def build_native_scan(body: Body, op: Scan) -> NativeScan:
     """A new native Scan running ``body`` with ``op``'s layout and flags."""
     inner_inputs = [t(name=f"p{i}") for i, t in enumerate(body.param_types)]
-    return NativeScan(
-        inner_inputs,
-        fold_scope(instantiate(body, inner_inputs)),
-        op.layout.info,
-        mode=op.mode,
-        truncate_gradient=op.truncate_gradient,
-        name=op.name,
-        profile=op.profile,
-        allow_gc=op.allow_gc,
-        strict=op.strict,
-    )
+    return NativeScan(inner_inputs, fold_scope(instantiate(body, inner_inputs)), op.layout.info, **op.flags())
