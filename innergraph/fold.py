@@ -26,7 +26,6 @@ from collections.abc import Iterable, Sequence
 
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
-from pytensor.graph.rewriting.basic import GraphRewriter
 
 from innergraph.errors import FreeVariableError, ParamError
 from innergraph.graph import InnerGraph, body_of, is_function, scope_toposort, verify_closed
@@ -34,7 +33,6 @@ from innergraph.instantiate import copy_scope, substitute
 from innergraph.types import Body
 
 __all__ = [
-    "FoldInnerGraphs",
     "fold_function",
     "fold_inner_graphs",
     "fold_scope",
@@ -145,13 +143,3 @@ def unfold_inner_graphs(fgraph: FunctionGraph, reason: str = "unfold_inner_graph
             return total
         fgraph.replace_all(list(replacements.items()), reason=reason, import_missing=True)
         total += len(replacements)
-
-
-class FoldInnerGraphs(GraphRewriter):
-    """The graph rewriter form of `fold_inner_graphs`, run before in-place rewrites."""
-
-    def apply(self, fgraph: FunctionGraph) -> int:
-        return fold_inner_graphs(fgraph)
-
-    def add_requirements(self, fgraph: FunctionGraph) -> None:
-        pass

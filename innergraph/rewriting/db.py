@@ -39,8 +39,8 @@ the outer graph (merge, canonicalize, stabilize, specialize, ``add_mul_fusion`` 
 
 * ``elemwise_fusion`` (49) builds one multi-output ``Composite`` from *sibling*
   nodes. After merging, two bodies share nodes, so fusion would build a node that
-  reads params of both bodies and break closure (each body is fused in its own
-  compile instead);
+  reads params of both bodies and break closure (``innergraph_fusion`` fuses each
+  body on its own instead);
 * the in-place rewrites after ``add_destroy_handler`` (49.5): no in-place rewrite
   of the outer pipeline ever sees a hidden node (design brief, invariant 4).
 
@@ -57,27 +57,43 @@ built with in-graph consumers.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 from pytensor.compile.mode import optdb
+from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.rewriting.basic import GraphRewriter
 
-from innergraph.fold import FoldInnerGraphs
-from innergraph.rewriting.lift import LiftNative, LowerConsumers
-from innergraph.rewriting.prune import PruneCalls
-from innergraph.rewriting.share import ShareNativeOps
-from innergraph.rewriting.share_branch import ShareBranchWork
-from innergraph.rewriting.fusion import FuseBodies
+from innergraph.fold import fold_inner_graphs
+from innergraph.rewriting.fusion import fuse_bodies
+from innergraph.rewriting.lift import lift_native, lower_consumers
+from innergraph.rewriting.prune import prune_calls
+from innergraph.rewriting.share import share_native_ops
+from innergraph.rewriting.share_branch import share_branch_work
 
-__all__ = ["register_all", "registered", "unregister_all"]
+__all__ = ["FunctionRewriter", "register_all", "registered", "unregister_all"]
 
-_REWRITES: list[tuple[str, Any, float, tuple[str, ...]]] = [
-    ("innergraph_lift", LiftNative(), 0.06, ("fast_run", "innergraph")),
-    ("innergraph_branch", ShareBranchWork(), 1.55, ("fast_run", "innergraph")),
-    ("innergraph_prune", PruneCalls(), 1.56, ("fast_run", "innergraph")),
-    ("innergraph_lower", LowerConsumers(), 1.59, ("fast_run", "innergraph")),
-    ("innergraph_fold", FoldInnerGraphs(), 48.5, ("fast_run", "fast_compile", "minimum_compile")),
-    ("innergraph_fusion", FuseBodies(), 49.1, ("fast_run", "fusion")),
-    ("innergraph_share", ShareNativeOps(), 99, ("fast_run", "innergraph")),
+
+class FunctionRewriter(GraphRewriter):
+    """A graph rewriter that calls ``fn(fgraph)``; every innergraph pass is a plain function."""
+
+    def __init__(self, fn: Callable[[FunctionGraph], int]):
+        self.fn = fn
+
+    def apply(self, fgraph: FunctionGraph) -> int:
+        return self.fn(fgraph)
+
+    def add_requirements(self, fgraph: FunctionGraph) -> None:
+        pass
+
+
+_REWRITES: list[tuple[str, FunctionRewriter, float, tuple[str, ...]]] = [
+    ("innergraph_lift", FunctionRewriter(lift_native), 0.06, ("fast_run", "innergraph")),
+    ("innergraph_branch", FunctionRewriter(share_branch_work), 1.55, ("fast_run", "innergraph")),
+    ("innergraph_prune", FunctionRewriter(prune_calls), 1.56, ("fast_run", "innergraph")),
+    ("innergraph_lower", FunctionRewriter(lower_consumers), 1.59, ("fast_run", "innergraph")),
+    ("innergraph_fold", FunctionRewriter(fold_inner_graphs), 48.5, ("fast_run", "fast_compile", "minimum_compile")),
+    ("innergraph_fusion", FunctionRewriter(fuse_bodies), 49.1, ("fast_run", "fusion")),
+    ("innergraph_share", FunctionRewriter(share_native_ops), 99, ("fast_run", "innergraph")),
 ]
 
 _added_keys: set[str] = set()

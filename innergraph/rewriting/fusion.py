@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.fg import FunctionGraph
-from pytensor.graph.rewriting.basic import GraphRewriter
 
 from innergraph import _compat
 from innergraph.fold import fold_inner_graphs
@@ -21,7 +20,7 @@ from innergraph.graph import params
 from innergraph.instantiate import instantiate, substitute
 from innergraph.types import Body
 
-__all__ = ["FuseBodies", "fuse_body"]
+__all__ = ["fuse_bodies", "fuse_body"]
 
 
 def fuse_body(body: Body, memo: dict[Body, Body] | None = None) -> Body:
@@ -49,11 +48,6 @@ def _fuse_folded(fgraph: FunctionGraph, memo: dict[Body, Body]) -> int:
     return len(replacements)
 
 
-class FuseBodies(GraphRewriter):
-    """Fuse elemwise chains inside every folded body of the graph, one scope at a time."""
-
-    def apply(self, fgraph: FunctionGraph) -> int:
-        return _fuse_folded(fgraph, {})
-
-    def add_requirements(self, fgraph: FunctionGraph) -> None:
-        pass
+def fuse_bodies(fgraph: FunctionGraph) -> int:
+    """Fuse elemwise chains inside every folded body of ``fgraph``, one scope at a time."""
+    return _fuse_folded(fgraph, {})

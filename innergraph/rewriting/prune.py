@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from pytensor.graph.basic import NominalVariable, Variable
 from pytensor.graph.fg import FunctionGraph
-from pytensor.graph.rewriting.basic import GraphRewriter
 
 from innergraph.graph import InnerGraph, body_of, param, scope_leaves
 from innergraph.instantiate import substitute
 from innergraph.ops.call import Call
 from innergraph.types import InnerGraphType
 
-__all__ = ["PruneCalls", "prune_calls"]
+__all__ = ["prune_calls"]
 
 
 def prune_calls(fgraph: FunctionGraph) -> int:
@@ -47,13 +46,3 @@ def prune_calls(fgraph: FunctionGraph) -> int:
         fgraph.replace_all([(node.outputs[k], out) for k, out in zip(live, new.outputs, strict=True)], reason="prune_calls")
         changed += 1
     return changed
-
-
-class PruneCalls(GraphRewriter):
-    """The graph rewriter form of `prune_calls`."""
-
-    def apply(self, fgraph: FunctionGraph) -> int:
-        return prune_calls(fgraph)
-
-    def add_requirements(self, fgraph: FunctionGraph) -> None:
-        pass

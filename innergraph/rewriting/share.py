@@ -18,10 +18,9 @@ from typing import Any
 
 from pytensor.graph.basic import Apply
 from pytensor.graph.fg import FunctionGraph
-from pytensor.graph.rewriting.basic import GraphRewriter
 from pytensor.scan.op import Scan as NativeScan
 
-__all__ = ["ShareNativeOps", "share_native_ops"]
+__all__ = ["share_native_ops"]
 
 
 def _key(node: Apply) -> tuple[Any, ...]:
@@ -44,13 +43,3 @@ def share_native_ops(fgraph: FunctionGraph) -> int:
         new = rep.make_node(*node.inputs)
         fgraph.replace_all(list(zip(node.outputs, new.outputs, strict=True)), reason="share_native_ops")
     return len(replacements)
-
-
-class ShareNativeOps(GraphRewriter):
-    """The graph rewriter form of `share_native_ops`."""
-
-    def apply(self, fgraph: FunctionGraph) -> int:
-        return share_native_ops(fgraph)
-
-    def add_requirements(self, fgraph: FunctionGraph) -> None:
-        pass

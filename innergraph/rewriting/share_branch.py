@@ -15,7 +15,6 @@ from typing import Any
 
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
-from pytensor.graph.rewriting.basic import GraphRewriter
 
 from innergraph.build import inner_graph
 from innergraph.fold import visible_nodes
@@ -23,7 +22,7 @@ from innergraph.graph import body_of, params, scope_toposort
 from innergraph.instantiate import substitute
 from innergraph.ops.ifelse import IfElse
 
-__all__ = ["ShareBranchWork", "share_branch_work"]
+__all__ = ["share_branch_work"]
 
 
 def _twins(function: Variable, args: list[Variable], index: dict[Any, Apply]) -> dict[Variable, Variable]:
@@ -77,13 +76,3 @@ def share_branch_work(fgraph: FunctionGraph) -> int:
         fgraph.replace_all(list(zip(node.outputs, new.outputs, strict=True)), reason="share_branch_work")
         changed += 1
     return changed
-
-
-class ShareBranchWork(GraphRewriter):
-    """The graph rewriter form of `share_branch_work`."""
-
-    def apply(self, fgraph: FunctionGraph) -> int:
-        return share_branch_work(fgraph)
-
-    def add_requirements(self, fgraph: FunctionGraph) -> None:
-        pass
