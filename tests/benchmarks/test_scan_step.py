@@ -1,9 +1,10 @@
-"""Per-step cost of a trivial scan, ``x_t = x_{t-1} + 1`` over 10,000 steps.
+"""Case 7: per-step cost of a trivial scan, ``x_t = x_{t-1} + 1`` over 10,000 steps.
 
-Variants, compiled in the same run:
+Variants, compiled in the same run, for each linker (numba, cvm, py):
 
 * ``vanilla``: PyTensor alone (``mode.excluding("innergraph")``);
-* ``pipeline``: the default mode with innergraph (lift, rewrite, lower);
+* ``pipeline``: the default mode with innergraph (lift, rewrite, lower) — the
+  ``innergraph`` variant of `innergraph.cases.trivial_scan`;
 * ``in_graph``: the in-graph Scan built by `innergraph.scan`, run by the consumer
   itself (lifting and lowering excluded), which delegates to PyTensor's runtime.
 
@@ -14,31 +15,25 @@ Target (issue 3): every ratio to vanilla within noise (<= 1.05).
 
 import numpy as np
 import pytensor
-import pytensor.tensor as pt
 import pytest
-from pytensor.compile.mode import Mode
 
 import innergraph
+from innergraph.bench import mode_for
+from innergraph.cases import trivial_scan
 
 STEPS = 10_000
 LINKERS = ["numba", "cvm", "py"]
 VARIANTS = ["vanilla", "pipeline", "in_graph"]
 
 
-def build(scan):
-    x0 = pt.dscalar("x0")
-    ys = scan(lambda y: y + 1, outputs_info=[x0], n_steps=STEPS, return_updates=False)
-    return [x0], ys  # the whole trace: no save-memory rewrite changes the work per step
-
-
 @pytest.fixture(scope="module")
 def compiled():
     fns = {}
     for linker in LINKERS:
-        mode = Mode(linker=linker, optimizer="fast_run")
-        fns[(linker, "vanilla")] = pytensor.function(*build(pytensor.scan), mode=mode.excluding("innergraph"))
-        fns[(linker, "pipeline")] = pytensor.function(*build(pytensor.scan), mode=mode)
-        fns[(linker, "in_graph")] = pytensor.function(*build(innergraph.scan), mode=mode.excluding("innergraph"))
+        case, in_graph = trivial_scan(linker, STEPS), trivial_scan(linker, STEPS, scan=innergraph.scan)
+        fns[(linker, "vanilla")] = pytensor.function(*case.build("vanilla"), mode=mode_for(case, "vanilla"))
+        fns[(linker, "pipeline")] = pytensor.function(*case.build("innergraph"), mode=mode_for(case, "innergraph"))
+        fns[(linker, "in_graph")] = pytensor.function(*in_graph.build("innergraph"), mode=mode_for(case, "vanilla"))
     return fns
 
 
@@ -48,5 +43,5 @@ def test_trivial_scan_per_step(benchmark, compiled, linker, variant):
     fn = compiled[(linker, variant)]
     benchmark.group = f"scan 10k steps, {linker}"
     benchmark.extra_info["variant"] = variant
-    result = benchmark(fn, np.float64(0.5))
+    (result,) = benchmark(fn, np.float64(0.5))
     assert result[-1] == 0.5 + STEPS and len(result) == STEPS

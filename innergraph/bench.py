@@ -1,0 +1,329 @@
+"""Measure the benchmark cases for vanilla PyTensor and innergraph, and report the ratios.
+
+Terms
+-----
+compile time
+    Wall time of `pytensor.function` on a freshly built graph (rewriting,
+    linking, the Numba/C code generation done at link time); the fastest of a
+    few rounds (load from other processes only ever adds time).
+first call
+    Wall time of the first call of a freshly compiled function (the Numba JIT
+    compiles, or loads from its cache, at this point); the fastest of the rounds.
+steady call
+    Per-call time of an already called function (the best of a few timed
+    blocks, ``timeit``-style).
+warm
+    Measured after the case was compiled and called once in the same process
+    for *both* variants: PyTensor's compiledir and Numba's cache are on disk, so
+    cold figures mostly measure the cache state; warm ones compare the pipelines.
+ratio
+    innergraph / vanilla; below 1 means innergraph is faster (or smaller).
+
+`measure_case` measures one case (both variants interleaved, round by round, so
+that load on the machine affects both alike); `markdown_report` and
+`write_chart` render results; `TARGETS` are issue 7's targets, checked by
+`check_targets`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytensor
+from pytensor.compile.mode import Mode
+
+from innergraph.cases import VARIANTS, Case
+from innergraph.stats import graph_stats
+
+__all__ = [
+    "METRICS",
+    "TARGETS",
+    "CaseResult",
+    "Measurement",
+    "Target",
+    "check_targets",
+    "compile_case",
+    "markdown_report",
+    "max_difference",
+    "measure_case",
+    "mode_for",
+    "splice",
+    "write_chart",
+]
+
+#: Timed metrics, as (attribute of `Measurement`, column title).
+METRICS = (("compile_s", "compile"), ("first_s", "first call"), ("steady_s", "steady call"))
+
+
+@dataclass
+class Measurement:
+    """One variant of one case: times in seconds (fastest round), graph counts, results."""
+
+    compile_s: float
+    first_s: float
+    steady_s: float
+    stats: dict[str, Any]
+    result: list[Any] = field(default_factory=list, repr=False)
+
+
+@dataclass
+class CaseResult:
+    """Both variants of one case."""
+
+    case: Case
+    vanilla: Measurement
+    innergraph: Measurement
+
+    def ratio(self, attr: str) -> float:
+        """innergraph / vanilla of a `Measurement` attribute or a `graph_stats` count."""
+        ours, theirs = (_figure(m, attr) for m in (self.innergraph, self.vanilla))
+        return ours / theirs if theirs else float("nan")
+
+    @property
+    def difference(self) -> float:
+        """Largest absolute difference between the variants' results."""
+        return max_difference(self.vanilla.result, self.innergraph.result)
+
+
+def _figure(m: Measurement, attr: str) -> float:
+    return float(getattr(m, attr) if hasattr(m, attr) else m.stats[attr])
+
+
+def mode_for(case: Case, variant: str) -> Mode:
+    """The mode a case is compiled with: ``fast_run`` with the case's linker; vanilla excludes innergraph."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+    mode = Mode(linker=case.linker, optimizer="fast_run")
+    return mode.excluding("innergraph") if variant == "vanilla" else mode
+
+
+def compile_case(case: Case, variant: str) -> Any:
+    """Build the case's graph afresh and compile it for ``variant``."""
+    inputs, outputs = case.build(variant)
+    return pytensor.function(inputs, outputs, mode=mode_for(case, variant))
+
+
+def max_difference(a: Sequence[Any], b: Sequence[Any]) -> float:
+    """Largest absolute difference between two lists of results (0.0 when both are empty)."""
+    diffs = [float(np.max(np.abs(np.asarray(x) - np.asarray(y)), initial=0.0)) for x, y in zip(a, b, strict=True)]
+    return max(diffs, default=0.0)
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    start = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - start, out
+
+
+def _steady(fn: Any, values: Sequence[Any], budget: float, blocks: int = 3) -> float:
+    once, _ = _timed(lambda: fn(*values))
+    number = max(1, min(10_000, int(budget / blocks / max(once, 1e-7))))
+    best = float("inf")
+    for _ in range(blocks):
+        elapsed, _ = _timed(lambda: [fn(*values) for _ in range(number)])
+        best = min(best, elapsed / number)
+    return best
+
+
+def measure_case(case: Case, rounds: int = 5, steady_budget: float = 0.5) -> CaseResult:
+    """Measure both variants of a case, warm.
+
+    Parameters
+    ----------
+    case
+        The case.
+    rounds
+        Fresh compilations (and first calls) timed per variant; the fastest is kept.
+    steady_budget
+        Seconds spent timing steady calls per variant (at least one call per block).
+
+    Returns
+    -------
+    CaseResult
+        The fastest compile and first-call times, the best steady per-call time,
+        `graph_stats` of the compiled function and its results, per variant.
+    """
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    fns = {v: compile_case(case, v) for v in VARIANTS}  # warm-up: fill the on-disk caches
+    results = {v: fns[v](*case.values) for v in VARIANTS}
+    times: dict[str, dict[str, list[float]]] = {v: {"compile": [], "first": []} for v in VARIANTS}
+    for _ in range(rounds):
+        for v in VARIANTS:  # interleaved: drift in machine load hits both variants
+            elapsed, fns[v] = _timed(lambda: compile_case(case, v))
+            times[v]["compile"].append(elapsed)
+            elapsed, results[v] = _timed(lambda: fns[v](*case.values))
+            times[v]["first"].append(elapsed)
+    measured = {
+        v: Measurement(
+            compile_s=min(times[v]["compile"]),
+            first_s=min(times[v]["first"]),
+            steady_s=_steady(fns[v], case.values, steady_budget),
+            stats=graph_stats(fns[v]),
+            result=list(results[v]),
+        )
+        for v in VARIANTS
+    }
+    return CaseResult(case, measured["vanilla"], measured["innergraph"])
+
+
+# Targets ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """An issue-7 target: ``ratio(attr) <= limit`` (``< limit`` when strict) on the cases it applies to."""
+
+    text: str
+    attr: str
+    limit: float
+    applies: Callable[[Case], bool]
+    strict: bool = False
+
+    def check(self, result: CaseResult) -> bool:
+        """Whether the result meets the target."""
+        r = result.ratio(self.attr)
+        return r < self.limit if self.strict else r <= self.limit
+
+
+TARGETS = (
+    Target("compile ratio <= 1.0 on every case", "compile_s", 1.0, lambda c: True),
+    Target("compile ratio <= 0.5 on case 2 at K = 16", "compile_s", 0.5, lambda c: c.id == "seqs-K16"),
+    Target("steady ratio <= 1.05 (all but case 6)", "steady_s", 1.05, lambda c: c.group != "6"),
+    Target("steady ratio far below 1 on case 6 (<= 0.1)", "steady_s", 0.1, lambda c: c.group == "6"),
+    Target("strictly fewer total nodes on case 1", "total_nodes", 1.0, lambda c: c.group == "1", strict=True),
+)
+
+
+def check_targets(results: Sequence[CaseResult]) -> list[tuple[Target, list[CaseResult], list[CaseResult]]]:
+    """For each target with a measured case: ``(target, met, missed)``."""
+    out = []
+    for target in TARGETS:
+        relevant = [r for r in results if target.applies(r.case)]
+        if relevant:
+            met = [r for r in relevant if target.check(r)]
+            out.append((target, met, [r for r in relevant if r not in met]))
+    return out
+
+
+# Reports ------------------------------------------------------------------------------
+
+
+def _row(cells: Sequence[Any]) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g}"
+
+
+def _consumers(m: Measurement) -> str:
+    return ", ".join(f"{n} {k}" for k, n in m.stats["consumers"].items() if n) or "-"
+
+
+def ratio_table(results: Sequence[CaseResult]) -> list[str]:
+    """Markdown lines: one row per case with the ratios and node counts."""
+    head = ["case", "#", "compile", "first call", "steady call", "total nodes (v → ig)", "bodies (v → ig)", "max abs diff"]
+    lines = [_row(head), _row(["---"] * 2 + ["---:"] * (len(head) - 2))]
+    for r in results:
+        v, ig = r.vanilla.stats, r.innergraph.stats
+        lines.append(
+            _row(
+                [
+                    r.case.id,
+                    r.case.group,
+                    *(f"{r.ratio(attr):.2f}" for attr, _ in METRICS),
+                    f"{v['total_nodes']} → {ig['total_nodes']} ({r.ratio('total_nodes'):.2f})",
+                    f"{v['bodies']} → {ig['bodies']}",
+                    f"{r.difference:.1e}",
+                ]
+            )
+        )
+    return lines
+
+
+def absolute_table(results: Sequence[CaseResult]) -> list[str]:
+    """Markdown lines: the measured times (ms) and counts of both variants, per case."""
+    head = ["case", "variant", "compile ms", "first call ms", "steady call ms", "consumers", "outer", "hidden", "unused outputs"]
+    lines = [_row(head), _row(["---"] * 2 + ["---:"] * 3 + ["---"] + ["---:"] * 3)]
+    for r in results:
+        for name, m in (("vanilla", r.vanilla), ("innergraph", r.innergraph)):
+            s = m.stats
+            times = [_ms(getattr(m, attr)) for attr, _ in METRICS]
+            lines.append(_row([r.case.id, name, *times, _consumers(m), s["outer_nodes"], s["hidden_nodes"], s["unused_outputs"]]))
+    return lines
+
+
+def targets_table(results: Sequence[CaseResult]) -> list[str]:
+    """Markdown lines: each target, met or not, with the cases that miss it."""
+    lines = [_row(["target", "met", "missed by (ratio)"]), _row(["---"] * 3)]
+    for target, met, missed in check_targets(results):
+        misses = ", ".join(f"{r.case.id} ({r.ratio(target.attr):.2f})" for r in missed) or "-"
+        lines.append(_row([target.text, f"{len(met)}/{len(met) + len(missed)}", misses]))
+    return lines
+
+
+def markdown_report(results: Sequence[CaseResult], header: str = "") -> str:
+    """The report: targets, ratios, absolute figures and the result check, in markdown.
+
+    Parameters
+    ----------
+    results
+        Measured cases, in report order.
+    header
+        Text put first (date, machine, command...).
+    """
+    parts = [header.strip(), ""] if header.strip() else []
+    parts += ["### Targets", "", *targets_table(results), ""]
+    parts += ["### Ratios innergraph / vanilla (below 1: innergraph better)", "", *ratio_table(results), ""]
+    parts += ["### Measured figures (warm; fastest round; steady: best block)", "", *absolute_table(results)]
+    return "\n".join(parts) + "\n"
+
+
+def splice(document: str, generated: str, begin: str = "<!-- bench:begin -->", end: str = "<!-- bench:end -->") -> str:
+    """Replace the text between the ``begin`` and ``end`` markers of ``document``.
+
+    Raises
+    ------
+    ValueError
+        If the markers are missing or out of order.
+    """
+    start, stop = document.find(begin), document.find(end)
+    if start < 0 or stop < start:
+        raise ValueError(f"the document has no {begin} ... {end} section to replace")
+    return document[: start + len(begin)] + "\n" + generated.rstrip() + "\n" + document[stop:]
+
+
+def write_chart(results: Sequence[CaseResult], path: Path) -> Path:
+    """Write a bar chart of the ratios (log scale, a line at 1) to ``path`` (PNG).
+
+    Needs matplotlib (the ``bench`` extra). Raises ImportError without it.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [r.case.id for r in results]
+    series = [(title, [r.ratio(attr) for r in results]) for attr, title in METRICS]
+    series.append(("total nodes", [r.ratio("total_nodes") for r in results]))
+    x = np.arange(len(labels))
+    width = 0.8 / len(series)
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.6 * len(labels)), 4.5))
+    for i, (title, values) in enumerate(series):
+        ax.bar(x + (i - (len(series) - 1) / 2) * width, values, width, label=title)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_yscale("log")
+    ax.set_xticks(x, labels, rotation=45, ha="right")
+    ax.set_ylabel("innergraph / vanilla (log scale)")
+    ax.set_title("innergraph / vanilla: below 1 is better")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -1,0 +1,124 @@
+"""Issue 7's benchmark cases (`innergraph.cases`): vanilla PyTensor vs innergraph, same run.
+
+Every case is compiled once per variant per module (`compiled`); the benchmarks
+time a fresh compilation (``compile``), the first call of a fresh function
+(``first``) and steady-state calls (``steady``), tagged with ``extra_info`` so the
+conftest summary prints the ratios innergraph / vanilla. Under the default
+``--benchmark-disable`` each runs once: a smoke test. The other tests here assert
+behaviour, never speed: equal values, the bodies innergraph shares, and laziness
+shown without timing (an ``Assert`` in every untaken branch).
+Case 7 (per-step cost of a trivial scan) is `test_scan_step.py`.
+"""
+
+import numpy as np
+import pytensor
+import pytest
+
+from innergraph import graph_stats
+from innergraph.bench import compile_case, mode_for
+from innergraph.cases import CASES, VARIANTS, ifelse_heavy
+
+MEASURED = [c for c in CASES if c.group != "7"]
+BY_ID = {c.id: c for c in MEASURED}
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    """``compiled(case_id, variant) -> (function, first result)``, compiled once per module."""
+    cache = {}
+
+    def get(case_id, variant):
+        if (case_id, variant) not in cache:
+            fn = compile_case(BY_ID[case_id], variant)
+            cache[case_id, variant] = fn, fn(*BY_ID[case_id].values)
+        return cache[case_id, variant]
+
+    return get
+
+
+def tag(benchmark, case, variant, metric):
+    benchmark.group = f"{case.id} {metric}"
+    benchmark.extra_info.update(variant=variant, case=case.id, metric=metric)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("case_id", BY_ID)
+def test_compile(benchmark, compiled, case_id, variant):
+    case = BY_ID[case_id]
+    compiled(case_id, variant)  # warm: the on-disk caches are filled for both variants alike
+    tag(benchmark, case, variant, "compile")
+    fn = benchmark.pedantic(compile_case, args=(case, variant), rounds=3, iterations=1)
+    assert fn.maker.fgraph.outputs
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("case_id", BY_ID)
+def test_first_call(benchmark, compiled, case_id, variant):
+    case = BY_ID[case_id]
+    _, expected = compiled(case_id, variant)
+    tag(benchmark, case, variant, "first")
+    result = benchmark.pedantic(
+        lambda fn: fn(*case.values), setup=lambda: ((compile_case(case, variant),), {}), rounds=3, iterations=1
+    )
+    for got, want in zip(result, expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=case.rtol)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("case_id", BY_ID)
+def test_steady_call(benchmark, compiled, case_id, variant):
+    case = BY_ID[case_id]
+    fn, expected = compiled(case_id, variant)
+    tag(benchmark, case, variant, "steady")
+    benchmark.extra_info["stats"] = graph_stats(fn)
+    result = benchmark(fn, *case.values)
+    for got, want in zip(result, expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=case.rtol)
+
+
+# Behaviour (untimed) -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case_id", BY_ID)
+def test_innergraph_matches_vanilla(compiled, case_id):
+    case = BY_ID[case_id]
+    (_, ours), (_, theirs) = compiled(case_id, "innergraph"), compiled(case_id, "vanilla")
+    for got, want in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(got, want, rtol=case.rtol, atol=1e-12)
+
+
+def stats(compiled, case_id, variant):
+    return graph_stats(compiled(case_id, variant)[0])
+
+
+@pytest.mark.parametrize("case_id", ["1669-d2", "1669-d3"])
+def test_issue_1669_fewer_nodes_and_bodies(compiled, case_id):
+    ours, theirs = stats(compiled, case_id, "innergraph"), stats(compiled, case_id, "vanilla")
+    assert theirs["consumers"]["scan"] == {"1669-d2": 4, "1669-d3": 8}[case_id]
+    assert ours["consumers"]["scan"] <= theirs["consumers"]["scan"]
+    assert ours["total_nodes"] < theirs["total_nodes"]
+    assert ours["bodies"] < theirs["bodies"]
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 8, 16])
+def test_k_sequences_share_one_body(compiled, k):
+    ours, theirs = stats(compiled, f"seqs-K{k}", "innergraph"), stats(compiled, f"seqs-K{k}", "vanilla")
+    assert ours["consumers"]["scan"] == theirs["consumers"]["scan"] == k
+    assert (ours["bodies"], theirs["bodies"]) == (1, k)
+
+
+@pytest.mark.parametrize("n_ops", [5, 50, 500])
+def test_identical_scans_merge_into_one(compiled, n_ops):
+    for variant in VARIANTS:  # PyTensor's Scan equality compares inner graphs, so vanilla merges them too
+        assert stats(compiled, f"same-{n_ops}ops", variant)["consumers"]["scan"] == 1
+
+
+def test_untaken_solves_never_run_under_innergraph():
+    case = ifelse_heavy(size=50, guard=True)  # every solve first asserts it may run: it may not
+    ours = pytensor.function(*case.build("innergraph"), mode=mode_for(case, "innergraph"))
+    theirs = pytensor.function(*case.build("vanilla"), mode=mode_for(case, "vanilla"))
+    assert np.isfinite(ours(*case.values))
+    with pytest.raises(AssertionError, match="expensive branch"):
+        theirs(*case.values)  # PyTensor issue #501: Numba's IfElse evaluates both branches
+    taken = (case.values[0], case.values[1], np.float64(-1.0))  # the solves are taken, and allowed to run
+    np.testing.assert_allclose(ours(*taken), theirs(*taken), rtol=1e-10)
