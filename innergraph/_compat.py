@@ -12,7 +12,7 @@ names dispatch to the new ones) and moved ``Function`` to
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pytensor
 from pytensor.graph.basic import Variable
@@ -73,8 +73,17 @@ def scope_safe_fusion() -> Any:
 def pullback(
     outputs: Sequence[Variable], wrt: Sequence[Variable], cotangents: Sequence[Variable]
 ) -> list[Variable]:
-    """Vector-Jacobian products, disconnected inputs returned as `DisconnectedType`."""
+    """Vector-Jacobian products, disconnected inputs returned as `DisconnectedType`.
+
+    An output that is itself one of ``wrt`` (a body returning a param) goes through a
+    `view_op`: PyTensor takes a cotangent given for a ``wrt`` variable as its whole
+    gradient, dropping what flows into it from the other outputs.
+    """
     from pytensor import gradient
+    from pytensor.compile.ops import view_op
+
+    targets = set(wrt)
+    outputs = [cast(Variable, view_op(o)) if o in targets else o for o in outputs]
 
     fn = getattr(gradient, "pullback", None)
     kwargs: dict[str, Any] = dict(disconnected_inputs="ignore", return_disconnected="disconnected")

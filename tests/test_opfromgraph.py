@@ -13,7 +13,7 @@ from innergraph import graph_stats, lift, lower, op_from_graph
 from innergraph.graph import body_of
 from innergraph.ops import runtime
 from innergraph.ops.call import Call
-from innergraph.rewriting.prune import prune_calls
+from innergraph.rewriting.dce import remove_dead_slots
 
 VANILLA = get_default_mode().excluding("innergraph")
 x, y = pt.dscalar("x"), pt.dscalar("y")
@@ -124,7 +124,7 @@ def test_dead_outputs_and_unused_params_are_pruned():
     z = pt.dscalar("z")
     used, _ = innergraph.call(lambda p, q, r: [pt.exp(p) * q, pt.log(r)], x, y, z)
     fg = FunctionGraph([x, y, z], [used], clone=True)
-    assert prune_calls(fg) == 1
+    assert remove_dead_slots(fg) == 1
     (node,) = [n for n in fg.apply_nodes if isinstance(n.op, Call)]
     assert len(node.outputs) == 1 and len(node.inputs) == 3  # function, x, y
     assert len(body_of(node.inputs[0]).param_types) == 2
@@ -135,4 +135,4 @@ def test_dead_outputs_and_unused_params_are_pruned():
 def test_calls_with_overrides_keep_their_signature():
     out = build(op_from_graph, pullback=scaled_pullback)(x, y)
     fg = FunctionGraph([x, y], [out], clone=True)
-    assert prune_calls(fg) == 0
+    assert remove_dead_slots(fg) == 0

@@ -1,16 +1,21 @@
 """The one place that registers innergraph's rewrites in PyTensor's ``optdb``.
 
-=====================  ========  ==================================================
-name                   position  tags
-=====================  ========  ==================================================
-``innergraph_lift``    0.06      fast_run, innergraph
-``innergraph_branch``  1.55      fast_run, innergraph
-``innergraph_prune``   1.56      fast_run, innergraph
-``innergraph_lower``   1.59      fast_run, innergraph
-``innergraph_fold``    48.5      fast_run, fast_compile, minimum_compile
-``innergraph_fusion``  49.1      fast_run, fusion
-``innergraph_share``   99        fast_run, innergraph
-=====================  ========  ==================================================
+=============================  ========  ==================================================
+name                           position  tags
+=============================  ========  ==================================================
+``innergraph_lift``            0.06      fast_run, innergraph
+``innergraph_simplify``        0.07      fast_run, innergraph
+``innergraph_branch``          1.55      fast_run, innergraph
+``innergraph_resimplify``      1.56      fast_run, innergraph
+``innergraph_lower``           1.59      fast_run, innergraph
+``innergraph_fold``            48.5      fast_run, fast_compile, minimum_compile
+``innergraph_fusion``          49.1      fast_run, fusion
+``innergraph_share``           99        fast_run, innergraph
+=============================  ========  ==================================================
+
+and three node rewriters of `innergraph.rewriting.outer` in ``canonicalize``
+(``innergraph_sum_of_one_row``, ``innergraph_merge_slices_of_known_length``) and
+``specialize`` (``innergraph_set_row_of_expand_dims``), tagged fast_run, innergraph.
 
 ``innergraph_lift`` converts PyTensor's own Scans (nested ones and those gradients
 created included) into the in-graph form right after PyTensor's first Scan pass
@@ -25,8 +30,12 @@ compiled once. ``mode.excluding("innergraph")`` gives vanilla behaviour back.
 branch shares with the outer graph into the branch as an argument, after
 canonicalize and stabilize made both sides canonical.
 
-``innergraph_prune`` (`innergraph.rewriting.prune`) removes dead outputs and
-unused params of calls whose owner allows it.
+``innergraph_simplify`` (`innergraph.rewriting.simplify`) runs the consumer
+rewrites — forwarding, duplicate and constant arguments, loop-invariant code
+motion, dead slots, loop merging — to a fixpoint right after lifting (so
+canonicalize and stabilize see inlined constants and hoisted work), and
+``innergraph_resimplify`` again after them (they leave new dead code and
+duplicates behind). See ``design/rewrites.md``.
 
 ``innergraph_share`` (`innergraph.rewriting.share`) runs after every pass that
 rebuilds native Scan Ops and makes nodes with equal Ops share one instance again,
@@ -58,6 +67,7 @@ built with in-graph consumers.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from pytensor.compile.mode import optdb
 from pytensor.graph.fg import FunctionGraph
@@ -66,9 +76,14 @@ from pytensor.graph.rewriting.basic import GraphRewriter
 from innergraph.fold import fold_inner_graphs
 from innergraph.rewriting.fusion import fuse_bodies
 from innergraph.rewriting.lift import lift_native, lower_consumers
-from innergraph.rewriting.prune import prune_calls
+from innergraph.rewriting.outer import (
+    local_merge_slices_of_known_length,
+    local_set_row_of_expand_dims,
+    local_sum_of_one_row,
+)
 from innergraph.rewriting.share import share_native_ops
 from innergraph.rewriting.share_branch import share_branch_work
+from innergraph.rewriting.simplify import simplify_consumers
 
 __all__ = ["FunctionRewriter", "register_all", "registered", "unregister_all"]
 
@@ -88,40 +103,57 @@ class FunctionRewriter(GraphRewriter):
 
 _REWRITES: list[tuple[str, FunctionRewriter, float, tuple[str, ...]]] = [
     ("innergraph_lift", FunctionRewriter(lift_native), 0.06, ("fast_run", "innergraph")),
+    ("innergraph_simplify", FunctionRewriter(simplify_consumers), 0.07, ("fast_run", "innergraph")),
     ("innergraph_branch", FunctionRewriter(share_branch_work), 1.55, ("fast_run", "innergraph")),
-    ("innergraph_prune", FunctionRewriter(prune_calls), 1.56, ("fast_run", "innergraph")),
+    ("innergraph_resimplify", FunctionRewriter(simplify_consumers), 1.56, ("fast_run", "innergraph")),
     ("innergraph_lower", FunctionRewriter(lower_consumers), 1.59, ("fast_run", "innergraph")),
     ("innergraph_fold", FunctionRewriter(fold_inner_graphs), 48.5, ("fast_run", "fast_compile", "minimum_compile")),
     ("innergraph_fusion", FunctionRewriter(fuse_bodies), 49.1, ("fast_run", "fusion")),
     ("innergraph_share", FunctionRewriter(share_native_ops), 99, ("fast_run", "innergraph")),
 ]
 
-_added_keys: set[str] = set()
+#: Local rewrites registered in a sub-database of ``optdb``: (name, rewriter, database, tags).
+_LOCAL_REWRITES: list[tuple[str, Any, str, tuple[str, ...]]] = [
+    ("innergraph_set_row_of_expand_dims", local_set_row_of_expand_dims, "specialize", ("fast_run", "innergraph")),
+    ("innergraph_sum_of_one_row", local_sum_of_one_row, "canonicalize", ("fast_run", "innergraph")),
+    ("innergraph_merge_slices_of_known_length", local_merge_slices_of_known_length, "canonicalize", ("fast_run", "innergraph")),
+]
+
+_added_keys: dict[int, set[str]] = {}
+
+
+def _entries() -> list[tuple[Any, str, Any, dict[str, Any], tuple[str, ...]]]:
+    """Every registration as (database, name, rewriter, register kwargs, tags)."""
+    entries = [(optdb, name, rw, {"position": pos}, tags) for name, rw, pos, tags in _REWRITES]
+    entries += [(optdb[db], name, rw, {}, tags) for name, rw, db, tags in _LOCAL_REWRITES]
+    return entries
 
 
 def registered() -> list[str]:
-    """Names of innergraph's rewrites currently in ``optdb``."""
-    return [name for name, *_ in _REWRITES if name in optdb._names]
+    """Names of innergraph's rewrites currently registered (in ``optdb`` or a sub-database)."""
+    return [name for db, name, *_ in _entries() if name in db._names]
 
 
 def register_all() -> None:
-    before = set(optdb.__db__)
-    for name, rewriter, position, tags in _REWRITES:
-        if name not in optdb._names:
-            optdb.register(name, rewriter, *tags, position=position)
-    _added_keys.update(set(optdb.__db__) - before)
+    for db, name, rewriter, kwargs, tags in _entries():
+        if name not in db._names:
+            before = set(db.__db__)
+            db.register(name, rewriter, *tags, **kwargs)
+            _added_keys.setdefault(id(db), set()).update(set(db.__db__) - before)
 
 
 def unregister_all() -> None:
-    """Remove innergraph's rewrites (and the tags only they used) from ``optdb``."""
-    for name, rewriter, _, _ in _REWRITES:
-        if name not in optdb._names:
+    """Remove innergraph's rewrites (and the tags only they used) from ``optdb`` and its sub-databases."""
+    dbs = {}
+    for db, name, rewriter, _, _ in _entries():
+        if name not in db._names:
             continue
-        for members in optdb.__db__.values():
+        for members in db.__db__.values():
             members.discard(rewriter)
-        optdb._names.discard(name)
-        optdb.__position__.pop(name, None)
-    for key in _added_keys:
-        if not optdb.__db__.get(key):
-            optdb.__db__.pop(key, None)
-    _added_keys.clear()
+        db._names.discard(name)
+        getattr(db, "__position__", {}).pop(name, None)
+        dbs[id(db)] = db
+    for key, db in dbs.items():
+        for tag in _added_keys.pop(key, set()):
+            if not db.__db__.get(tag):
+                db.__db__.pop(tag, None)

@@ -9,11 +9,15 @@
 `check_inner_graph_op`
     Checks a consumer against laws 1, 2, 4 and 5, pickling, ``infer_shape`` and
     gradients. See ``design/testing.md``.
+`check_rewrite`
+    Applies a graph rewrite and checks values and gradients before and after on
+    random inputs (``design/rewrites.md``).
 
 The strategies need hypothesis (the ``test`` extra).
 """
 
 from innergraph.testing.assertions import alpha_equivalent, assert_alpha_equivalent, assert_not_alpha_equivalent
 from innergraph.testing.kit import OpCase, check_inner_graph_op
+from innergraph.testing.rewrites import check_rewrite
 
-__all__ = ["OpCase", "alpha_equivalent", "assert_alpha_equivalent", "assert_not_alpha_equivalent", "check_inner_graph_op"]
+__all__ = ["OpCase", "alpha_equivalent", "assert_alpha_equivalent", "assert_not_alpha_equivalent", "check_inner_graph_op", "check_rewrite"]

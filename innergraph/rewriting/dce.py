@@ -1,0 +1,43 @@
+"""Dead outputs and params of every consumer.
+
+A slot is live when one of its results is used, when its kind is required (a
+while loop's condition), or when a live slot's body outputs read one of its
+params. That is a reachability walk to a fixpoint, so states that only feed
+each other die together. Dead slots are dropped with the shared `rebuild`.
+"""
+
+from __future__ import annotations
+
+from pytensor.graph.fg import FunctionGraph
+
+from innergraph.graph import scope_leaves
+from innergraph.rewriting.signature import Signature, Slot, consumers, replace_consumer
+
+__all__ = ["live_slots", "remove_dead_slots"]
+
+
+def live_slots(fgraph: FunctionGraph, sig: Signature) -> list[Slot]:
+    """The slots of ``sig`` that some use of the consumer's results needs."""
+    live = [
+        s.kind in sig.form.required or any(fgraph.clients.get(r) for r in s.results) for s in sig.slots
+    ]
+    while True:
+        outputs = [(b, v) for s, on in zip(sig.slots, live) if on for b, v in s.outputs]
+        read = {(b, leaf) for b in range(sig.n_bodies) for leaf in scope_leaves([v for bb, v in outputs if bb == b])}
+        grown = [on or any(p in read for p in s.params) for s, on in zip(sig.slots, live)]
+        if grown == live:
+            return [s for s, on in zip(sig.slots, live) if on]
+        live = grown
+
+
+def remove_dead_slots(fgraph: FunctionGraph) -> int:
+    """Drop the dead slots of every consumer of ``fgraph``; return how many changed."""
+    changed = 0
+    for sig in consumers(fgraph):
+        if not any(fgraph.clients.get(r) for r in sig.node.outputs):
+            continue
+        live = live_slots(fgraph, sig)
+        if len(live) < len(sig.slots):
+            replace_consumer(fgraph, sig, live, reason="remove_dead_slots")
+            changed += 1
+    return changed

@@ -1,0 +1,76 @@
+"""Loop-invariant code motion for loops.
+
+A body subexpression of a loop that reads only constants, closed nested
+functions and params bound to invariant arguments (non-sequences) computes the
+same value at every step. The largest such subexpressions the rest of the body
+uses move out of the loop: each becomes a new non-sequence whose argument is the
+subexpression applied to the outer arguments, where MergeOptimizer then shares
+it with the outer graph. Work that only the lazy branches of a conditional in
+the body read stays inside (hoisting it would compute it eagerly); branches of
+an in-graph conditional are separate bodies, never reached by this walk.
+"""
+
+from __future__ import annotations
+
+from pytensor.graph.basic import Apply, Constant, Variable
+from pytensor.graph.fg import FunctionGraph
+from pytensor.ifelse import IfElse as NativeIfElse
+
+from innergraph.graph import is_function, scope_toposort
+from innergraph.instantiate import substitute
+from innergraph.rewriting.signature import Slot, consumers, replace_consumer
+
+__all__ = ["hoist_invariants"]
+
+LOOP_KINDS = ("scan",)
+
+
+def _eager_nodes(outputs: list[Variable]) -> set[Apply]:
+    """Nodes of the scope that run whatever branch a native conditional takes."""
+    eager: set[Apply] = set()
+    stack = [o.owner for o in outputs if o.owner is not None]
+    while stack:
+        node = stack.pop()
+        if node in eager or any(is_function(o) for o in node.outputs):
+            continue
+        eager.add(node)
+        inputs = node.inputs[:1] if isinstance(node.op, NativeIfElse) else node.inputs
+        stack.extend(v.owner for v in inputs if v.owner is not None)
+    return eager
+
+
+def _invariant_targets(outputs: list[Variable], invariant_params: set[Variable]) -> list[Variable]:
+    """The largest invariant subexpressions (reading some param) that the body uses."""
+    invariant: set[Variable] = set()
+    reads_param: set[Variable] = set()
+    eager = _eager_nodes(outputs)
+    users: list[Apply] = []
+    for node in scope_toposort(outputs):
+        leafs_ok = all(v in invariant or isinstance(v, Constant) or is_function(v) or v in invariant_params for v in node.inputs)
+        if leafs_ok and node in eager and not isinstance(node.op, NativeIfElse):
+            invariant.update(node.outputs)
+            if any(v in invariant_params or v in reads_param for v in node.inputs):
+                reads_param.update(node.outputs)
+        else:
+            users.append(node)
+    used = {v for n in users for v in n.inputs} | set(outputs)
+    return [v for v in dict.fromkeys(v for n in scope_toposort(outputs) for v in n.outputs) if v in reads_param and v in used]
+
+
+def hoist_invariants(fgraph: FunctionGraph) -> int:
+    """Move loop-invariant work out of every loop of ``fgraph``; return how many changed."""
+    changed = 0
+    for sig in consumers(fgraph):
+        if getattr(sig.node.op, "kind", None) not in LOOP_KINDS:
+            continue
+        bound = {p: s.args[0] for s in sig.slots if s.kind == "non_seq" for _, p in s.params}
+        outputs = [v for s in sig.slots for _, v in s.outputs]
+        targets = _invariant_targets(outputs, set(bound))
+        if not targets:
+            continue
+        outer = substitute(targets, bound)
+        placeholders = [v.type() for v in targets]
+        slots = [*sig.slots, *(Slot("non_seq", (o,), ((0, p),)) for o, p in zip(outer, placeholders))]
+        replace_consumer(fgraph, sig, slots, replace={0: dict(zip(targets, placeholders))}, reason="hoist_invariants")
+        changed += 1
+    return changed

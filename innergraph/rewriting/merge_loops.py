@@ -1,0 +1,82 @@
+"""Merge independent loops that run the same steps into one loop.
+
+Two Scans of the outer function merge when they have the same ``n_steps``
+variable, equal flags, no ``until`` condition, and neither reads the other's
+results. (Loops inside bodies are not merged: equal constants are one object in
+every scope, so equal ``n_steps`` does not mean the same scope.) Equality is identity
+of the outer variables — after MergeOptimizer, equal computations are one
+variable — never a structural comparison of graphs (PyTensor's ``ScanMerge``
+needs ``equal_computations`` because it cannot see bodies). The merged body is
+both bodies side by side; sequences and non-sequences they share then become one
+param (`innergraph.rewriting.args`) and MergeOptimizer shares their work.
+"""
+
+from __future__ import annotations
+
+from pytensor.graph.basic import Apply, Variable
+from pytensor.graph.fg import FunctionGraph
+
+from innergraph.fold import visible_nodes
+from innergraph.graph import body_of, params
+from innergraph.instantiate import instantiate
+from innergraph.rewriting.signature import Signature, Slot, consumers, rebuild
+
+__all__ = ["merge_loops"]
+
+
+def _fresh_slots(sig: Signature) -> list[Slot]:
+    """``sig``'s slots over a private instance of its body (params become fresh variables)."""
+    body = body_of(sig.node.inputs[0])
+    fresh = [t() for t in body.param_types]
+    by_param: dict[Variable, Variable] = dict(zip(params(body.param_types), fresh))
+    outputs = dict(zip(body.outputs, instantiate(body, fresh)))
+    return [
+        s.with_(params=tuple((0, by_param[p]) for _, p in s.params), outputs=tuple((0, outputs[v]) for _, v in s.outputs))
+        for s in sig.slots
+    ]
+
+
+def _depends(node: Apply, on: Apply) -> bool:
+    """Whether ``node`` reads a result of ``on``, directly or through the outer graph."""
+    seen: set[Apply] = set()
+    stack = [v.owner for v in node.inputs if v.owner is not None]
+    while stack:
+        current = stack.pop()
+        if current is on:
+            return True
+        if current in seen:
+            continue
+        seen.add(current)
+        stack.extend(v.owner for v in current.inputs if v.owner is not None)
+    return False
+
+
+def _key(sig: Signature) -> tuple | None:
+    """Loops with equal keys run the same steps the same way (the name does not count)."""
+    op = sig.node.op
+    if getattr(op, "kind", None) != "scan" or any(s.kind == "until" for s in sig.slots):
+        return None
+    return (sig.header[0], op.truncate_gradient, op.profile, op.allow_gc, op.strict, id(op.mode))
+
+
+def merge_loops(fgraph: FunctionGraph) -> int:
+    """Merge independent loops of ``fgraph`` pairwise, to a fixpoint; return how many merged."""
+    merged = 0
+    while True:
+        groups: dict[tuple, list[Signature]] = {}
+        visible = visible_nodes(fgraph)
+        for sig in consumers(fgraph):
+            key = _key(sig) if sig.node in visible else None  # loops of one scope only: the outer one
+            if key is not None:
+                groups.setdefault(key, []).append(sig)
+        pair = next(
+            ((a, b) for sigs in groups.values() for i, a in enumerate(sigs) for b in sigs[i + 1 :]
+             if not _depends(b.node, a.node) and not _depends(a.node, b.node)),
+            None,
+        )
+        if pair is None:
+            return merged
+        a, b = pair
+        _, mapping = rebuild(a, [*_fresh_slots(a), *_fresh_slots(b)])
+        fgraph.replace_all([(o, n) for o, n in mapping.items() if o in fgraph.clients], reason="merge_loops")
+        merged += 1

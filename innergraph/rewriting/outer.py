@@ -1,0 +1,120 @@
+"""Small outer-graph rewrites for what gradients of loops leave around them.
+
+``pytensor.scan`` writes an initial value into a state buffer as
+``set_subtensor(buffer[:1], x0[None])``; the gradient of that is a ``Sum`` over a
+one-row slice of the backward loop's result. Neither is wrong, but each costs a
+node per state and hides the single row from the rewrites that follow.
+
+* `local_set_row_of_expand_dims`: ``set/inc_subtensor(x[a:a+1], v[None])`` ->
+  ``set/inc_subtensor(x[a], v)`` (``a`` a constant; an empty slice is a shape error
+  either way).
+* `local_sum_of_one_row`: ``x[s].sum(axis=0)`` where the constant slice ``s``
+  selects exactly one row of ``x``, whose length the shape feature proves
+  constant -> ``x[i]``.
+* `local_merge_slices_of_known_length`: ``x[s1][s2]`` with constant slices, where
+  ``x``'s length is provably constant -> ``x[s]`` (PyTensor's own slice merge
+  declines the reversed slices that gradients of loops produce, like
+  ``x[3:-6:-1][:4]``).
+
+All are registered under the ``innergraph`` tag: the first in ``specialize``, after
+PyTensor's Scan save-memory rewrites (which recognise a state's initial value by
+the ``x0[None]`` pattern and must see it), the others in ``canonicalize``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pytensor.graph.basic import Apply, Variable
+from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.rewriting.basic import node_rewriter
+from pytensor.tensor.basic import get_underlying_scalar_constant_value
+from pytensor.tensor.elemwise import DimShuffle
+from pytensor.tensor.exceptions import NotScalarConstantError
+from pytensor.tensor.math import Sum
+from pytensor.tensor.subtensor import IncSubtensor, Subtensor, get_constant_idx, inc_subtensor, set_subtensor
+
+__all__ = ["local_merge_slices_of_known_length", "local_set_row_of_expand_dims", "local_sum_of_one_row"]
+
+
+def _constant_slices(node: Apply) -> list[Any] | None:
+    """The constant indices of a (Inc)Subtensor node, or None."""
+    inputs = node.inputs[1:] if isinstance(node.op, IncSubtensor) else node.inputs  # skip the written value
+    try:
+        return list(get_constant_idx(node.op.idx_list, inputs, only_process_constants=False))
+    except NotScalarConstantError:
+        return None
+
+
+@node_rewriter([IncSubtensor])
+def local_set_row_of_expand_dims(fgraph: FunctionGraph, node: Apply) -> list[Variable] | None:
+    x: Any = node.inputs[0]
+    y: Any = node.inputs[1]
+    idx = _constant_slices(node)
+    if idx is None or len(idx) != 1 or not isinstance(idx[0], slice) or node.op.inplace:
+        return None
+    (s,) = idx
+    start = 0 if s.start is None else s.start
+    if s.step not in (None, 1) or not isinstance(start, int) or start < 0 or s.stop != start + 1:
+        return None
+    if y.owner is None or not isinstance(y.owner.op, DimShuffle) or tuple(y.owner.op.new_order) != ("x", *range(y.ndim - 1)):
+        return None
+    value = y.owner.inputs[0]
+    write = set_subtensor if node.op.set_instead_of_inc else inc_subtensor
+    return [write(x[start], value)]
+
+
+@node_rewriter([Sum])
+def local_sum_of_one_row(fgraph: FunctionGraph, node: Apply) -> list[Variable] | None:
+    sliced: Any = node.inputs[0]
+    if node.op.axis not in (None, (0,)) or (node.op.axis is None and sliced.ndim != 1):
+        return None
+    if sliced.owner is None or not isinstance(sliced.owner.op, Subtensor) or node.outputs[0].type.dtype != sliced.dtype:
+        return None
+    idx = _constant_slices(sliced.owner)
+    if idx is None or len(idx) != 1 or not isinstance(idx[0], slice):
+        return None
+    x: Any = sliced.owner.inputs[0]
+    length = _constant_length(fgraph, x)
+    if length is None:
+        return None
+    rows = range(*idx[0].indices(length))
+    if len(rows) != 1:
+        return None
+    return [x[rows[0]]]
+
+
+@node_rewriter([Subtensor])
+def local_merge_slices_of_known_length(fgraph: FunctionGraph, node: Apply) -> list[Variable] | None:
+    inner = node.inputs[0]
+    if inner.owner is None or not isinstance(inner.owner.op, Subtensor):
+        return None
+    outer_idx, inner_idx = _constant_slices(node), _constant_slices(inner.owner)
+    if not outer_idx or not inner_idx or len(outer_idx) != 1 or len(inner_idx) != 1:
+        return None
+    if not isinstance(outer_idx[0], slice) or not isinstance(inner_idx[0], slice):
+        return None
+    x = inner.owner.inputs[0]
+    length = _constant_length(fgraph, x)
+    if length is None:
+        return None
+    rows = range(length)[inner_idx[0]][outer_idx[0]]
+    stop = rows.stop if rows.stop >= 0 else None  # a negative stop of a reversed range means "past row 0"
+    return [x[rows.start : stop : rows.step]] if len(rows) else None
+
+
+def _constant_length(fgraph: FunctionGraph, x: Variable) -> int | None:
+    """The length of ``x``'s first axis if the shape feature or a constant slice proves it."""
+    shape_feature = getattr(fgraph, "shape_feature", None)
+    if shape_feature is not None:
+        try:
+            return int(get_underlying_scalar_constant_value(shape_feature.get_shape(x, 0)))
+        except NotScalarConstantError:
+            pass
+    if x.owner is not None and isinstance(x.owner.op, Subtensor):
+        idx = _constant_slices(x.owner)
+        if idx and isinstance(idx[0], slice):
+            inner = _constant_length(fgraph, x.owner.inputs[0])
+            if inner is not None:
+                return len(range(*idx[0].indices(inner)))
+    return None

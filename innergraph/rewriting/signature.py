@@ -1,0 +1,333 @@
+"""A consumer node seen as slots, and the one helper that rebuilds it from slots.
+
+Terms
+-----
+slot
+    One binding of a consumer: the outer inputs it reads (``args``), the body
+    params they bind (``params``), the body outputs it returns (``outputs``) and
+    the consumer outputs it produces (``results``). Params and outputs are tagged
+    with the body they belong to (a conditional has two). A Scan has one slot per
+    sequence, state (mit-mot, mit-sot, sit-sot, untraced sit-sot), nit-sot and
+    non-sequence, plus one for its ``until`` condition; a call one per argument
+    and per output; a conditional one per branch argument and per output (whose
+    outputs are one per branch).
+signature
+    A consumer node as its slots (`Signature`). A rewrite makes a new slot list —
+    drops a slot, adds one whose param is a fresh variable, replaces a param by a
+    value in a body — and `rebuild` makes the consumer node that has exactly
+    those slots: it renumbers params, builds the new functions and the new Op.
+
+Every rewrite of `innergraph.rewriting` that changes a consumer's signature goes
+through `rebuild`; each consumer kind only says how to split a node into slots and
+how to make a node from ordered slots (`Form`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pytensor.graph.basic import Apply, Variable
+from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.type import Type
+
+from innergraph.graph import InnerGraph, body_of, param, params
+from innergraph.instantiate import substitute
+from innergraph.ops.call import Call
+from innergraph.ops.ifelse import IfElse
+from innergraph.ops.scan import Scan, ScanLayout
+from innergraph.types import InnerGraphType
+
+__all__ = ["FORMS", "Form", "Signature", "Slot", "consumers", "rebuild", "replace_consumer", "signature"]
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One binding of a consumer (see the module docstring).
+
+    ``params`` and ``outputs`` hold ``(body index, variable)``; ``output_types``
+    the declared type of each output. ``in_taps``/``out_taps`` are a Scan state's.
+    """
+
+    kind: str
+    args: tuple[Variable, ...] = ()
+    params: tuple[tuple[int, Variable], ...] = ()
+    outputs: tuple[tuple[int, Variable], ...] = ()
+    output_types: tuple[Type, ...] = ()
+    results: tuple[Variable, ...] = ()
+    in_taps: tuple[int, ...] = ()
+    out_taps: tuple[int, ...] = ()
+
+    def with_(self, **changes: Any) -> Slot:
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A consumer node as slots: ``node``, its ``header`` inputs (n_steps, condition) and ``slots``."""
+
+    node: Apply
+    header: tuple[Variable, ...]
+    slots: tuple[Slot, ...]
+    form: Form
+
+    @property
+    def n_bodies(self) -> int:
+        return self.form.n_bodies
+
+
+@dataclass(frozen=True)
+class Form:
+    """How one consumer kind maps to slots.
+
+    ``param_order``, ``output_order``, ``arg_order`` and ``result_order`` list slot
+    kinds in the order the consumer lays out params, body outputs, outer inputs
+    and outputs; ``required`` kinds are live even without results; ``split``
+    makes the slots of a node (or returns None when its signature is fixed);
+    ``make`` builds a node from the template op, header, functions, ordered
+    slots and outer inputs.
+    """
+
+    n_bodies: int
+    param_order: tuple[str, ...]
+    output_order: tuple[str, ...]
+    arg_order: tuple[str, ...]
+    result_order: tuple[str, ...]
+    split: Callable[[Apply], tuple[tuple[Variable, ...], list[Slot]] | None]
+    make: Callable[[Any, tuple[Variable, ...], list[Variable], dict[str, list[Slot]], list[Variable]], Apply]
+    required: tuple[str, ...] = ()
+
+
+def _ordered(slots: Sequence[Slot], kinds: Sequence[str]) -> list[Slot]:
+    rank = {k: i for i, k in enumerate(kinds)}
+    return sorted((s for s in slots if s.kind in rank), key=lambda s: rank[s.kind])
+
+
+def _by_kind(slots: Sequence[Slot]) -> dict[str, list[Slot]]:
+    groups: dict[str, list[Slot]] = {}
+    for s in slots:
+        groups.setdefault(s.kind, []).append(s)
+    return groups
+
+
+def rebuild(
+    sig: Signature,
+    slots: Sequence[Slot],
+    replace: Mapping[int, Mapping[Variable, Variable]] | None = None,
+    header: Sequence[Variable] | None = None,
+) -> tuple[Apply, dict[Variable, Variable]]:
+    """The consumer node with exactly ``slots``, and old results -> new results.
+
+    Parameters
+    ----------
+    sig
+        The signature the slots come from (its op is the template for flags).
+    slots
+        The slots of the new node, in any order; their params may be the body's
+        params or fresh variables (new params), their outputs any variables of
+        the body's scope.
+    replace
+        Per body, variables to substitute in every output first (a param by
+        another param or a constant, a subexpression by a new param).
+    header
+        New header inputs, if they change.
+    """
+    form = sig.form
+    functions = []
+    for b in range(form.n_bodies):
+        ps = [v for s in _ordered(slots, form.param_order) for bb, v in s.params if bb == b]
+        outs = [(v, t) for s in _ordered(slots, form.output_order) for (bb, v), t in zip(s.outputs, s.output_types, strict=True) if bb == b]
+        out_vars = [v for v, _ in outs]
+        if replace and replace.get(b):
+            out_vars = substitute(out_vars, replace[b])
+        renumber = {v: param(j, v.type) for j, v in enumerate(ps)}
+        new_outs = substitute(out_vars, renumber)
+        ftype = InnerGraphType([v.type for v in ps], [t for _, t in outs])
+        functions.append(InnerGraph(ftype).make_node(*new_outs).outputs[0])
+    args = [a for s in _ordered(slots, form.arg_order) for a in s.args]
+    node = form.make(sig.node.op, tuple(header if header is not None else sig.header), functions, _by_kind(slots), args)
+    old = [r for s in _ordered(slots, form.result_order) for r in s.results]
+    return node, dict(zip(old, node.outputs, strict=True))
+
+
+def replace_consumer(
+    fgraph: FunctionGraph,
+    sig: Signature,
+    slots: Sequence[Slot],
+    *,
+    reason: str,
+    replace: Mapping[int, Mapping[Variable, Variable]] | None = None,
+    forwarded: Mapping[Variable, Variable] | None = None,
+    header: Sequence[Variable] | None = None,
+) -> None:
+    """Rebuild ``sig``'s node with ``slots`` and replace its results in ``fgraph``.
+
+    ``forwarded`` maps results of dropped slots to the outer variables that now
+    stand for them (which may read the node's other results).
+    """
+    _, mapping = rebuild(sig, slots, replace, header)
+    pairs = [(old, new) for old, new in mapping.items() if old is not new]
+    if forwarded:  # forwarded values may read results of the old node: read the new one's
+        values = substitute(list(forwarded.values()), mapping)
+        pairs += list(zip(forwarded.keys(), values, strict=True))
+    fgraph.replace_all([(o, n) for o, n in pairs if o in fgraph.clients], reason=reason)
+
+
+# --- Scan --------------------------------------------------------------------
+
+SCAN_STATES = ("mit_mot", "mit_sot", "sit_sot", "untraced")
+
+
+def _split_scan(node: Apply) -> tuple[tuple[Variable, ...], list[Slot]]:
+    op: Scan = node.op
+    layout, info = op.layout, op.layout.info
+    body = body_of(node.inputs[0])
+    inner_in = layout.split_inner_inputs(params(body.param_types))
+    inner_out = layout.split_inner_outputs(list(zip(body.outputs, body.type.output_types)))
+    outer_in = layout.split_outer_inputs(node.inputs[2:])
+    n_traced = info.n_mit_mot + info.n_mit_sot + info.n_sit_sot + info.n_nit_sot
+    results = {
+        "mit_mot": node.outputs[: info.n_mit_mot],
+        "mit_sot": node.outputs[info.n_mit_mot : info.n_mit_mot + info.n_mit_sot],
+        "sit_sot": node.outputs[info.n_mit_mot + info.n_mit_sot : n_traced - info.n_nit_sot],
+        "nit_sot": node.outputs[n_traced - info.n_nit_sot : n_traced],
+        "untraced": node.outputs[n_traced:],
+    }
+    taps_in = {
+        "mit_mot": info.mit_mot_in_slices,
+        "mit_sot": info.mit_sot_in_slices,
+        "sit_sot": ((-1,),) * info.n_sit_sot,
+        "untraced": ((-1,),) * info.n_untraced_sit_sot,
+    }
+    taps_out = {"mit_mot": info.mit_mot_out_slices}
+    slots = [Slot("seq", (a,), ((0, p),)) for a, p in zip(outer_in["seqs"], inner_in["seqs"], strict=True)]
+    for kind in SCAN_STATES:
+        ins = iter(inner_in[kind])
+        outs = iter(inner_out[kind])
+        for i, (arg, result) in enumerate(zip(outer_in[kind], results[kind], strict=True)):
+            in_taps = tuple(taps_in[kind][i])
+            out_taps = tuple(taps_out[kind][i]) if kind == "mit_mot" else ()
+            produced = [next(outs) for _ in range(len(out_taps) if kind == "mit_mot" else 1)]
+            slots.append(
+                Slot(
+                    kind,
+                    (arg,),
+                    tuple((0, next(ins)) for _ in in_taps),
+                    tuple((0, v) for v, _ in produced),
+                    tuple(t for _, t in produced),
+                    (result,),
+                    in_taps,
+                    out_taps,
+                )
+            )
+    for length, (out, t), result in zip(outer_in["nit_sot"], inner_out["nit_sot"], results["nit_sot"], strict=True):
+        slots.append(Slot("nit_sot", (length,), (), ((0, out),), (t,), (result,)))
+    slots += [Slot("non_seq", (a,), ((0, p),)) for a, p in zip(outer_in["non_seqs"], inner_in["non_seqs"], strict=True)]
+    slots += [Slot("until", (), (), ((0, out),), (t,)) for out, t in inner_out["until"]]
+    return (node.inputs[1],), slots
+
+
+def _make_scan(op: Scan, header: tuple[Variable, ...], functions: list[Variable], groups: dict[str, list[Slot]], args: list[Variable]) -> Apply:
+    from pytensor.scan.op import ScanInfo
+
+    g = {k: groups.get(k, []) for k in ("seq", "mit_mot", "mit_sot", "sit_sot", "untraced", "nit_sot", "non_seq", "until")}
+    info = ScanInfo(
+        n_seqs=len(g["seq"]),
+        mit_mot_in_slices=tuple(s.in_taps for s in g["mit_mot"]),
+        mit_mot_out_slices=tuple(s.out_taps for s in g["mit_mot"]),
+        mit_sot_in_slices=tuple(s.in_taps for s in g["mit_sot"]),
+        sit_sot_in_slices=((-1,),) * len(g["sit_sot"]),
+        n_nit_sot=len(g["nit_sot"]),
+        n_untraced_sit_sot=len(g["untraced"]),
+        n_non_seqs=len(g["non_seq"]),
+        as_while=bool(g["until"]),
+    )
+    return type(op)(ScanLayout(info), **op.flags()).make_node(functions[0], *header, *args)
+
+
+SCAN_FORM = Form(
+    n_bodies=1,
+    param_order=("seq", "mit_mot", "mit_sot", "sit_sot", "untraced", "non_seq"),
+    output_order=("mit_mot", "mit_sot", "sit_sot", "nit_sot", "untraced", "until"),
+    arg_order=("seq", "mit_mot", "mit_sot", "sit_sot", "untraced", "nit_sot", "non_seq"),
+    result_order=("mit_mot", "mit_sot", "sit_sot", "nit_sot", "untraced"),
+    split=_split_scan,
+    make=_make_scan,
+    required=("until",),
+)
+
+
+# --- Call ---------------------------------------------------------------------
+
+
+def _split_call(node: Apply) -> tuple[tuple[Variable, ...], list[Slot]] | None:
+    op: Call = node.op
+    if op.n_functions != 1 or op.connection is not None:
+        return None  # gradient overrides or an explicit connection pattern fix the signature
+    function, _, _, args = op.split(node.inputs)
+    body = body_of(function)
+    slots = [Slot("arg", (a,), ((0, p),)) for a, p in zip(args, params(body.param_types), strict=True)]
+    slots += [
+        Slot("out", outputs=((0, o),), output_types=(t,), results=(r,))
+        for o, t, r in zip(body.outputs, body.type.output_types, node.outputs, strict=True)
+    ]
+    return (), slots
+
+
+def _make_call(op: Call, header: tuple[Variable, ...], functions: list[Variable], groups: dict[str, list[Slot]], args: list[Variable]) -> Apply:
+    return Call().make_node(functions[0], *args)
+
+
+CALL_FORM = Form(1, ("arg",), ("out",), ("arg",), ("out",), _split_call, _make_call)
+
+
+# --- IfElse -------------------------------------------------------------------
+
+
+def _split_ifelse(node: Apply) -> tuple[tuple[Variable, ...], list[Slot]]:
+    op: IfElse = node.op
+    cond, then_fn, else_fn, then_args, else_args = op.split(node.inputs)
+    then_body, else_body = body_of(then_fn), body_of(else_fn)
+    slots = [Slot("then_arg", (a,), ((0, p),)) for a, p in zip(then_args, params(then_body.param_types), strict=True)]
+    slots += [Slot("else_arg", (a,), ((1, p),)) for a, p in zip(else_args, params(else_body.param_types), strict=True)]
+    for k, result in enumerate(node.outputs):
+        outs = ((0, then_body.outputs[k]), (1, else_body.outputs[k]))
+        types = (then_body.type.output_types[k], else_body.type.output_types[k])
+        slots.append(Slot("out", outputs=outs, output_types=types, results=(result,)))
+    return (cond,), slots
+
+
+def _make_ifelse(op: IfElse, header: tuple[Variable, ...], functions: list[Variable], groups: dict[str, list[Slot]], args: list[Variable]) -> Apply:
+    return IfElse(len(groups.get("then_arg", []))).make_node(header[0], *functions, *args)
+
+
+IFELSE_FORM = Form(2, ("then_arg", "else_arg"), ("out",), ("then_arg", "else_arg"), ("out",), _split_ifelse, _make_ifelse)
+
+#: Consumer class -> its `Form`. A new consumer kind registers its form here.
+FORMS: dict[type, Form] = {Scan: SCAN_FORM, Call: CALL_FORM, IfElse: IFELSE_FORM}
+
+
+def signature(node: Apply) -> Signature | None:
+    """``node`` as slots, or None if it is no consumer or its signature is fixed."""
+    form = FORMS.get(type(node.op))
+    if form is None:
+        return None
+    split = form.split(node)
+    if split is None:
+        return None
+    header, slots = split
+    return Signature(node, header, tuple(slots), form)
+
+
+def consumers(fgraph: FunctionGraph) -> Iterator[Signature]:
+    """The signatures of ``fgraph``'s rebuildable consumers, inputs before users.
+
+    Each is made when it is reached, so rewrites may replace earlier ones meanwhile;
+    nodes a rewrite already removed are skipped.
+    """
+    for node in fgraph.toposort():
+        if type(node.op) in FORMS and node in fgraph.apply_nodes:
+            sig = signature(node)
+            if sig is not None:
+                yield sig

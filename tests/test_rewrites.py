@@ -1,0 +1,286 @@
+"""The consumer rewrites (design/rewrites.md): each structurally and differentially.
+
+Every rewrite is applied with `innergraph.testing.rewrites.check_rewrite`, which
+evaluates the graph before and after on random inputs and compares values and
+gradients; the tests then assert what changed in the graph.
+"""
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from pytensor.compile.mode import get_default_mode
+from pytensor.graph.rewriting.basic import MergeOptimizer, in2out
+from pytensor.tensor.rewriting.basic import constant_folding
+from pytensor.tensor.rewriting.subtensor_lift import local_subtensor_of_alloc
+from pytensor.ifelse import ifelse as native_ifelse
+
+import innergraph
+from innergraph.graph import body_of, scope_toposort
+from innergraph.ops.call import Call
+from innergraph.ops.ifelse import IfElse
+from innergraph.ops.scan import Scan
+from innergraph.rewriting.args import merge_arguments
+from innergraph.rewriting.dce import remove_dead_slots
+from innergraph.rewriting.forward import forward_params
+from innergraph.rewriting.licm import hoist_invariants
+from innergraph.rewriting.merge_loops import merge_loops
+from innergraph.rewriting.push_out import push_out_per_step_outputs
+from innergraph.rewriting.simplify import simplify_consumers
+from innergraph.testing.rewrites import check_rewrite
+
+VANILLA = get_default_mode().excluding("innergraph")
+x0, c = pt.dscalar("x0"), pt.dscalar("c")
+xs = pt.dvector("xs")
+
+
+def folded_then(rewrite):
+    """``rewrite`` after constant folding (an argument becomes a constant in the pipeline)."""
+
+    def run(fgraph):
+        in2out(constant_folding, local_subtensor_of_alloc).rewrite(fgraph)  # as canonicalize does
+        return rewrite(fgraph)
+
+    run.__name__ = rewrite.__name__
+    return run
+
+
+def merged_then(rewrite):
+    """``rewrite`` after MergeOptimizer, as in the pipeline (equal outer computations are one variable)."""
+
+    def run(fgraph):
+        MergeOptimizer().rewrite(fgraph)
+        return rewrite(fgraph)
+
+    run.__name__ = rewrite.__name__
+    return run
+
+
+def nodes_of(fgraph, op_type):
+    return [n for n in fgraph.apply_nodes if isinstance(n.op, op_type)]
+
+
+def only_scan(fgraph):
+    (node,) = nodes_of(fgraph, Scan)
+    return node, node.op.layout.info
+
+
+# -- dead outputs and params -------------------------------------------------------
+
+
+def test_dead_states_of_every_kind_are_removed_together():
+    def step(x, m2, m1, s, a, b, k):
+        # a and b only feed each other, so they die together; the mit-sot and nit-sot are unused
+        return m1 + x * m2, s * k + x, b + 1, a * 2, x * k
+
+    mit_sot = {"initial": pt.stack([x0, x0]), "taps": [-2, -1]}
+    outs = innergraph.scan(
+        step, sequences=[xs], outputs_info=[mit_sot, x0, x0, x0, None], non_sequences=[c], return_updates=False
+    )
+    fg = check_rewrite(remove_dead_slots, [x0, xs, c], [outs[1]])
+    _, info = only_scan(fg)
+    assert (info.n_mit_sot, info.n_sit_sot, info.n_nit_sot, info.n_seqs, info.n_non_seqs) == (0, 1, 0, 1, 1)
+    assert innergraph.graph_stats(fg)["unused_outputs"] == 0
+
+
+def test_a_param_read_by_a_live_output_keeps_its_state():
+    outs = innergraph.scan(
+        lambda x, s, t: (s + t, t + x), sequences=[xs], outputs_info=[x0, c], return_updates=False
+    )
+    fg = check_rewrite(remove_dead_slots, [x0, xs, c], [outs[0]], expect_change=False)
+    assert only_scan(fg)[1].n_sit_sot == 2
+
+
+def test_while_condition_keeps_what_it_reads():
+    from pytensor.scan.utils import until
+
+    outs = innergraph.scan(
+        lambda s, t, u, k: ([s * 2, t + 1, u * 3], until(t > k)),
+        outputs_info=[x0, x0, x0],
+        non_sequences=[c],
+        n_steps=10,
+        return_updates=False,
+    )
+    fg = check_rewrite(remove_dead_slots, [x0, c], [outs[0]], values=[[0.5, 3.0], [1.0, 0.5]])
+    node, info = only_scan(fg)
+    assert info.as_while and info.n_sit_sot == 2 and info.n_non_seqs == 1  # t and k feed the condition
+
+
+def test_mit_mot_states_of_gradients_are_pruned():
+    ys = innergraph.scan(lambda y, k: y * k, outputs_info=[x0], non_sequences=[c], n_steps=4, return_updates=False)
+    _, g_x0 = pytensor.grad(ys[-1], [c, x0])  # the backward scan also accumulates the gradient for k
+    fg = check_rewrite(merged_then(remove_dead_slots), [x0, c], [g_x0])
+    assert innergraph.graph_stats(fg)["unused_outputs"] == 0
+
+
+def test_dead_call_and_conditional_outputs():
+    used, _ = innergraph.call(lambda p, q, r: [pt.exp(p) * q, pt.log(r)], x0, c, xs.sum())
+    fg = check_rewrite(remove_dead_slots, [x0, c, xs], [used])
+    (node,) = nodes_of(fg, Call)
+    assert len(node.outputs) == 1 and len(body_of(node.inputs[0]).param_types) == 2
+
+    a, b = innergraph.ifelse(x0 > 0, [pt.exp(c), pt.sin(xs).sum()], [c, xs.sum()])
+    fg = check_rewrite(remove_dead_slots, [x0, c, xs], [a])
+    (node,) = nodes_of(fg, IfElse)
+    assert len(node.outputs) == 1
+    assert [len(body_of(f).param_types) for f in node.inputs[1:3]] == [1, 1]  # xs no longer passed
+
+
+# -- duplicate and constant arguments ----------------------------------------------
+
+
+def test_duplicate_arguments_become_one_param():
+    outs = innergraph.scan(
+        lambda x, y, s, k1, k2: s + x * y * k1 * k2,
+        sequences=[xs, xs],
+        outputs_info=[x0],
+        non_sequences=[pt.exp(c), pt.exp(c)],
+        return_updates=False,
+    )
+    fg = check_rewrite(merged_then(merge_arguments), [x0, xs, c], [outs])
+    _, info = only_scan(fg)
+    assert (info.n_seqs, info.n_non_seqs) == (1, 1)
+
+
+def test_constant_arguments_are_inlined():
+    outs = innergraph.scan(
+        lambda x, s, k: s + x * k, sequences=[xs], outputs_info=[x0], non_sequences=[pt.exp(pt.constant(0.0)) * 2.5], return_updates=False
+    )
+    fg = check_rewrite(folded_then(merge_arguments), [x0, xs], [outs])
+    node, info = only_scan(fg)
+    assert info.n_non_seqs == 0
+    consts = [v for n in scope_toposort(body_of(node.inputs[0]).outputs) for v in n.inputs if isinstance(v, pt.TensorConstant)]
+    assert any(np.array_equal(v.data, 2.5) for v in consts)
+
+    y = innergraph.call(lambda p, q: p * q, x0, pt.exp(pt.constant(0.0)) * 3.0)
+    fg = check_rewrite(folded_then(merge_arguments), [x0], [y])
+    assert [len(n.inputs) for n in nodes_of(fg, Call)] == [2]  # the function and x0
+
+
+def test_a_sequence_of_equal_rows_becomes_a_non_sequence():
+    for seq in (pt.constant(np.full(5, 1.5)), pt.alloc(c, 5)):
+        outs = innergraph.scan(lambda x, s: s * x, sequences=[seq], outputs_info=[x0], n_steps=4, return_updates=False)
+        fg = check_rewrite(folded_then(merge_arguments), [x0, c], [outs])
+        assert only_scan(fg)[1].n_seqs == 0
+
+
+# -- forwarding --------------------------------------------------------------------
+
+
+def test_pass_through_states_are_forwarded():
+    outs = innergraph.scan(lambda x, s, t: (s + x * t, t), sequences=[xs], outputs_info=[x0, c], return_updates=False)
+    fg = check_rewrite(forward_params, [x0, xs, c], outs)
+    _, info = only_scan(fg)
+    assert (info.n_sit_sot, info.n_non_seqs) == (1, 1)  # t is now a non-sequence
+
+
+def test_pass_through_mit_mot_taps_are_dropped():
+    ys = innergraph.scan(lambda y: y**2, outputs_info=[x0], n_steps=4, return_updates=False)
+    g = pytensor.grad(pytensor.grad(ys[-1], x0), x0)  # its backward scan writes a tap back unchanged
+    fg = check_rewrite(forward_params, [x0], [g])
+    out_taps = [t for n in nodes_of(fg, Scan) for s in n.op.layout.info.mit_mot_out_slices for t in s]
+    in_taps = [n.op.layout.info.mit_mot_in_slices for n in nodes_of(fg, Scan)]
+    assert len(out_taps) < sum(len(s) for taps in in_taps for s in taps)
+
+
+def test_call_and_conditional_outputs_that_return_an_argument():
+    a, b = innergraph.call(lambda p, q: [p * q, q], x0, c)
+    fg = check_rewrite(forward_params, [x0, c], [a, b])
+    assert fg.outputs[1] is fg.inputs[1]
+    y = innergraph.ifelse(x0 > 0, [c, pt.exp(c)], [c, c])
+    fg = check_rewrite(forward_params, [x0, c], y)
+    assert fg.outputs[0] is fg.inputs[1] and len(nodes_of(fg, IfElse)[0].outputs) == 1
+
+
+# -- loop-invariant code motion ----------------------------------------------------
+
+
+def test_invariant_work_moves_out_and_merges_with_the_outer_graph():
+    outs = innergraph.scan(
+        lambda x, s, k: s + x * (pt.exp(k) * pt.sin(k)), sequences=[xs], outputs_info=[x0], non_sequences=[c], return_updates=False
+    )
+    outer = pt.exp(c) * pt.sin(c)
+    def hoist_then_merge(fgraph):
+        changed = hoist_invariants(fgraph)
+        MergeOptimizer().rewrite(fgraph)
+        return changed
+
+    fg = check_rewrite(hoist_then_merge, [x0, xs, c], [outs, outer])
+    node, _ = only_scan(fg)
+    body_ops = {type(n.op.scalar_op).__name__ for n in scope_toposort(body_of(node.inputs[0]).outputs) if hasattr(n.op, "scalar_op")}
+    assert not body_ops & {"Exp", "Sin"}
+    assert fg.outputs[1] in node.inputs  # the hoisted value is the outer graph's own node
+
+
+def test_branch_only_work_stays_inside():
+    outs = innergraph.scan(
+        lambda x, s, k: s + native_ifelse(x > 0, pt.exp(k), x), sequences=[xs], outputs_info=[x0], non_sequences=[c], return_updates=False
+    )
+    check_rewrite(hoist_invariants, [x0, xs, c], [outs], expect_change=False)
+    lazy = innergraph.scan(
+        lambda x, s, k: s + innergraph.ifelse(x > 0, pt.exp(k), x), sequences=[xs], outputs_info=[x0], non_sequences=[c], return_updates=False
+    )
+    check_rewrite(hoist_invariants, [x0, xs, c], [lazy], expect_change=False)
+
+
+# -- merging loops -----------------------------------------------------------------
+
+
+def test_independent_loops_over_the_same_steps_merge():
+    o1 = innergraph.scan(lambda x, s: s + x, sequences=[xs], outputs_info=[x0], return_updates=False)
+    o2 = innergraph.scan(lambda x, s: s * x, sequences=[xs], outputs_info=[c], return_updates=False)
+    fg = check_rewrite(merged_then(merge_loops), [x0, xs, c], [o1, o2])
+    _, info = only_scan(fg)
+    assert info.n_sit_sot == 2
+
+
+def test_dependent_loops_and_other_trip_counts_do_not_merge():
+    o1 = innergraph.scan(lambda x, s: s + x, sequences=[xs], outputs_info=[x0], return_updates=False)
+    o2 = innergraph.scan(lambda x, s: s * x, sequences=[o1], outputs_info=[c], return_updates=False)
+    o3 = innergraph.scan(lambda s: s * 2, outputs_info=[c], n_steps=3, return_updates=False)
+    fg = check_rewrite(merged_then(merge_loops), [x0, xs, c], [o2, o3], expect_change=False)
+    assert len(nodes_of(fg, Scan)) == 3
+
+
+# -- per-step outputs --------------------------------------------------------------
+
+
+def test_per_step_outputs_of_sequences_are_computed_after_the_loop():
+    s, y = innergraph.scan(lambda x, s: (s + x, pt.exp(x) * 2), sequences=[xs], outputs_info=[x0, None], return_updates=False)
+    fg = check_rewrite(push_out_per_step_outputs, [x0, xs], [s, y])
+    assert only_scan(fg)[1].n_nit_sot == 0
+
+
+def test_per_step_outputs_reading_final_mit_mot_taps_move_out():
+    ys = innergraph.scan(lambda y: y**2, outputs_info=[x0], n_steps=4, return_updates=False)
+    g = pytensor.grad(pytensor.grad(ys[-1], x0), x0)
+    fg = check_rewrite(merged_then(lambda g: forward_params(g) + merge_arguments(g) + push_out_per_step_outputs(g)), [x0], [g])
+    assert sum(n.op.layout.info.n_nit_sot for n in nodes_of(fg, Scan)) == 0
+
+
+# -- all together, in the pipeline ---------------------------------------------------
+
+
+def test_simplify_reaches_a_fixpoint():
+    o1 = innergraph.scan(lambda x, s, k: (s + x * pt.exp(k)), sequences=[xs], outputs_info=[x0], non_sequences=[c], return_updates=False)
+    o2, dead = innergraph.scan(lambda x, s, t: (s * x, t + 1), sequences=[xs], outputs_info=[c, x0], return_updates=False)
+    fg = check_rewrite(merged_then(simplify_consumers), [x0, xs, c], [o1, o2])
+    assert simplify_consumers(fg) == 0
+    assert innergraph.graph_stats(fg)["consumers"]["scan"] == 1
+    assert innergraph.graph_stats(fg)["unused_outputs"] == 0
+
+
+@pytest.mark.parametrize("linker", ["cvm", "numba"])
+def test_pipeline_matches_vanilla(linker):
+    from pytensor.compile.mode import Mode
+
+    o1 = pytensor.scan(lambda x, s, k: s + x * pt.exp(k), sequences=[xs], outputs_info=[x0], non_sequences=[c], return_updates=False)
+    o2 = pytensor.scan(lambda x, s: s * x, sequences=[xs], outputs_info=[c], return_updates=False)
+    cost = o1[-1] + o2.sum()
+    outs = [cost, *pytensor.grad(cost, [x0, c])]
+    mode = Mode(linker=linker, optimizer="fast_run")
+    ours = pytensor.function([x0, xs, c], outs, mode=mode)
+    vanilla = pytensor.function([x0, xs, c], outs, mode=mode.excluding("innergraph"))
+    args = (0.3, np.linspace(-1, 1, 7), 0.7)
+    np.testing.assert_allclose(ours(*args), vanilla(*args), rtol=1e-10)
+    assert innergraph.graph_stats(ours)["consumers"]["scan"] == 1  # merged, as PyTensor's own ScanMerge does
