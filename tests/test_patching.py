@@ -149,3 +149,17 @@ def test_dprint_of_a_built_call_lists_its_folded_body():
     x = pt.dvector("x")
     text = pytensor.dprint(call(lambda u: pt.tanh(u), x), file="str")
     assert "Body(1->1)" in text and "Bodies:" in text and "Tanh" in text
+
+
+def test_the_numba_scan_memo_is_a_patch_uninstall_reverts():
+    import innergraph.backends.numba as backend  # loads PyTensor's Numba dispatchers and patches them
+    from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
+    from pytensor.scan.op import Scan as NativeScan
+
+    assert numba_funcify_and_cache_key.dispatch(NativeScan) is backend.funcify_native_scan_once
+    innergraph.uninstall()
+    try:
+        assert numba_funcify_and_cache_key.dispatch(NativeScan) is backend._native_scan_funcify
+    finally:
+        innergraph.install()
+    assert numba_funcify_and_cache_key.dispatch(NativeScan) is backend.funcify_native_scan_once

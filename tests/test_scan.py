@@ -249,3 +249,39 @@ def test_untraced_state_round_trip():
     lower(fg)
     (lowered,) = [n for n in fg.apply_nodes if isinstance(n.op, NativeScan)]
     assert lowered.op == native.op
+
+
+def test_loops_over_one_body_are_converted_to_numba_once():
+    """K loops whose bodies merged share one native Op; its Numba conversion runs once, not K times."""
+    import innergraph.backends.numba as backend
+
+    xs = [pt.dvector(f"x{i}") for i in range(4)]
+    outs = [
+        pytensor.scan(lambda x, a: a * 0.9 + x, sequences=[x], outputs_info=[pt.constant(0.0, dtype="float64")], return_updates=False)[-1]
+        for x in xs
+    ]
+    calls = []
+    original = backend._native_scan_funcify
+
+    def counting(op, node=None, **kwargs):
+        calls.append(op)
+        return original(op, node=node, **kwargs)
+
+    backend._native_scan_funcify = counting
+    try:
+        fn = pytensor.function(xs, pt.add(*outs), mode="NUMBA")
+    finally:
+        backend._native_scan_funcify = original
+    scans = [n for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, NativeScan)]
+    assert len(scans) == 4 and len({id(n.op) for n in scans}) == 1
+    assert len(calls) == 1
+    values = [np.linspace(0, 1, 5 + i) for i in range(4)]
+    expected = sum(_decay(v) for v in values)
+    np.testing.assert_allclose(fn(*values), expected)
+
+
+def _decay(v):
+    acc = 0.0
+    for x in v:
+        acc = acc * 0.9 + x
+    return acc

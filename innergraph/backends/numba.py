@@ -8,7 +8,9 @@ registers, with PyTensor's Numba dispatchers:
 * ``numba_funcify_and_cache_key`` for `Call`: the body is funcified once per
   distinct `Body` (merged bodies compile once) and the call jumps into it;
 * the same for the in-graph `Scan`, delegating to PyTensor's own Numba Scan;
-* a lazy `IfElse`: both branch bodies are jitted, exactly one runs per call.
+* a lazy `IfElse`: both branch bodies are jitted, exactly one runs per call;
+* for PyTensor's own Scan, a memo in front of its conversion
+  (`funcify_native_scan_once`), applied as a patch that ``uninstall`` reverts.
 
 The cache key of a call is derived from its body's own Numba cache key, so
 Numba's on-disk cache can never confuse two different bodies.
@@ -16,6 +18,7 @@ Numba's on-disk cache can never confuse two different bodies.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from hashlib import sha256
 from typing import Any
@@ -30,8 +33,10 @@ from pytensor.link.numba.dispatch.basic import (
     register_funcify_and_cache_key,
 )
 from pytensor.link.numba.cache import compile_numba_function_src
+from pytensor.scan.op import Scan as NativeScan
 
 from innergraph.fold import fold_inner_graphs
+from innergraph.patching import DispatchPatch, apply_late
 from innergraph.instantiate import instantiate
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse
@@ -39,7 +44,32 @@ from innergraph.ops.scan import Scan, build_native_scan
 from innergraph.ops.runtime import body_value, compile_count
 from innergraph.types import Body
 
-__all__ = ["numba_body"]
+__all__ = ["funcify_native_scan_once", "numba_body"]
+
+_native_scan_funcify = numba_funcify_and_cache_key.dispatch(NativeScan)
+_funcified: dict[int, dict[tuple[Any, ...], tuple[Callable[..., Any], str | None]]] = {}
+
+
+def funcify_native_scan_once(op: NativeScan, node: Any = None, **kwargs: Any) -> tuple[Callable[..., Any], str | None]:
+    """PyTensor's Numba conversion of a native Scan, done once per Op instance and node types.
+
+    The Numba linker converts node by node, and PyTensor's conversion of a Scan
+    rewrites its inner graph each time. Nodes that share one Op instance — what
+    ``innergraph_share`` makes of nodes whose bodies merged — share the result,
+    so K loops over one body compile it once. The outer types are part of the key
+    because the conversion takes in-place decisions from them.
+    """
+    key = (tuple(v.type for v in node.inputs), tuple(v.type for v in node.outputs))
+    per_op = _funcified.get(id(op))
+    if per_op is None:
+        per_op = _funcified[id(op)] = {}
+        weakref.finalize(op, _funcified.pop, id(op), None)
+    if key not in per_op:
+        per_op[key] = _native_scan_funcify(op, node=node, **kwargs)
+    return per_op[key]
+
+
+apply_late(DispatchPatch(numba_funcify_and_cache_key, NativeScan, funcify_native_scan_once))
 
 
 @numba_typify.register(Body)

@@ -1,7 +1,9 @@
 """Apply and remove innergraph's patches to PyTensor.
 
 One module per PyTensor area patched (`linker`, `printing`); each exposes
-``patches()``, a list of `Patch` records. `install` is idempotent and `uninstall`
+``patches()``, a list of `Patch` records. Parts of PyTensor that load on demand
+(its Numba dispatchers) are patched when they load (`apply_late`, a
+`DispatchPatch`), and unpatched by `uninstall` like the others. `install` is idempotent and `uninstall`
 puts back the very objects it replaced, so PyTensor is restored exactly.
 The rewrites innergraph registers in PyTensor's database are installed and
 removed together with the patches (see `innergraph.rewriting.db`).
@@ -12,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Patch", "install", "installed", "uninstall"]
+__all__ = ["DispatchPatch", "Patch", "apply_late", "install", "installed", "uninstall"]
 
 
 @dataclass
@@ -32,7 +34,33 @@ class Patch:
         setattr(self.owner, self.name, self.original)
 
 
-_applied: list[Patch] = []
+@dataclass
+class DispatchPatch:
+    """Register ``replacement`` for ``cls`` with the single-dispatch function ``dispatcher``."""
+
+    dispatcher: Any
+    cls: type
+    replacement: Any
+    original: Any = field(default=None, init=False)
+
+    def apply(self) -> None:
+        self.original = self.dispatcher.dispatch(self.cls)
+        self.dispatcher.register(self.cls, self.replacement)
+
+    def revert(self) -> None:
+        self.dispatcher.register(self.cls, self.original)
+
+
+_applied: list[Patch | DispatchPatch] = []
+_late: list[Patch | DispatchPatch] = []  # patches of on-demand parts, once those have loaded
+
+
+def apply_late(patch: Patch | DispatchPatch) -> None:
+    """Patch a part of PyTensor that loads on demand (Numba): now if installed, and on every `install`."""
+    _late.append(patch)
+    if _applied:
+        patch.apply()
+        _applied.append(patch)
 
 
 def installed() -> bool:
@@ -51,6 +79,9 @@ def install() -> None:
         for patch in module.patches():
             patch.apply()
             _applied.append(patch)
+    for late in _late:
+        late.apply()
+        _applied.append(late)
     db.register_all()
 
 
