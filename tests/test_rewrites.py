@@ -20,7 +20,7 @@ from innergraph.graph import body_of, scope_toposort
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse
 from innergraph.ops.scan import Scan
-from innergraph.rewriting.args import merge_arguments
+from innergraph.rewriting.args import LARGE_CONSTANT, merge_arguments, pass_large_constants
 from innergraph.rewriting.dce import remove_dead_slots
 from innergraph.rewriting.forward import forward_params
 from innergraph.rewriting.licm import hoist_invariants
@@ -164,6 +164,19 @@ def test_a_sequence_of_equal_rows_becomes_a_non_sequence():
         assert only_scan(fg)[1].n_seqs == 0
 
 
+def test_large_constants_become_arguments_of_call_and_branch_bodies():
+    big = pt.constant(np.arange(100.0))
+    y = innergraph.ifelse(x0 > 0, (xs.sum() * big).sum(), c)
+    fg = check_rewrite(pass_large_constants, [x0, xs, c], [y], values=[[0.5, np.ones(3), 2.0], [-0.5, np.ones(3), 2.0]])
+    (node,) = nodes_of(fg, IfElse)
+    then_body = body_of(node.inputs[1])
+    inside = [v for n in scope_toposort(then_body.outputs) for v in n.inputs if isinstance(v, pt.TensorConstant)]
+    assert all(v.data.size <= LARGE_CONSTANT for v in inside)
+    assert any(isinstance(v, pt.TensorConstant) and v.data.size == 100 for v in node.inputs)
+    # ... and merge_arguments does not inline it back
+    assert merge_arguments(fg) == 0
+
+
 # -- forwarding --------------------------------------------------------------------
 
 
@@ -246,7 +259,7 @@ def test_dependent_loops_and_other_trip_counts_do_not_merge():
 
 
 def test_per_step_outputs_of_sequences_are_computed_after_the_loop():
-    s, y = innergraph.scan(lambda x, s: (s + x, pt.exp(x) * 2), sequences=[xs], outputs_info=[x0, None], return_updates=False)
+    s, y = innergraph.scan(lambda x, s: (s + x, pt.exp(x) * 2), sequences=[xs], outputs_info=[x0, None], return_updates=False)  # s keeps the loop
     fg = check_rewrite(push_out_per_step_outputs, [x0, xs], [s, y])
     assert only_scan(fg)[1].n_nit_sot == 0
 

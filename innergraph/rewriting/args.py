@@ -4,7 +4,9 @@ Two input slots of the same kind that bind the same outer variable (identity,
 after MergeOptimizer) become one param. A constant argument is inlined into the
 body — the param replaced by the constant — so constant folding reaches it. A
 sequence whose rows are all equal (a constant, or an ``Alloc`` along time) is a
-non-sequence: each step reads the same row.
+non-sequence: each step reads the same row. Large constants go the other way:
+a call or branch body receives them as arguments (`pass_large_constants`), because
+compiled bodies would otherwise hold them as globals, which Numba cannot cache.
 Input slots are those that only bind params: sequences, non-sequences, call and
 branch arguments.
 """
@@ -20,17 +22,30 @@ from pytensor.graph.fg import FunctionGraph
 from pytensor.tensor.basic import Alloc
 from pytensor.tensor.variable import TensorConstant
 
+from innergraph.graph import scope_toposort
 from innergraph.rewriting.signature import Signature, Slot, consumers, replace_consumer
 
-__all__ = ["inline_constant", "merge_arguments"]
+__all__ = ["LARGE_CONSTANT", "inline_constant", "invariant_row", "merge_arguments", "pass_large_constants"]
 
 INPUT_KINDS = ("seq", "non_seq", "arg", "then_arg", "else_arg")
 
 
+#: Constants with more elements than this are passed to bodies, not inlined into them:
+#: compiled bodies (Numba) would hold them as globals, which defeats Numba's disk cache.
+LARGE_CONSTANT = 64
+
+#: The input-slot kind that binds a param of body ``b``, per consumer kind.
+ARGUMENT_KINDS = {"call": ("arg",), "ifelse": ("then_arg", "else_arg")}
+
+
+def _large(value: Any) -> bool:
+    return isinstance(value, Constant) and np.asarray(value.data).size > LARGE_CONSTANT
+
+
 def inline_constant(slot: Slot) -> Variable | None:
-    """The constant an input slot binds, typed as its param, if it binds one."""
+    """The constant an input slot binds, typed as its param, if it binds a small one."""
     (arg,), ((_, p),) = slot.args, slot.params
-    if slot.kind == "seq" or not isinstance(arg, Constant):
+    if slot.kind == "seq" or not isinstance(arg, Constant) or _large(arg):
         return None
     try:
         return TensorConstant(p.type, p.type.filter(arg.data))
@@ -69,6 +84,28 @@ def invariant_row(sig: Signature, slot: Slot) -> Variable | None:
         return p.type.filter_variable(row)
     except TypeError:
         return None
+
+
+def pass_large_constants(fgraph: FunctionGraph) -> int:
+    """Make the large constants of call and branch bodies arguments; return how many consumers changed."""
+    changed = 0
+    for sig in consumers(fgraph):
+        kinds = ARGUMENT_KINDS.get(getattr(sig.node.op, "kind", ""))
+        if kinds is None:
+            continue
+        new: list[Slot] = []
+        replace: dict[int, dict[Variable, Variable]] = {}
+        for b, kind in enumerate(kinds):
+            outputs = [v for s in sig.slots for bb, v in s.outputs if bb == b]
+            found = [v for n in scope_toposort(outputs) for v in n.inputs if _large(v)]
+            found += [v for v in outputs if _large(v)]
+            for const in dict.fromkeys(found):
+                param = replace.setdefault(b, {}).setdefault(const, const.type())
+                new.append(Slot(kind, (const,), ((b, param),)))
+        if new:
+            replace_consumer(fgraph, sig, [*sig.slots, *new], replace=replace, reason="pass_large_constants")
+            changed += 1
+    return changed
 
 
 def merge_arguments(fgraph: FunctionGraph) -> int:

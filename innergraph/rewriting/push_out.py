@@ -8,7 +8,8 @@ step overwrites (tap ``k`` of a state whose output taps are all ``> k`` reads
 row ``t + k - min(in_taps)`` of the state's final buffer). The loop does less
 work, and a state whose buffer only fed that output is now read by the outer
 graph instead of being an unused result. PyTensor's ``scan_push_out_seq`` is the
-special case without states.
+special case without states; a loop without states (a pure map) is left as it
+is, as PyTensor leaves it.
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ def push_out_per_step_outputs(fgraph: FunctionGraph) -> int:
     for sig in consumers(fgraph):
         if getattr(sig.node.op, "kind", None) != "scan" or any(s.kind == "until" for s in sig.slots):
             continue
+        if not any(s.kind in ("mit_mot", "mit_sot", "sit_sot", "untraced") for s in sig.slots):
+            continue  # a pure map stays a loop (as PyTensor keeps it; its tests count the Scan)
         values = _after_loop_values(sig)
         batched = {p for p, v in values.items() if v is not sig.header[0] and any(s.kind != "non_seq" and (0, p) in s.params for s in sig.slots)}
         pushed = {}
