@@ -187,6 +187,14 @@ def test_pass_through_states_are_forwarded():
     assert (info.n_sit_sot, info.n_non_seqs) == (1, 1)  # t is now a non-sequence
 
 
+def test_traced_pass_through_states_of_while_loops_stay():
+    from pytensor.scan.utils import until
+
+    outs = innergraph.scan(lambda s, t: ([s * 2, t], until(s > 4)), outputs_info=[x0, c], n_steps=10, return_updates=False)
+    fg = check_rewrite(forward_params, [x0, c], outs, values=[[0.5, 1.0], [3.0, 2.0]], expect_change=False)
+    assert only_scan(fg)[1].n_sit_sot == 2  # t's trace ends where the loop stopped: not a repeated init
+
+
 def test_pass_through_mit_mot_taps_are_dropped():
     ys = innergraph.scan(lambda y: y**2, outputs_info=[x0], n_steps=4, return_updates=False)
     g = pytensor.grad(pytensor.grad(ys[-1], x0), x0)  # its backward scan writes a tap back unchanged

@@ -7,7 +7,8 @@
   value and a sit-sot its initial value repeated (their param, if still read,
   becomes a non-sequence); a mit-mot output tap that writes back what the same
   input tap read is dropped (it writes nothing new), and a mit-mot left with no
-  output taps is its initial buffer, its taps become sequences over it.
+  output taps is its initial buffer, its taps become sequences over it. Traced
+  states of while loops are left alone: their traces end where the loop stopped.
 """
 
 from __future__ import annotations
@@ -30,12 +31,15 @@ def _forward(sig: Signature, slot: Slot, bound: dict[tuple[int, Variable], Varia
         if len(args) == 1 and None not in args:
             return [], args.pop()
         return None
-    if slot.kind in ("untraced", "sit_sot") and slot.outputs[0][1] is slot.params[0][1]:
+    is_while = any(s.kind == "until" for s in sig.slots)  # its traces end where the loop stopped
+    if slot.kind == "untraced" or (slot.kind == "sit_sot" and not is_while):
+        if slot.outputs[0][1] is not slot.params[0][1]:
+            return None
         arg: Any = slot.args[0]
         init = arg if slot.kind == "untraced" else arg[0]
         value = arg if slot.kind == "untraced" else pt.alloc(init, arg.shape[0], *(init.shape[i] for i in range(init.ndim)))
         return [Slot("non_seq", (init,), slot.params)], slot.results[0].type.filter_variable(value)
-    if slot.kind == "mit_mot":
+    if slot.kind == "mit_mot" and not is_while:
         taps = dict(zip(slot.in_taps, (v for _, v in slot.params)))
         kept = [(t, o, ty) for t, o, ty in zip(slot.out_taps, slot.outputs, slot.output_types, strict=True) if taps.get(t) is not o[1]]
         if len(kept) == len(slot.out_taps):
