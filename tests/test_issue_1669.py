@@ -7,6 +7,7 @@ With innergraph both are fully clean (issue 6): no unused output or param, nothi
 left to merge, fewer loops and strictly fewer nodes.
 """
 
+import numpy as np
 import pytensor
 import pytensor.scalar as ps
 import pytensor.tensor as pt
@@ -41,8 +42,9 @@ def compiled():
 
 @pytest.mark.parametrize("order", [2, 3])
 def test_values_are_identical(compiled, order):
+    """Equal to the last bits or nearly: rewriting reassociates a few floating-point operations."""
     for x in (0.3, 1.1, -0.7):
-        assert compiled[(order, "innergraph")](x) == compiled[(order, "vanilla")](x)
+        np.testing.assert_allclose(compiled[(order, "innergraph")](x), compiled[(order, "vanilla")](x), rtol=1e-13)
 
 
 def test_second_derivative_shares_the_alpha_equivalent_backward_body(compiled):

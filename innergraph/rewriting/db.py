@@ -4,9 +4,8 @@
 name                           position  tags
 =============================  ========  ==================================================
 ``innergraph_lift``            0.06      fast_run, innergraph
-``innergraph_simplify``        0.07      fast_run, innergraph
 ``innergraph_branch``          1.55      fast_run, innergraph
-``innergraph_resimplify``      1.56      fast_run, innergraph
+``innergraph_simplify``        1.56      fast_run, innergraph
 ``innergraph_lower``           1.59      fast_run, innergraph
 ``innergraph_fold``            48.5      fast_run, fast_compile, minimum_compile
 ``innergraph_fusion``          49.1      fast_run, fusion
@@ -32,10 +31,8 @@ canonicalize and stabilize made both sides canonical.
 
 ``innergraph_simplify`` (`innergraph.rewriting.simplify`) runs the consumer
 rewrites — forwarding, duplicate and constant arguments, loop-invariant code
-motion, dead slots, loop merging — to a fixpoint right after lifting (so
-canonicalize and stabilize see inlined constants and hoisted work), and
-``innergraph_resimplify`` again after them (they leave new dead code and
-duplicates behind). See ``design/rewrites.md``.
+motion, dead slots, per-step outputs, loop merging — to a fixpoint after
+canonicalize and stabilize, just before lowering. See ``design/rewrites.md``.
 
 ``innergraph_share`` (`innergraph.rewriting.share`) runs after every pass that
 rebuilds native Scan Ops and makes nodes with equal Ops share one instance again,
@@ -103,9 +100,8 @@ class FunctionRewriter(GraphRewriter):
 
 _REWRITES: list[tuple[str, FunctionRewriter, float, tuple[str, ...]]] = [
     ("innergraph_lift", FunctionRewriter(lift_native), 0.06, ("fast_run", "innergraph")),
-    ("innergraph_simplify", FunctionRewriter(simplify_consumers), 0.07, ("fast_run", "innergraph")),
     ("innergraph_branch", FunctionRewriter(share_branch_work), 1.55, ("fast_run", "innergraph")),
-    ("innergraph_resimplify", FunctionRewriter(simplify_consumers), 1.56, ("fast_run", "innergraph")),
+    ("innergraph_simplify", FunctionRewriter(simplify_consumers), 1.56, ("fast_run", "innergraph")),
     ("innergraph_lower", FunctionRewriter(lower_consumers), 1.59, ("fast_run", "innergraph")),
     ("innergraph_fold", FunctionRewriter(fold_inner_graphs), 48.5, ("fast_run", "fast_compile", "minimum_compile")),
     ("innergraph_fusion", FunctionRewriter(fuse_bodies), 49.1, ("fast_run", "fusion")),

@@ -60,8 +60,7 @@ def test_first_call(benchmark, compiled, case_id, variant):
     result = benchmark.pedantic(
         lambda fn: fn(*case.values), setup=lambda: ((compile_case(case, variant),), {}), rounds=3, iterations=1
     )
-    for got, want in zip(result, expected, strict=True):
-        np.testing.assert_allclose(got, want, rtol=case.rtol)
+    assert_same_results(result, expected, case)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -72,6 +71,10 @@ def test_steady_call(benchmark, compiled, case_id, variant):
     tag(benchmark, case, variant, "steady")
     benchmark.extra_info["stats"] = graph_stats(fn)
     result = benchmark(fn, *case.values)
+    assert_same_results(result, expected, case)
+
+
+def assert_same_results(result, expected, case):
     for got, want in zip(result, expected, strict=True):
         np.testing.assert_allclose(got, want, rtol=case.rtol)
 
