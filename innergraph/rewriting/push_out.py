@@ -7,9 +7,9 @@ all steps at once (`pytensor.graph.replace.vectorize_graph`): sequences (row
 step overwrites (tap ``k`` of a state whose output taps are all ``> k`` reads
 row ``t + k - min(in_taps)`` of the state's final buffer). The loop does less
 work, and a state whose buffer only fed that output is now read by the outer
-graph instead of being an unused result. PyTensor's ``scan_push_out_seq`` is the
-special case without states; a loop without states (a pure map) is left as it
-is, as PyTensor leaves it.
+graph instead of being an unused result. Only outputs that read a state tap are
+moved: those reading only sequences and non-sequences are the domain of
+PyTensor's own ``scan_push_out_seq`` (its tests check what it leaves in the loop).
 """
 
 from __future__ import annotations
@@ -50,17 +50,15 @@ def push_out_per_step_outputs(fgraph: FunctionGraph) -> int:
     for sig in consumers(fgraph):
         if getattr(sig.node.op, "kind", None) != "scan" or any(s.kind == "until" for s in sig.slots):
             continue
-        if not any(s.kind in ("mit_mot", "mit_sot", "sit_sot", "untraced") for s in sig.slots):
-            continue  # a pure map stays a loop (as PyTensor keeps it; its tests count the Scan)
         values = _after_loop_values(sig)
-        batched = {p for p, v in values.items() if v is not sig.header[0] and any(s.kind != "non_seq" and (0, p) in s.params for s in sig.slots)}
+        state_taps = {p for s in sig.slots if s.kind == "mit_mot" for _, p in s.params if p in values}
         pushed = {}
         for slot in sig.slots:
             if slot.kind != "nit_sot" or slot.args[0] is not sig.header[0] or not fgraph.clients.get(slot.results[0]):
                 continue
             (_, out), = slot.outputs
             leaves = scope_leaves([out])
-            if any(is_function(v) or not (isinstance(v, Constant) or v in values) for v in leaves) or not batched & set(leaves):
+            if any(is_function(v) or not (isinstance(v, Constant) or v in values) for v in leaves) or not state_taps & set(leaves):
                 continue
             new = vectorize_graph(out, {p: values[p] for p in leaves if p in values})
             pushed[slot.results[0]] = slot.results[0].type.filter_variable(new)
