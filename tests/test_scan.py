@@ -15,7 +15,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
-from pytensor.compile.mode import get_default_mode
+from pytensor.compile.mode import get_default_mode, get_mode
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.traversal import ancestors, applys_between
 from pytensor.scan.op import Scan as NativeScan
@@ -270,11 +270,14 @@ def test_loops_over_one_body_are_converted_to_numba_once():
     backend._native_scan_funcify = counting
     try:
         fn = pytensor.function(xs, pt.add(*outs), mode="NUMBA")
+        ours = len(calls)
+        pytensor.function(xs, pt.add(*outs), mode=get_mode("NUMBA").excluding("innergraph"))
     finally:
         backend._native_scan_funcify = original
     scans = [n for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, NativeScan)]
     assert len(scans) == 4 and len({id(n.op) for n in scans}) == 1
-    assert len(calls) == 1
+    assert ours == 1
+    assert len(calls) - ours == 4  # vanilla PyTensor's Scans are converted as without innergraph
     values = [np.linspace(0, 1, 5 + i) for i in range(4)]
     expected = sum(_decay(v) for v in values)
     np.testing.assert_allclose(fn(*values), expected)

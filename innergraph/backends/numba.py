@@ -40,7 +40,7 @@ from innergraph.patching import DispatchPatch, apply_late
 from innergraph.instantiate import instantiate
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse
-from innergraph.ops.scan import Scan, build_native_scan
+from innergraph.ops.scan import Scan, build_native_scan, is_shared
 from innergraph.ops.runtime import body_value, compile_count
 from innergraph.types import Body
 
@@ -54,11 +54,15 @@ def funcify_native_scan_once(op: NativeScan, node: Any = None, **kwargs: Any) ->
     """PyTensor's Numba conversion of a native Scan, done once per Op instance and node types.
 
     The Numba linker converts node by node, and PyTensor's conversion of a Scan
-    rewrites its inner graph each time. Nodes that share one Op instance — what
-    ``innergraph_share`` makes of nodes whose bodies merged — share the result,
-    so K loops over one body compile it once. The outer types are part of the key
+    rewrites its inner graph each time. Nodes that share one Op instance by
+    innergraph's doing (lowering a merged body, ``innergraph_share``) share the
+    result, so K loops over one body compile it once; other Scans (vanilla
+    PyTensor's, e.g. under ``mode.excluding("innergraph")``) are converted as
+    PyTensor converts them. The outer types are part of the key
     because the conversion takes in-place decisions from them.
     """
+    if not is_shared(op):  # PyTensor's own nodes are converted exactly as without innergraph
+        return _native_scan_funcify(op, node=node, **kwargs)
     key = (tuple(v.type for v in node.inputs), tuple(v.type for v in node.outputs))
     per_op = _funcified.get(id(op))
     if per_op is None:

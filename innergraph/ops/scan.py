@@ -14,6 +14,7 @@ per-step cost is the native one, and bodies that merged compile once.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +32,7 @@ from innergraph.fold import fold_scope
 from innergraph.ops.runtime import body_value
 from innergraph.types import Body
 
-__all__ = ["Scan", "ScanLayout", "build_native_scan", "native_scan"]
+__all__ = ["Scan", "ScanLayout", "build_native_scan", "is_shared", "mark_shared", "native_scan"]
 
 
 @dataclass(frozen=True)
@@ -278,8 +279,29 @@ def native_scan(body: Body, op: Scan) -> NativeScan:
     key = ("native_scan", op, id(op.mode), op.strict)
     native = body.cache.get(key)
     if native is None:
-        native = body.cache[key] = build_native_scan(body, op)
+        native = body.cache[key] = mark_shared(build_native_scan(body, op))
     return native
+
+
+#: Native Scan Ops that innergraph made several nodes share (by id; entries die with the Op).
+_shared: dict[int, weakref.ref[NativeScan]] = {}
+
+
+def mark_shared(op: NativeScan) -> NativeScan:
+    """Record that nodes share ``op`` by innergraph's doing (lowering, ``innergraph_share``)."""
+    key = id(op)
+
+    def forget(_: object) -> None:
+        _shared.pop(key, None)
+
+    _shared[key] = weakref.ref(op, forget)
+    return op
+
+
+def is_shared(op: NativeScan) -> bool:
+    """Whether innergraph made nodes share ``op`` (so they may share its compiled form)."""
+    ref = _shared.get(id(op))
+    return ref is not None and ref() is op
 
 
 def build_native_scan(body: Body, op: Scan) -> NativeScan:

@@ -20,6 +20,8 @@ from pytensor.graph.basic import Apply
 from pytensor.graph.fg import FunctionGraph
 from pytensor.scan.op import Scan as NativeScan
 
+from innergraph.ops.scan import mark_shared
+
 __all__ = ["share_native_ops"]
 
 
@@ -38,7 +40,7 @@ def share_native_ops(fgraph: FunctionGraph) -> int:
             continue
         rep = representative.setdefault(_key(node), node.op)
         if rep is not node.op:
-            replacements.append((node, rep))
+            replacements.append((node, mark_shared(rep)))
     for node, rep in replacements:
         new = rep.make_node(*node.inputs)
         fgraph.replace_all(list(zip(node.outputs, new.outputs, strict=True)), reason="share_native_ops")
