@@ -137,7 +137,29 @@ def _lift_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
 
 def _lower_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
     consumer: Scan = op
-    return native_scan(body_of(inputs[0]), consumer).make_node(*inputs[1:]).outputs
+    lowered = Scan(consumer.layout, **{**consumer.flags(), "mode": already_rewritten(consumer.mode)})
+    return native_scan(body_of(inputs[0]), lowered).make_node(*inputs[1:]).outputs
+
+
+_already_rewritten: dict[tuple[int, str], tuple[Any, Any]] = {}
+
+
+def already_rewritten(mode: Any) -> Any:
+    """``mode`` for compiling a lowered body: without canonicalize and stabilize.
+
+    The pipeline rewrote the body with the outer graph (canonicalize and stabilize
+    reached its nodes) before lowering it; compiling the native Scan would run them
+    over it again. One Mode object per original mode, so lowered Scans still share
+    one native Op per body.
+    """
+    import pytensor
+    from pytensor.compile.mode import get_mode
+
+    key = (id(mode), str(pytensor.config.mode) if mode is None else "")  # None: the default at this time
+    cached = _already_rewritten.get(key)
+    if cached is None or cached[0] is not mode:
+        cached = _already_rewritten[key] = (mode, get_mode(mode).excluding("canonicalize", "stabilize"))
+    return cached[1]
 
 
 def _lift_ifelse(op: Any, inputs: Sequence[Variable]) -> list[Variable]:

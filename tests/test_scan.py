@@ -288,3 +288,17 @@ def _decay(v):
     for x in v:
         acc = acc * 0.9 + x
     return acc
+
+
+def test_lowered_bodies_are_not_canonicalized_twice():
+    """The pipeline rewrote a lowered body with the outer graph; its native compile skips canonicalize/stabilize."""
+    x0 = pt.dscalar("x0")
+    ys = pytensor.scan(lambda y: pt.exp(y) * 1 + 0, outputs_info=[x0], n_steps=3, return_updates=False)
+    fn = pytensor.function([x0], ys)
+    (node,) = [n for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, NativeScan)]
+    assert {"canonicalize", "stabilize"} <= set(node.op.mode._optimizer.exclude)
+    expected, y = [], 0.4
+    for _ in range(3):
+        y = np.exp(y)
+        expected.append(y)
+    np.testing.assert_allclose(fn(0.4), expected)
