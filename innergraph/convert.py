@@ -162,3 +162,105 @@ def already_rewritten(mode: Any) -> Any:
         base = Mode("cvm", "fast_run") if mode in (None, "FAST_RUN") else get_mode(mode)
         cached = _already_rewritten[id(mode)] = (mode, base.excluding("canonicalize", "stabilize"))
     return cached[1]
+
+
+def _lift_ifelse(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
+    n = op.n_outs
+    return _as_list(ifelse(inputs[0], list(inputs[1 : 1 + n]), list(inputs[1 + n :])))
+
+
+def _lower_ifelse(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
+    from pytensor.ifelse import ifelse as native_ifelse
+
+    consumer: IfElse = op
+    cond, then_fn, else_fn, then_args, else_args = consumer.split(inputs)
+    return _as_list(native_ifelse(cond, instantiate(then_fn, then_args), instantiate(else_fn, else_args)))
+
+
+def _lift_ofg(op: Any, inputs: Sequence[Variable]) -> list[Variable] | None:
+    """Lift an `OpFromGraph` — the exact class only, and not an in-place one.
+
+    Subclasses (AllocDiag, Einsum, random-variable Ops, ...) stand for Ops with a
+    fixed signature that rewrites match on by class, so they stay native. Gradient
+    overrides become function inputs of the `Call`; an override that reads
+    variables other than its arguments is not lifted.
+    """
+    native: OpFromGraph = op
+    if type(native) is not OpFromGraph or native.destroy_map:
+        return None
+    body = lift_graph(copy_scope(native.inner_outputs))
+    param_types = [v.type for v in native.inner_inputs]
+    function = InnerGraph(InnerGraphType(param_types, [o.type for o in body])).make_node(*body).outputs[0]
+    functions: list[Variable] = [function]
+    ins, outs = list(native.input_types), list(native.output_types)
+    overrides = (  # (override, how to apply it, types of its last argument group, reads outputs)
+        (native.pullback_overrides, native.pullback, outs, True),
+        (native.pushforward_overrides, native.pushforward, ins, False),
+    )
+    patterns: list[tuple[str, ...] | None] = []
+    for override, apply, last_types, reads_outputs in overrides:
+        if override is None:
+            patterns.append(None)
+            continue
+        made = _override_function(apply, ins, outs, last_types, reads_outputs)
+        if made is None:
+            return None
+        functions.append(made[0])
+        patterns.append(made[1])
+    pattern = native._connection_pattern
+    connection = tuple(tuple(bool(c) for c in row) for row in pattern) if pattern is not None else None
+    return Call(patterns[0], patterns[1], connection).make_node(*functions, *inputs).outputs
+
+
+def _override_function(
+    make: Callable[..., Sequence[Variable]],
+    in_types: list[Any],
+    out_types: list[Any],
+    last_types: list[Any],
+    reads_outputs: bool,
+) -> tuple[Variable, tuple[str, ...]] | None:
+    """A gradient override as a function of ``(args, [outputs], (co)tangents)``, and its pattern."""
+    from pytensor.gradient import DisconnectedType
+    from pytensor.graph.null_type import NullType
+
+    xs, ys, zs = [t() for t in in_types], [t() for t in out_types], [t() for t in last_types]
+    results = list(make(xs, ys, zs))
+    pattern = tuple(
+        "d" if isinstance(r.type, DisconnectedType) else "n" if isinstance(r.type, NullType) else "c" for r in results
+    )
+    connected = [r for r, mark in zip(results, pattern, strict=True) if mark == "c"]
+    closure = inner_graph(lift_graph(connected) if connected else [pt.constant(0.0)], [*xs, *(ys if reads_outputs else []), *zs])
+    if closure.captured:
+        return None
+    return closure.function, pattern
+
+
+def _lower_call(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
+    consumer: Call = op
+    function, pb, pf, args = consumer.split(inputs)
+    body = body_of(function)
+    xs = [t() for t in body.param_types]
+    kwargs: dict[str, Any] = {}
+    if pb is not None:
+        kwargs["pullback"] = lambda i, o, g: consumer._overridden_pullback(pb, i, o, g)
+    if pf is not None:
+        outputs_like = [t() for t in body.type.output_types]
+        kwargs["pushforward"] = lambda i, t: consumer._overridden_pushforward(pf, i, t, outputs_like)
+    if consumer.connection is not None:
+        kwargs["connection_pattern"] = [list(row) for row in consumer.connection]
+    native = OpFromGraph(xs, fold_scope(instantiate(body, xs)), **kwargs)
+    return _as_list(native(*args, return_list=True))
+
+
+def _as_list(value: Variable | Sequence[Variable]) -> list[Variable]:
+    return [value] if isinstance(value, Variable) else list(value)
+
+
+LIFTERS[NativeScan] = _lift_scan
+LOWERERS[Scan] = _lower_scan
+LIFTERS[NativeIfElse] = _lift_ifelse
+LOWERERS[IfElse] = _lower_ifelse
+LIFTERS[OpFromGraph] = _lift_ofg
+LOWERERS[Call] = _lower_call
+PIPELINE_LIFTS.add(NativeScan)
+PIPELINE_LOWERS.add(Scan)
