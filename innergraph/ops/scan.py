@@ -68,6 +68,13 @@ class ScanLayout:
         sizes += [("nit_sot", info.n_nit_sot), ("non_seqs", info.n_non_seqs)]
         return _split(inputs, sizes)
 
+    def split_outer_outputs(self, outputs: Sequence[Any]) -> dict[str, list[Any]]:
+        """Group outer outputs: mit_mot, mit_sot, sit_sot, nit_sot, untraced."""
+        info = self.info
+        sizes = [("mit_mot", info.n_mit_mot), ("mit_sot", info.n_mit_sot), ("sit_sot", info.n_sit_sot)]
+        sizes += [("nit_sot", info.n_nit_sot), ("untraced", info.n_untraced_sit_sot)]
+        return _split(outputs, sizes)
+
     def check_outer_inputs(self, param_types: Sequence[Any], outer: Sequence[Variable], where: str) -> None:
         """Check each outer input against the params it feeds; name the offender."""
         inner = self.split_inner_inputs(param_types)

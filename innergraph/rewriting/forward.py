@@ -31,15 +31,14 @@ def _forward(sig: Signature, slot: Slot, bound: dict[tuple[int, Variable], Varia
         if len(args) == 1 and None not in args:
             return [], args.pop()
         return None
-    is_while = any(s.kind == "until" for s in sig.slots)  # its traces end where the loop stopped
-    if slot.kind == "untraced" or (slot.kind == "sit_sot" and not is_while):
+    if slot.kind == "untraced" or (slot.kind == "sit_sot" and not sig.is_while):  # a while loop's traces end where it stopped
         if slot.outputs[0][1] is not slot.params[0][1]:
             return None
         arg: Any = slot.args[0]
         init = arg if slot.kind == "untraced" else arg[0]
         value = arg if slot.kind == "untraced" else pt.alloc(init, arg.shape[0], *(init.shape[i] for i in range(init.ndim)))
         return [Slot("non_seq", (init,), slot.params)], slot.results[0].type.filter_variable(value)
-    if slot.kind == "mit_mot" and not is_while:
+    if slot.kind == "mit_mot" and not sig.is_while:
         taps = dict(zip(slot.in_taps, (v for _, v in slot.params)))
         kept = [(t, o, ty) for t, o, ty in zip(slot.out_taps, slot.outputs, slot.output_types, strict=True) if taps.get(t) is not o[1]]
         if len(kept) == len(slot.out_taps):

@@ -61,7 +61,7 @@ def hoist_invariants(fgraph: FunctionGraph) -> int:
     """Move loop-invariant work out of every loop of ``fgraph``; return how many changed."""
     changed = 0
     for sig in consumers(fgraph):
-        if getattr(sig.node.op, "kind", None) not in LOOP_KINDS:
+        if sig.kind not in LOOP_KINDS:
             continue
         bound = {p: s.args[0] for s in sig.slots if s.kind == "non_seq" for _, p in s.params}
         outputs = [v for s in sig.slots for _, v in s.outputs]

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.traversal import apply_ancestors
 
 from innergraph.fold import visible_nodes
 from innergraph.graph import body_of, params
 from innergraph.instantiate import instantiate
-from innergraph.rewriting.signature import Signature, Slot, consumers, rebuild
+from innergraph.rewriting.signature import Signature, Slot, consumers, replace_consumer
 
 __all__ = ["merge_loops"]
 
@@ -38,23 +39,13 @@ def _fresh_slots(sig: Signature) -> list[Slot]:
 
 def _depends(node: Apply, on: Apply) -> bool:
     """Whether ``node`` reads a result of ``on``, directly or through the outer graph."""
-    seen: set[Apply] = set()
-    stack = [v.owner for v in node.inputs if v.owner is not None]
-    while stack:
-        current = stack.pop()
-        if current is on:
-            return True
-        if current in seen:
-            continue
-        seen.add(current)
-        stack.extend(v.owner for v in current.inputs if v.owner is not None)
-    return False
+    return on in apply_ancestors(node.inputs)
 
 
 def _key(sig: Signature) -> tuple | None:
     """Loops with equal keys run the same steps the same way (the name does not count)."""
     op = sig.node.op
-    if getattr(op, "kind", None) != "scan" or any(s.kind == "until" for s in sig.slots):
+    if sig.kind != "scan" or sig.is_while:
         return None
     return (sig.header[0], op.truncate_gradient, op.profile, op.allow_gc, op.strict, id(op.mode))
 
@@ -77,6 +68,5 @@ def merge_loops(fgraph: FunctionGraph) -> int:
         if pair is None:
             return merged
         a, b = pair
-        _, mapping = rebuild(a, [*_fresh_slots(a), *_fresh_slots(b)])
-        fgraph.replace_all([(o, n) for o, n in mapping.items() if o in fgraph.clients], reason="merge_loops")
+        replace_consumer(fgraph, a, [*_fresh_slots(a), *_fresh_slots(b)], reason="merge_loops")
         merged += 1

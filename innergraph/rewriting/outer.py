@@ -46,14 +46,19 @@ def _constant_slices(node: Apply) -> list[Any] | None:
         return None
 
 
+def _single_slice(node: Apply) -> slice | None:
+    """The index of a (Inc)Subtensor node that takes one constant slice of the first axis, or None."""
+    idx = _constant_slices(node)
+    return idx[0] if idx is not None and len(idx) == 1 and isinstance(idx[0], slice) else None
+
+
 @node_rewriter([IncSubtensor])
 def local_set_row_of_expand_dims(fgraph: FunctionGraph, node: Apply) -> list[Variable] | None:
     x: Any = node.inputs[0]
     y: Any = node.inputs[1]
-    idx = _constant_slices(node)
-    if idx is None or len(idx) != 1 or not isinstance(idx[0], slice) or node.op.inplace:
+    s = _single_slice(node)
+    if s is None or node.op.inplace:
         return None
-    (s,) = idx
     start = 0 if s.start is None else s.start
     if s.step not in (None, 1) or not isinstance(start, int) or start < 0 or s.stop != start + 1:
         return None
@@ -71,14 +76,14 @@ def local_sum_of_one_row(fgraph: FunctionGraph, node: Apply) -> list[Variable] |
         return None
     if sliced.owner is None or not isinstance(sliced.owner.op, Subtensor) or node.outputs[0].type.dtype != sliced.dtype:
         return None
-    idx = _constant_slices(sliced.owner)
-    if idx is None or len(idx) != 1 or not isinstance(idx[0], slice):
+    s = _single_slice(sliced.owner)
+    if s is None:
         return None
     x: Any = sliced.owner.inputs[0]
     length = _constant_length(fgraph, x)
     if length is None:
         return None
-    rows = range(*idx[0].indices(length))
+    rows = range(length)[s]
     if len(rows) != 1:
         return None
     return [x[rows[0]]]
@@ -89,16 +94,14 @@ def local_merge_slices_of_known_length(fgraph: FunctionGraph, node: Apply) -> li
     inner = node.inputs[0]
     if inner.owner is None or not isinstance(inner.owner.op, Subtensor):
         return None
-    outer_idx, inner_idx = _constant_slices(node), _constant_slices(inner.owner)
-    if not outer_idx or not inner_idx or len(outer_idx) != 1 or len(inner_idx) != 1:
-        return None
-    if not isinstance(outer_idx[0], slice) or not isinstance(inner_idx[0], slice):
+    outer_slice, inner_slice = _single_slice(node), _single_slice(inner.owner)
+    if outer_slice is None or inner_slice is None:
         return None
     x = inner.owner.inputs[0]
     length = _constant_length(fgraph, x)
     if length is None:
         return None
-    rows = range(length)[inner_idx[0]][outer_idx[0]]
+    rows = range(length)[inner_slice][outer_slice]
     stop = rows.stop if rows.stop >= 0 else None  # a negative stop of a reversed range means "past row 0"
     return [x[rows.start : stop : rows.step]] if len(rows) else None
 

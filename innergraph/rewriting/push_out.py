@@ -48,7 +48,7 @@ def push_out_per_step_outputs(fgraph: FunctionGraph) -> int:
     """Compute pushable nit-sot outputs of every loop outside it; return how many loops changed."""
     changed = 0
     for sig in consumers(fgraph):
-        if getattr(sig.node.op, "kind", None) != "scan" or any(s.kind == "until" for s in sig.slots):
+        if sig.kind != "scan" or sig.is_while:
             continue
         values = _after_loop_values(sig)
         state_taps = {p for s in sig.slots if s.kind == "mit_mot" for _, p in s.params if p in values}

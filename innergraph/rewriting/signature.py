@@ -76,6 +76,16 @@ class Signature:
     def n_bodies(self) -> int:
         return self.form.n_bodies
 
+    @property
+    def kind(self) -> str | None:
+        """The consumer kind (``"scan"``, ``"call"``, ``"ifelse"``)."""
+        return getattr(self.node.op, "kind", None)
+
+    @property
+    def is_while(self) -> bool:
+        """Whether the consumer is a loop with an ``until`` condition."""
+        return any(s.kind == "until" for s in self.slots)
+
 
 @dataclass(frozen=True)
 class Form:
@@ -115,7 +125,6 @@ def rebuild(
     sig: Signature,
     slots: Sequence[Slot],
     replace: Mapping[int, Mapping[Variable, Variable]] | None = None,
-    header: Sequence[Variable] | None = None,
 ) -> tuple[Apply, dict[Variable, Variable]]:
     """The consumer node with exactly ``slots``, and old results -> new results.
 
@@ -130,8 +139,6 @@ def rebuild(
     replace
         Per body, variables to substitute in every output first (a param by
         another param or a constant, a subexpression by a new param).
-    header
-        New header inputs, if they change.
     """
     form = sig.form
     functions = []
@@ -146,7 +153,7 @@ def rebuild(
         ftype = InnerGraphType([v.type for v in ps], [t for _, t in outs])
         functions.append(InnerGraph(ftype).make_node(*new_outs).outputs[0])
     args = [a for s in _ordered(slots, form.arg_order) for a in s.args]
-    node = form.make(sig.node.op, tuple(header if header is not None else sig.header), functions, _by_kind(slots), args)
+    node = form.make(sig.node.op, sig.header, functions, _by_kind(slots), args)
     old = [r for s in _ordered(slots, form.result_order) for r in s.results]
     return node, dict(zip(old, node.outputs, strict=True))
 
@@ -159,14 +166,13 @@ def replace_consumer(
     reason: str,
     replace: Mapping[int, Mapping[Variable, Variable]] | None = None,
     forwarded: Mapping[Variable, Variable] | None = None,
-    header: Sequence[Variable] | None = None,
 ) -> None:
     """Rebuild ``sig``'s node with ``slots`` and replace its results in ``fgraph``.
 
     ``forwarded`` maps results of dropped slots to the outer variables that now
     stand for them (which may read the node's other results).
     """
-    _, mapping = rebuild(sig, slots, replace, header)
+    _, mapping = rebuild(sig, slots, replace)
     pairs = [(old, new) for old, new in mapping.items() if old is not new]
     if forwarded:  # forwarded values may read results of the old node: read the new one's
         values = substitute(list(forwarded.values()), mapping)
@@ -186,14 +192,7 @@ def _split_scan(node: Apply) -> tuple[tuple[Variable, ...], list[Slot]]:
     inner_in = layout.split_inner_inputs(params(body.param_types))
     inner_out = layout.split_inner_outputs(list(zip(body.outputs, body.type.output_types)))
     outer_in = layout.split_outer_inputs(node.inputs[2:])
-    n_traced = info.n_mit_mot + info.n_mit_sot + info.n_sit_sot + info.n_nit_sot
-    results = {
-        "mit_mot": node.outputs[: info.n_mit_mot],
-        "mit_sot": node.outputs[info.n_mit_mot : info.n_mit_mot + info.n_mit_sot],
-        "sit_sot": node.outputs[info.n_mit_mot + info.n_mit_sot : n_traced - info.n_nit_sot],
-        "nit_sot": node.outputs[n_traced - info.n_nit_sot : n_traced],
-        "untraced": node.outputs[n_traced:],
-    }
+    results = layout.split_outer_outputs(node.outputs)
     taps_in = {
         "mit_mot": info.mit_mot_in_slices,
         "mit_sot": info.mit_sot_in_slices,
