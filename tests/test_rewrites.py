@@ -83,6 +83,21 @@ def test_dead_states_of_every_kind_are_removed_together():
     assert innergraph.graph_stats(fg)["unused_outputs"] == 0
 
 
+def test_a_dead_untraced_state_is_removed():
+    from pytensor.tensor.random.type import random_generator_type
+
+    rng = random_generator_type("rng")
+
+    def step(y, g):
+        next_g, _ = pt.random.normal(0, 1, rng=g).owner.outputs
+        return y + 1, next_g  # nothing live reads the generator
+
+    ys, _ = innergraph.scan(step, outputs_info=[x0, rng], n_steps=3, return_updates=False)
+    values = [[0.5, np.random.default_rng(0)], [-1.0, np.random.default_rng(1)]]
+    fg = check_rewrite(remove_dead_slots, [x0, rng], [ys], values=values)
+    assert only_scan(fg)[1].n_untraced_sit_sot == 0
+
+
 def test_a_param_read_by_a_live_output_keeps_its_state():
     outs = innergraph.scan(
         lambda x, s, t: (s + t, t + x), sequences=[xs], outputs_info=[x0, c], return_updates=False
