@@ -116,10 +116,53 @@ def substitute_shapes(shapes: Sequence[Any], replace: Mapping[Variable, Variable
 
 
 def body_output_shapes(function: Variable | Body, args: Sequence[Variable], arg_shapes: Sequence[Any]) -> list[Any]:
-    """The shapes of ``function``'s outputs applied to ``args``, without running it."""
+    """The shapes of ``function``'s outputs applied to ``args``, without running it.
+
+    Outputs whose type fixes every dimension get those numbers; the body's own shape
+    graph is only built when some output has a dimension its type leaves open.
+    """
+    body = body_of(function)
+    static = [_static_shape(t) for t in body.type.output_types]
+    if all(shape is not None for shape in static):
+        return static
+    dummies, dims, template = _shape_template(body)
+    replace: dict[Variable, Variable] = dict(zip(dummies, args, strict=True))
+    for param_dims, arg_shape in zip(dims, arg_shapes, strict=True):
+        if param_dims is not None and arg_shape is not None:
+            replace.update(zip(param_dims, map(_as_dim, arg_shape), strict=True))
+    shapes = substitute_shapes(template, replace)
+    return [known if known is not None else shape for known, shape in zip(static, shapes, strict=True)]
+
+
+def _shape_template(body: Body) -> tuple[list[Variable], list[list[Variable] | None], list[Any]]:
+    """The body's output shapes over placeholder params and placeholder dimensions.
+
+    Built once per body (``body.cache``): a consumer's shapes are this template with
+    its arguments and their dimensions substituted, so re-importing a consumer
+    (every rebuild of a rewrite) costs a substitution, not a shape inference.
+    """
+    from pytensor.tensor import lscalar
+
     from innergraph import _compat
 
-    body = body_of(function)
-    dummies = [t() for t in body.param_types]
-    shapes = _compat.infer_output_shapes(instantiate(body, dummies), dummies, list(arg_shapes))
-    return substitute_shapes(shapes, dict(zip(dummies, args, strict=True)))
+    cached = body.cache.get("output shape template")
+    if cached is None:
+        dummies = [t() for t in body.param_types]
+        dims = [[lscalar(f"d{i}_{k}") for k in range(t.ndim)] if hasattr(t, "ndim") else None for i, t in enumerate(body.param_types)]
+        shapes = _compat.infer_output_shapes(instantiate(body, dummies), dummies, dims)
+        cached = body.cache["output shape template"] = (dummies, dims, shapes)
+    return cached
+
+
+def _as_dim(dim: Any) -> Variable:
+    from pytensor.tensor import as_tensor_variable
+
+    return dim if isinstance(dim, Variable) else as_tensor_variable(dim, dtype="int64")
+
+
+def _static_shape(output_type: Any) -> tuple[int, ...] | None:
+    """``output_type``'s shape when the type fixes all of it, else ``None``."""
+    shape = getattr(output_type, "shape", None)
+    if shape is None or any(d is None for d in shape):
+        return None
+    return tuple(shape)

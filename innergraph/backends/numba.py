@@ -41,7 +41,7 @@ from innergraph.instantiate import instantiate
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse
 from innergraph.ops.scan import Scan, build_native_scan, is_shared
-from innergraph.ops.runtime import body_value, compile_count
+from innergraph.ops.runtime import body_rewriter, body_value, compile_count
 from innergraph.types import Body
 
 __all__ = ["funcify_native_scan_once", "numba_body"]
@@ -92,13 +92,11 @@ def numba_body(body: Body) -> tuple[Callable[..., Any], str | None]:
 
 
 def _funcify_body(body: Body) -> tuple[Callable[..., Any], str | None]:
-    from pytensor.compile.mode import Mode, get_default_mode
-
     inputs = [t(name=f"p{i}") for i, t in enumerate(body.param_types)]
     fgraph = FunctionGraph(inputs, instantiate(body, inputs), clone=True)
     input_specs = [In(x, borrow=True, mutable=False) for x in fgraph.inputs]
     add_supervisor_to_fgraph(fgraph=fgraph, input_specs=input_specs, accept_inplace=True)
-    Mode(linker="numba", optimizer=get_default_mode().provided_optimizer).optimizer(fgraph)
+    body_rewriter(body, "numba").rewrite(fgraph)
     fold_inner_graphs(fgraph)
     insert_deepcopy(fgraph, wrapped_inputs=input_specs, wrapped_outputs=[Out(o, borrow=False) for o in fgraph.outputs])
     return numba_funcify_and_cache_key(

@@ -9,6 +9,18 @@ The implementation follows the outer linker: a thunk requested with
 ``impl="py"`` (the ``py`` linker, or a VM without C thunks) compiles its body
 with the ``py`` linker; otherwise with ``cvm`` (``vm`` when no C compiler is
 configured). Numba has its own path: `innergraph.backends.numba`.
+
+Terms
+-----
+rewritten body
+    A body the rewrite pipeline unfolded and folded again (`mark_rewritten`): the
+    passes before the fold at 48.5 (canonicalize, stabilize, specialize,
+    uncanonicalize, ``add_mul_fusion``) already reached its nodes together with the
+    outer graph, and ``innergraph_fusion`` fuses it right after. Compiling it leaves
+    those passes out (`PIPELINE_PASSES`); only shape, merge, in-place and the
+    backend's late passes run. Any other body — built by a user and compiled without
+    the pipeline, or under ``mode.excluding("innergraph")`` — gets the default
+    mode's whole rewriter.
 """
 
 from __future__ import annotations
@@ -23,7 +35,17 @@ from pytensor.graph.basic import Apply, Constant, Variable
 from innergraph.instantiate import instantiate
 from innergraph.types import Body
 
-__all__ = ["body_value", "compile_count", "compiled_function", "linker_for", "make_body_thunk"]
+__all__ = [
+    "PIPELINE_PASSES",
+    "body_rewriter",
+    "body_value",
+    "compile_count",
+    "compiled_function",
+    "is_rewritten",
+    "linker_for",
+    "make_body_thunk",
+    "mark_rewritten",
+]
 
 #: How many times each body was compiled, keyed by ``(id(body), linker)``.
 compile_count: Counter[tuple[int, str]] = Counter()
@@ -59,13 +81,64 @@ def compiled_function(body: Body, linker: str) -> Function:
     return fn
 
 
+_REWRITTEN = "rewritten by the pipeline"
+
+#: The passes a rewritten body went through before it was folded (and fused).
+PIPELINE_PASSES = ("canonicalize", "stabilize", "specialize", "uncanonicalize", "add_mul_fusion", "fusion")
+
+
+def mark_rewritten(body: Body) -> Body:
+    """Record that the rewrite pipeline rewrote ``body`` with the outer graph."""
+    body.cache[_REWRITTEN] = True
+    return body
+
+
+def is_rewritten(body: Body) -> bool:
+    """Whether `mark_rewritten` was called on ``body``."""
+    return bool(body.cache.get(_REWRITTEN, False))
+
+
+#: Queried rewriters, keyed by (query id, linker, rewritten, optdb fingerprint).
+_rewriters: dict[tuple[Any, ...], tuple[Any, Any]] = {}
+
+
+def _optdb_fingerprint() -> tuple[int, ...]:
+    """Changes when rewrites are registered or removed (``optdb`` and its sub-databases)."""
+    from pytensor.compile.mode import optdb
+
+    subs = [db for db in optdb.__db__.values() if hasattr(db, "__db__")]
+    return (len(optdb.__db__), *(len(db.__db__) for db in subs))
+
+
+def body_rewriter(body: Body, linker: str) -> Any:
+    """The graph rewriter a body is compiled with: the default mode's, queried once.
+
+    Querying PyTensor's rewrite database costs milliseconds, as much as rewriting a
+    small body, so the result is kept while the default mode and the registered
+    rewrites stay the same. A rewritten body (`is_rewritten`) leaves out
+    `PIPELINE_PASSES`.
+    """
+    from pytensor.compile.mode import Mode, get_default_mode
+
+    query = get_default_mode().provided_optimizer
+    rewritten = is_rewritten(body)
+    key = (id(query), linker, rewritten, _optdb_fingerprint())
+    cached = _rewriters.get(key)
+    if cached is None or cached[0] is not query:
+        mode = Mode(linker=linker, optimizer=query)
+        if rewritten:
+            mode = mode.excluding(*PIPELINE_PASSES)
+        cached = _rewriters[key] = (query, mode.optimizer)
+    return cached[1]
+
+
 def _compile(body: Body, linker: str) -> Function:
     import pytensor
-    from pytensor.compile.mode import Mode, get_default_mode
+    from pytensor.compile.mode import Mode
 
     inputs = [t(name=f"p{i}") for i, t in enumerate(body.param_types)]
     outputs = instantiate(body, inputs)
-    mode = Mode(linker=linker, optimizer=get_default_mode().provided_optimizer)
+    mode = Mode(linker=linker, optimizer=body_rewriter(body, linker))
     fn = pytensor.function(inputs, outputs, mode=mode, on_unused_input="ignore")
     fn.trust_input = True
     return fn

@@ -70,9 +70,8 @@ from pytensor.compile.mode import optdb
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import GraphRewriter
 
-from innergraph.fold import fold_inner_graphs
 from innergraph.rewriting.fusion import fuse_bodies
-from innergraph.rewriting.lift import lift_native, lower_consumers
+from innergraph.rewriting.lift import fold_bodies, lift_native, lower_consumers
 from innergraph.rewriting.outer import (
     local_merge_slices_of_known_length,
     local_set_row_of_expand_dims,
@@ -103,7 +102,7 @@ _REWRITES: list[tuple[str, FunctionRewriter, float, tuple[str, ...]]] = [
     ("innergraph_branch", FunctionRewriter(share_branch_work), 1.55, ("fast_run", "innergraph")),
     ("innergraph_simplify", FunctionRewriter(simplify_consumers), 1.56, ("fast_run", "innergraph")),
     ("innergraph_lower", FunctionRewriter(lower_consumers), 1.59, ("fast_run", "innergraph")),
-    ("innergraph_fold", FunctionRewriter(fold_inner_graphs), 48.5, ("fast_run", "fast_compile", "minimum_compile")),
+    ("innergraph_fold", FunctionRewriter(fold_bodies), 48.5, ("fast_run", "fast_compile", "minimum_compile")),
     ("innergraph_fusion", FunctionRewriter(fuse_bodies), 49.1, ("fast_run", "fusion")),
     ("innergraph_share", FunctionRewriter(share_native_ops), 99, ("fast_run", "innergraph")),
 ]

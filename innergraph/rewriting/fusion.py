@@ -18,6 +18,7 @@ from innergraph import _compat
 from innergraph.fold import fold_inner_graphs
 from innergraph.graph import params
 from innergraph.instantiate import instantiate, substitute
+from innergraph.ops.runtime import is_rewritten, mark_rewritten
 from innergraph.types import Body
 
 __all__ = ["fuse_bodies", "fuse_body"]
@@ -35,6 +36,8 @@ def fuse_body(body: Body, memo: dict[Body, Body] | None = None) -> Body:
     _compat.scope_safe_fusion().rewrite(fgraph)
     outputs = substitute(fgraph.outputs, dict(zip(fgraph.inputs, params(body.param_types), strict=True)))
     memo[body] = fused = Body(body.type, outputs)
+    if is_rewritten(body):
+        mark_rewritten(fused)
     return fused
 
 

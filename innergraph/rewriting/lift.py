@@ -3,24 +3,46 @@
 from __future__ import annotations
 
 from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.rewriting.basic import MergeOptimizer
+
+import weakref
 
 from innergraph.convert import PIPELINE_LIFTS, PIPELINE_LOWERS, lift, lower
-from innergraph.fold import unfold_inner_graphs
+from innergraph.fold import fold_inner_graphs, unfold_inner_graphs
 
-__all__ = ["lift_native", "lower_consumers"]
+__all__ = ["fold_bodies", "lift_native", "lower_consumers"]
+
+#: Graphs ``lift_native`` ran on: their bodies were rewritten with the outer graph.
+_lifted: weakref.WeakSet[FunctionGraph] = weakref.WeakSet()
 
 
 def lift_native(fgraph: FunctionGraph) -> int:
     """Unfold folded functions and lift PyTensor's own control-flow nodes, to a fixpoint.
 
     Afterwards every body is nodes of the graph: the outer rewriter reaches them.
+    When more than one body came in, they are merged at once, so that the passes
+    before PyTensor's next merge (shape inference, ``useless``) see each distinct
+    body once rather than once per consumer.
     """
+    _lifted.add(fgraph)
     total = 0
     while changed := unfold_inner_graphs(fgraph, reason="innergraph_lift") + lift(fgraph, PIPELINE_LIFTS):
         total += changed
+    if total > 1:
+        MergeOptimizer().rewrite(fgraph)
     return total
 
 
 def lower_consumers(fgraph: FunctionGraph) -> int:
     """Convert the in-graph consumers the pipeline lifted back into PyTensor's own nodes."""
     return lower(fgraph, PIPELINE_LOWERS)
+
+
+def fold_bodies(fgraph: FunctionGraph) -> int:
+    """Fold the bodies visible consumers read; in a lifted graph, mark them rewritten.
+
+    The bodies of a graph ``lift_native`` ran on went through the passes between
+    lifting and folding (canonicalize, stabilize, specialize in ``fast_run``), so
+    compiling them later can leave canonicalize and stabilize out.
+    """
+    return fold_inner_graphs(fgraph, reason="innergraph_fold", rewritten=fgraph in _lifted)

@@ -25,10 +25,12 @@ how to make a node from ordered slots (`Form`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pytensor.graph.basic import Apply, Variable
+from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.type import Type
 
@@ -39,7 +41,17 @@ from innergraph.ops.ifelse import IfElse
 from innergraph.ops.scan import Scan, ScanLayout
 from innergraph.types import InnerGraphType
 
-__all__ = ["FORMS", "Form", "Signature", "Slot", "consumers", "rebuild", "replace_consumer", "signature"]
+__all__ = [
+    "FORMS",
+    "Form",
+    "Signature",
+    "Slot",
+    "consumers",
+    "rebuild",
+    "replace_consumer",
+    "sharing_rebuilt_functions",
+    "signature",
+]
 
 
 @dataclass(frozen=True)
@@ -121,6 +133,31 @@ def _by_kind(slots: Sequence[Slot]) -> dict[str, list[Slot]]:
     return groups
 
 
+#: Functions `rebuild` made in the current `sharing_rebuilt_functions` block, by what they were made from.
+_rebuilt: ContextVar[dict[Any, Variable] | None] = ContextVar("innergraph_rebuilt_functions", default=None)
+
+
+@contextmanager
+def sharing_rebuilt_functions() -> Iterator[None]:
+    """Within the block, `rebuild` makes one function per distinct (body, slots, replacement).
+
+    Consumers that share a body and change their signature the same way (the
+    calls of one helper dropping the same dead output, say) then share the new
+    function at once instead of each building a copy that MergeOptimizer merges
+    later: every copy would cost a shape inference when it is imported.
+    """
+    token = _rebuilt.set({})
+    try:
+        yield
+    finally:
+        _rebuilt.reset(token)
+
+
+def _value_key(value: Variable) -> Any:
+    """A constant by its type and data (inlined constants are fresh objects), else itself."""
+    return (value.type, value.signature()) if isinstance(value, Constant) else value
+
+
 def rebuild(
     sig: Signature,
     slots: Sequence[Slot],
@@ -142,16 +179,24 @@ def rebuild(
     """
     form = sig.form
     functions = []
+    memo = _rebuilt.get()
     for b in range(form.n_bodies):
         ps = [v for s in _ordered(slots, form.param_order) for bb, v in s.params if bb == b]
         outs = [(v, t) for s in _ordered(slots, form.output_order) for (bb, v), t in zip(s.outputs, s.output_types, strict=True) if bb == b]
+        body_replace = tuple(replace[b].items()) if replace and replace.get(b) else ()
+        key = (tuple(ps), tuple(outs), tuple((k, _value_key(v)) for k, v in body_replace))
+        if memo is not None and key in memo:
+            functions.append(memo[key])
+            continue
         out_vars = [v for v, _ in outs]
-        if replace and replace.get(b):
-            out_vars = substitute(out_vars, replace[b])
+        if body_replace:
+            out_vars = substitute(out_vars, dict(body_replace))
         renumber = {v: param(j, v.type) for j, v in enumerate(ps)}
         new_outs = substitute(out_vars, renumber)
         ftype = InnerGraphType([v.type for v in ps], [t for _, t in outs])
         functions.append(InnerGraph(ftype).make_node(*new_outs).outputs[0])
+        if memo is not None:
+            memo[key] = functions[-1]
     args = [a for s in _ordered(slots, form.arg_order) for a in s.args]
     node = form.make(sig.node.op, sig.header, functions, _by_kind(slots), args)
     old = [r for s in _ordered(slots, form.result_order) for r in s.results]

@@ -20,7 +20,7 @@ from innergraph.rewriting.forward import forward_params
 from innergraph.rewriting.licm import hoist_invariants
 from innergraph.rewriting.merge_loops import merge_loops
 from innergraph.rewriting.push_out import push_out_per_step_outputs
-from innergraph.rewriting.signature import FORMS
+from innergraph.rewriting.signature import FORMS, sharing_rebuilt_functions
 
 __all__ = ["CONSUMER_REWRITES", "simplify_consumers"]
 
@@ -45,8 +45,9 @@ def simplify_consumers(fgraph: FunctionGraph) -> int:
     total = 0
     for _ in range(MAX_ROUNDS):
         changed = 0
-        for rewrite in CONSUMER_REWRITES:
-            changed += rewrite(fgraph)
+        with sharing_rebuilt_functions():
+            for rewrite in CONSUMER_REWRITES:
+                changed += rewrite(fgraph)
         if not changed:
             break
         MergeOptimizer().rewrite(fgraph)
