@@ -62,12 +62,24 @@ def with_legacy_gradient_names(cls: _OpClass) -> _OpClass:
     return cls
 
 
+_fusion: dict[int, tuple[Any, Any]] = {}
+
+
 def scope_safe_fusion() -> Any:
-    """PyTensor's elemwise-fusion sequence without its backend-specific (C-only) members."""
+    """PyTensor's elemwise-fusion sequence without its backend-specific (C-only) members.
+
+    Queried once per state of the fusion database (querying costs about as much as
+    fusing a small body).
+    """
     from pytensor.compile.mode import optdb
     from pytensor.graph.rewriting.db import RewriteDatabaseQuery
 
-    return optdb["elemwise_fusion"].query(RewriteDatabaseQuery(include=["fusion"], exclude=["cxx_only"]))
+    db = optdb["elemwise_fusion"]
+    cached = _fusion.get(len(db.__db__))
+    if cached is None or cached[0] is not db:
+        query = RewriteDatabaseQuery(include=["fusion"], exclude=["cxx_only"])
+        cached = _fusion[len(db.__db__)] = (db, db.query(query))
+    return cached[1]
 
 
 def pullback(

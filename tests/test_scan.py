@@ -137,6 +137,30 @@ def test_lift_then_lower_is_exact(case):
         np.testing.assert_array_equal(g, e)
 
 
+def test_shapes_match_the_native_scan(case):
+    """The consumer's own shapes (no nit-sot: from the outer inputs) equal PyTensor's Scan's."""
+    from pytensor.graph.basic import equal_computations
+    from pytensor.tensor.rewriting.shape import ShapeFeature
+
+    from innergraph.instantiate import substitute_shapes
+    from innergraph.ops.scan import _repoint_map
+
+    build, _ = case
+    ins, outs = outputs_of(build, innergraph.scan)
+    fg = FunctionGraph(ins, outs, clone=True, features=[ShapeFeature()])
+    checked = 0
+    for node in [n for n in fg.apply_nodes if isinstance(n.op, Scan)]:
+        shapes = [fg.shape_feature.shape_of.get(v) for v in node.inputs]
+        native = node.op._native_for_graph(node.inputs)
+        expected = native.op.infer_shape(fg, native, shapes[1:])
+        expected = substitute_shapes(expected, _repoint_map(native, node.inputs, node.outputs))
+        for got, want in zip(node.op.infer_shape(fg, node, shapes), expected, strict=True):
+            assert (got is None) == (want is None)
+            assert got is None or equal_computations(list(got), list(want))
+        checked += 1
+    assert checked
+
+
 def _vanilla_scan_count(build):
     ins, outs = outputs_of(build, pytensor.scan)
     fn = pytensor.function(ins, outs, mode=VANILLA, on_unused_input="ignore")

@@ -13,11 +13,11 @@ configured). Numba has its own path: `innergraph.backends.numba`.
 Terms
 -----
 rewritten body
-    A body the rewrite pipeline unfolded and folded again (`mark_rewritten`): the
-    passes before the fold at 48.5 (canonicalize, stabilize, specialize,
-    uncanonicalize, ``add_mul_fusion``) already reached its nodes together with the
-    outer graph, and ``innergraph_fusion`` fuses it right after. Compiling it leaves
-    those passes out (`PIPELINE_PASSES`); only shape, merge, in-place and the
+    A body the rewrite pipeline unfolded and folded again (`mark_rewritten`): every
+    ``optdb`` pass before the fold (``innergraph_fold``, 48.5: merge, canonicalize,
+    stabilize, specialize, ...) already reached its nodes together with the outer
+    graph, and ``innergraph_fusion`` fuses it right after. Compiling it leaves those
+    passes and elemwise fusion out (`pipeline_passes`); the in-place and the
     backend's late passes run. Any other body — built by a user and compiled without
     the pipeline, or under ``mode.excluding("innergraph")`` — gets the default
     mode's whole rewriter.
@@ -36,7 +36,6 @@ from innergraph.instantiate import instantiate
 from innergraph.types import Body
 
 __all__ = [
-    "PIPELINE_PASSES",
     "body_rewriter",
     "body_value",
     "compile_count",
@@ -45,6 +44,7 @@ __all__ = [
     "linker_for",
     "make_body_thunk",
     "mark_rewritten",
+    "pipeline_passes",
 ]
 
 #: How many times each body was compiled, keyed by ``(id(body), linker)``.
@@ -83,8 +83,19 @@ def compiled_function(body: Body, linker: str) -> Function:
 
 _REWRITTEN = "rewritten by the pipeline"
 
-#: The passes a rewritten body went through before it was folded (and fused).
-PIPELINE_PASSES = ("canonicalize", "stabilize", "specialize", "uncanonicalize", "add_mul_fusion", "fusion")
+
+
+def pipeline_passes() -> tuple[str, ...]:
+    """The ``optdb`` passes a rewritten body went through before it was compiled.
+
+    Every pass positioned before ``innergraph_fold``, and elemwise fusion, which
+    ``innergraph_fusion`` applied to each folded body.
+    """
+    from pytensor.compile.mode import optdb
+
+    fold = optdb.__position__.get("innergraph_fold", 48.5)
+    earlier = sorted(name for name, pos in optdb.__position__.items() if pos < fold)
+    return (*earlier, "elemwise_fusion")
 
 
 def mark_rewritten(body: Body) -> Body:
@@ -106,8 +117,8 @@ def _optdb_fingerprint() -> tuple[int, ...]:
     """Changes when rewrites are registered or removed (``optdb`` and its sub-databases)."""
     from pytensor.compile.mode import optdb
 
-    subs = [db for db in optdb.__db__.values() if hasattr(db, "__db__")]
-    return (len(optdb.__db__), *(len(db.__db__) for db in subs))
+    subs = [optdb[name] for name in sorted(optdb._names)]
+    return (len(optdb.__db__), *(len(getattr(db, "__db__", ())) for db in subs))
 
 
 def body_rewriter(body: Body, linker: str) -> Any:
@@ -116,7 +127,7 @@ def body_rewriter(body: Body, linker: str) -> Any:
     Querying PyTensor's rewrite database costs milliseconds, as much as rewriting a
     small body, so the result is kept while the default mode and the registered
     rewrites stay the same. A rewritten body (`is_rewritten`) leaves out
-    `PIPELINE_PASSES`.
+    `pipeline_passes`.
     """
     from pytensor.compile.mode import Mode, get_default_mode
 
@@ -127,7 +138,7 @@ def body_rewriter(body: Body, linker: str) -> Any:
     if cached is None or cached[0] is not query:
         mode = Mode(linker=linker, optimizer=query)
         if rewritten:
-            mode = mode.excluding(*PIPELINE_PASSES)
+            mode = mode.excluding(*pipeline_passes())
         cached = _rewriters[key] = (query, mode.optimizer)
     return cached[1]
 

@@ -232,9 +232,29 @@ class Scan(Op):
         return [[False] * len(node.outputs), *native.op.connection_pattern(native)]
 
     def infer_shape(self, fgraph: Any, node: Apply, input_shapes: Sequence[Any]) -> Any:
+        info = self.layout.info
+        if not info.n_nit_sot:  # every output is shaped like the outer input it starts from
+            return self._shapes_without_nit_sot(node, input_shapes[2:])
         native = self._native_for_graph(node.inputs)
         shapes = native.op.infer_shape(fgraph, native, input_shapes[1:])
         return substitute_shapes(shapes, _repoint_map(native, node.inputs, node.outputs))
+
+    def _shapes_without_nit_sot(self, node: Apply, shapes: Sequence[Any]) -> list[Any]:
+        """PyTensor's Scan shapes when there is no nit-sot: no inner shape inference needed.
+
+        ``shapes`` are those of the outer inputs after ``n_steps``. Traced states keep
+        their buffer's shape (a while loop's length is only known afterwards);
+        untraced states keep their initial value's.
+        """
+        from pytensor.tensor.shape import Shape_i
+
+        info = self.layout.info
+        n_traced = info.n_mit_mot + info.n_mit_sot + info.n_sit_sot
+        traced = list(shapes[info.n_seqs : info.n_seqs + n_traced])
+        if info.as_while:
+            traced = [None if s is None else (Shape_i(0)(o), *s[1:]) for o, s in zip(node.outputs, traced)]
+        untraced = shapes[info.n_seqs + n_traced : info.n_seqs + n_traced + info.n_untraced_sit_sot]
+        return [*traced, *untraced]
 
     def pullback(self, inputs: Sequence[Variable], outputs: Sequence[Variable], cotangents: Sequence[Variable]) -> list[Variable]:
         from pytensor.gradient import disconnected_type

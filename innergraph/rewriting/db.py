@@ -13,8 +13,9 @@ name                           position  tags
 =============================  ========  ==================================================
 
 and three node rewriters of `innergraph.rewriting.outer` in ``canonicalize``
-(``innergraph_sum_of_one_row``, ``innergraph_merge_slices_of_known_length``) and
-``specialize`` (``innergraph_set_row_of_expand_dims``), tagged fast_run, innergraph.
+(``innergraph_sum_of_one_row``) and ``specialize``
+(``innergraph_set_row_of_expand_dims``, ``innergraph_merge_slices_of_known_length``),
+tagged fast_run, innergraph.
 
 ``innergraph_lift`` converts PyTensor's own Scans (nested ones and those gradients
 created included) into the in-graph form right after PyTensor's first Scan pass
@@ -111,7 +112,7 @@ _REWRITES: list[tuple[str, FunctionRewriter, float, tuple[str, ...]]] = [
 _LOCAL_REWRITES: list[tuple[str, Any, str, tuple[str, ...]]] = [
     ("innergraph_set_row_of_expand_dims", local_set_row_of_expand_dims, "specialize", ("fast_run", "innergraph")),
     ("innergraph_sum_of_one_row", local_sum_of_one_row, "canonicalize", ("fast_run", "innergraph")),
-    ("innergraph_merge_slices_of_known_length", local_merge_slices_of_known_length, "canonicalize", ("fast_run", "innergraph")),
+    ("innergraph_merge_slices_of_known_length", local_merge_slices_of_known_length, "specialize", ("fast_run", "innergraph")),
 ]
 
 _added_keys: dict[int, set[str]] = {}

@@ -29,12 +29,13 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.type import Type
 
-from innergraph.graph import InnerGraph, body_of, param, params
+from innergraph.graph import InnerGraph, body_of, is_function, param, params
 from innergraph.instantiate import substitute
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse
@@ -352,16 +353,27 @@ IFELSE_FORM = Form(2, ("then_arg", "else_arg"), ("out",), ("then_arg", "else_arg
 FORMS: dict[type, Form] = {Scan: SCAN_FORM, Call: CALL_FORM, IfElse: IFELSE_FORM}
 
 
+#: Consumer node -> (what its signature was made from, the signature).
+_signatures: WeakKeyDictionary[Apply, tuple[tuple[Any, ...], Signature | None]] = WeakKeyDictionary()
+
+
 def signature(node: Apply) -> Signature | None:
-    """``node`` as slots, or None if it is no consumer or its signature is fixed."""
+    """``node`` as slots, or None if it is no consumer or its signature is fixed.
+
+    Memoized per node while its inputs and its bodies stay the same (every rewrite
+    round asks for every consumer's signature).
+    """
     form = FORMS.get(type(node.op))
     if form is None:
         return None
+    made_from = tuple(body_of(v) if is_function(v) else v for v in node.inputs)
+    cached = _signatures.get(node)
+    if cached is not None and all(a is b for a, b in zip(cached[0], made_from, strict=True)):
+        return cached[1]
     split = form.split(node)
-    if split is None:
-        return None
-    header, slots = split
-    return Signature(node, header, tuple(slots), form)
+    sig = None if split is None else Signature(node, split[0], tuple(split[1]), form)
+    _signatures[node] = (made_from, sig)
+    return sig
 
 
 def consumers(fgraph: FunctionGraph) -> Iterator[Signature]:
