@@ -147,3 +147,45 @@ def test_nested_gradient_matches_numpy(rng):
     g = pytensor.function([x], pytensor.grad(y, x), mode=mode("cvm"))
     xv = rng.normal(size=3)
     np.testing.assert_allclose(g(xv), np.exp(xv) + 6 * np.exp(3 * xv) + 1, rtol=1e-12)
+
+
+def _folded_bodies(fn):
+    from innergraph.fold import folded_bodies
+
+    return [body for _, body in folded_bodies(fn.maker.fgraph.outputs)]
+
+
+def test_a_pipeline_body_compiles_without_the_passes_it_went_through():
+    """A body the pipeline rewrote is marked and compiled with the later passes only;
+    a user's body compiled without the pipeline gets canonicalize at compile time."""
+    from pytensor.scalar import Mul
+
+    v = pt.dvector("v")
+    y = call(lambda u: pt.exp(u) * 1.0 + 0.0, v)
+    value = np.exp(np.arange(3.0))
+    piped = pytensor.function([v], y, mode=mode("cvm"))
+    plain = pytensor.function([v], y, mode=mode("cvm").excluding("innergraph", "fusion"))
+    np.testing.assert_allclose(piped(np.arange(3.0)), value)
+    np.testing.assert_allclose(plain(np.arange(3.0)), value)
+    (piped_body,) = _folded_bodies(piped)
+    (plain_body,) = _folded_bodies(plain)
+    assert runtime.is_rewritten(piped_body) and not runtime.is_rewritten(plain_body)
+
+    def muls(nodes):
+        return sum(isinstance(getattr(n.op, "scalar_op", None), Mul) for n in nodes)
+
+    def compiled_muls(body):
+        return muls(runtime.compiled_function(body, "cvm").maker.fgraph.apply_nodes)
+
+    # the user's body still multiplies by 1.0; compiling it (canonicalize) removes that
+    assert muls(scope_toposort(plain_body.outputs)) == 1
+    assert compiled_muls(plain_body) == 0
+    # the pipeline removed it with the outer graph, before the body was folded
+    assert muls(scope_toposort(piped_body.outputs)) == 0
+    assert compiled_muls(piped_body) == 0
+    def passes(body):
+        return {getattr(r, "name", None) for r in runtime.body_rewriter(body, "cvm").data}
+
+    assert {"canonicalize", "stabilize", "specialize", "elemwise_fusion"} <= passes(plain_body)
+    assert not {"canonicalize", "stabilize", "specialize", "elemwise_fusion"} & passes(piped_body)
+    assert "add_destroy_handler" in passes(piped_body)  # in-place rewriting still runs
