@@ -66,8 +66,8 @@ def fold_inner_graphs(fgraph: FunctionGraph, reason: str = "fold_inner_graphs", 
     """Fold every function variable read by a visible node; return how many.
 
     Idempotent: a graph without inner-graph nodes is left untouched. With
-    ``rewritten=True`` (the pipeline's fold, after canonicalize and stabilize reached
-    the bodies) each folded body is marked with `innergraph.ops.runtime.mark_rewritten`.
+    ``rewritten=True`` (the pipeline's fold, after every earlier pass reached the
+    bodies) each folded body is marked with `innergraph.ops.runtime.mark_rewritten`.
     """
     if not has_inner_graphs(fgraph):
         return 0

@@ -148,7 +148,10 @@ def _shape_template(body: Body) -> tuple[list[Variable], list[list[Variable] | N
     cached = body.cache.get("output shape template")
     if cached is None:
         dummies = [t() for t in body.param_types]
-        dims = [[lscalar(f"d{i}_{k}") for k in range(t.ndim)] if hasattr(t, "ndim") else None for i, t in enumerate(body.param_types)]
+        dims = [
+            [lscalar(f"d{i}_{k}") for k in range(t.ndim)] if hasattr(t, "ndim") else None
+            for i, t in enumerate(body.param_types)
+        ]
         shapes = _compat.infer_output_shapes(instantiate(body, dummies), dummies, dims)
         cached = body.cache["output shape template"] = (dummies, dims, shapes)
     return cached

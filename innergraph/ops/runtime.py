@@ -84,7 +84,6 @@ def compiled_function(body: Body, linker: str) -> Function:
 _REWRITTEN = "rewritten by the pipeline"
 
 
-
 def pipeline_passes() -> tuple[str, ...]:
     """The ``optdb`` passes a rewritten body went through before it was compiled.
 

@@ -1,11 +1,11 @@
-"""The lift and lower passes of the rewrite pipeline (see `innergraph.convert`)."""
+"""The lift, lower and fold passes of the rewrite pipeline (see `innergraph.convert`)."""
 
 from __future__ import annotations
 
+import weakref
+
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import MergeOptimizer
-
-import weakref
 
 from innergraph.convert import PIPELINE_LIFTS, PIPELINE_LOWERS, lift, lower
 from innergraph.fold import fold_inner_graphs, unfold_inner_graphs
