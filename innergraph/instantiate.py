@@ -121,6 +121,8 @@ def body_output_shapes(function: Variable | Body, args: Sequence[Variable], arg_
     Outputs whose type fixes every dimension get those numbers; the body's own shape
     graph is only built when some output has a dimension its type leaves open.
     """
+    from innergraph import _compat
+
     body = body_of(function)
     static = [_static_shape(t) for t in body.type.output_types]
     if all(shape is not None for shape in static):
@@ -128,8 +130,13 @@ def body_output_shapes(function: Variable | Body, args: Sequence[Variable], arg_
     dummies, dims, template = _shape_template(body)
     replace: dict[Variable, Variable] = dict(zip(dummies, args, strict=True))
     for param_dims, arg_shape in zip(dims, arg_shapes, strict=True):
-        if param_dims is not None and arg_shape is not None:
-            replace.update(zip(param_dims, map(_as_dim, arg_shape), strict=True))
+        if param_dims is None:
+            continue
+        if arg_shape is None:  # a placeholder would be left free: infer with what is known
+            shapes = _compat.infer_output_shapes(instantiate(body, dummies), dummies, list(arg_shapes))
+            template, replace = shapes, dict(zip(dummies, args, strict=True))
+            break
+        replace.update(zip(param_dims, map(_as_dim, arg_shape), strict=True))
     shapes = substitute_shapes(template, replace)
     return [known if known is not None else shape for known, shape in zip(static, shapes, strict=True)]
 

@@ -189,3 +189,20 @@ def test_a_pipeline_body_compiles_without_the_passes_it_went_through():
     assert {"canonicalize", "stabilize", "specialize", "elemwise_fusion"} <= passes(plain_body)
     assert not {"canonicalize", "stabilize", "specialize", "elemwise_fusion"} & passes(piped_body)
     assert "add_destroy_handler" in passes(piped_body)  # in-place rewriting still runs
+
+
+@pytest.mark.filterwarnings("ignore:Failed to infer_shape")  # an unknown input shape, on purpose
+def test_body_output_shapes_never_leave_a_placeholder_free():
+    """With an argument's shape unknown, no placeholder dimension of the shape template leaks."""
+    from pytensor.graph.traversal import graph_inputs
+
+    from innergraph.instantiate import body_output_shapes
+
+    v = pt.dvector("v")
+    y = call(lambda u: pt.exp(u) + 1, v)
+    function = y.owner.inputs[0]
+    for arg_shapes in ([(v.shape[0],)], [None]):
+        (shape,) = body_output_shapes(function, [v], arg_shapes)
+        leaves = {str(x) for x in graph_inputs(list(shape))}
+        assert not any(name.startswith("d0_") for name in leaves), leaves
+        assert pytensor.function([v], shape[0])(np.ones(4)) == 4
