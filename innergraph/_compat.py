@@ -11,7 +11,7 @@ names dispatch to the new ones) and moved ``Function`` to
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
 import pytensor
@@ -26,6 +26,7 @@ __all__ = [
     "param_connection_rows",
     "pullback",
     "pushforward",
+    "queried_once",
     "scope_safe_fusion",
     "with_legacy_gradient_names",
 ]
@@ -62,24 +63,40 @@ def with_legacy_gradient_names(cls: _OpClass) -> _OpClass:
     return cls
 
 
-_fusion: dict[int, tuple[Any, Any]] = {}
+#: Queried rewriters: (id of what they were queried from, key, database state) -> (that object, rewriter).
+_queried: dict[tuple[Any, ...], tuple[Any, Any]] = {}
+
+
+def _optdb_state() -> tuple[int, ...]:
+    """Changes when rewrites are registered or removed (``optdb`` and its sub-databases)."""
+    from pytensor.compile.mode import optdb
+
+    subs = [optdb[name] for name in sorted(optdb._names)]
+    return (len(optdb.__db__), *(len(getattr(db, "__db__", ())) for db in subs))
+
+
+def queried_once(source: Any, key: Any, query: Callable[[], Any]) -> Any:
+    """``query()``, run once per ``source`` object, ``key`` and state of the rewrite database.
+
+    Querying PyTensor's rewrite database costs milliseconds, as much as rewriting or
+    fusing a small body, so the rewriter is kept until a rewrite is registered or
+    removed. ``source`` is kept with it, so a new object that reuses its id misses.
+    """
+    full_key = (id(source), key, _optdb_state())
+    cached = _queried.get(full_key)
+    if cached is None or cached[0] is not source:
+        cached = _queried[full_key] = (source, query())
+    return cached[1]
 
 
 def scope_safe_fusion() -> Any:
-    """PyTensor's elemwise-fusion sequence without its backend-specific (C-only) members.
-
-    Queried once per state of the fusion database (querying costs about as much as
-    fusing a small body).
-    """
+    """PyTensor's elemwise-fusion sequence without its backend-specific (C-only) members (queried once)."""
     from pytensor.compile.mode import optdb
     from pytensor.graph.rewriting.db import RewriteDatabaseQuery
 
     db = optdb["elemwise_fusion"]
-    cached = _fusion.get(len(db.__db__))
-    if cached is None or cached[0] is not db:
-        query = RewriteDatabaseQuery(include=["fusion"], exclude=["cxx_only"])
-        cached = _fusion[len(db.__db__)] = (db, db.query(query))
-    return cached[1]
+    query = RewriteDatabaseQuery(include=["fusion"], exclude=["cxx_only"])
+    return queried_once(db, "scope_safe_fusion", lambda: db.query(query))
 
 
 def pullback(

@@ -128,15 +128,13 @@ def body_output_shapes(function: Variable | Body, args: Sequence[Variable], arg_
     if all(shape is not None for shape in static):
         return static
     dummies, dims, template = _shape_template(body)
+    if any(d is not None and s is None for d, s in zip(dims, arg_shapes, strict=True)):
+        # an argument's shape is unknown: its placeholders would be left free, so infer directly
+        template = _compat.infer_output_shapes(instantiate(body, dummies), dummies, list(arg_shapes))
     replace: dict[Variable, Variable] = dict(zip(dummies, args, strict=True))
     for param_dims, arg_shape in zip(dims, arg_shapes, strict=True):
-        if param_dims is None:
-            continue
-        if arg_shape is None:  # a placeholder would be left free: infer with what is known
-            shapes = _compat.infer_output_shapes(instantiate(body, dummies), dummies, list(arg_shapes))
-            template, replace = shapes, dict(zip(dummies, args, strict=True))
-            break
-        replace.update(zip(param_dims, map(_as_dim, arg_shape), strict=True))
+        if param_dims is not None and arg_shape is not None:
+            replace.update(zip(param_dims, map(_as_dim, arg_shape), strict=True))
     shapes = substitute_shapes(template, replace)
     return [known if known is not None else shape for known, shape in zip(static, shapes, strict=True)]
 

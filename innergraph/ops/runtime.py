@@ -108,38 +108,25 @@ def is_rewritten(body: Body) -> bool:
     return bool(body.cache.get(_REWRITTEN, False))
 
 
-#: Queried rewriters, keyed by (query id, linker, rewritten, optdb fingerprint).
-_rewriters: dict[tuple[Any, ...], tuple[Any, Any]] = {}
-
-
-def _optdb_fingerprint() -> tuple[int, ...]:
-    """Changes when rewrites are registered or removed (``optdb`` and its sub-databases)."""
-    from pytensor.compile.mode import optdb
-
-    subs = [optdb[name] for name in sorted(optdb._names)]
-    return (len(optdb.__db__), *(len(getattr(db, "__db__", ())) for db in subs))
-
-
 def body_rewriter(body: Body, linker: str) -> Any:
     """The graph rewriter a body is compiled with: the default mode's, queried once.
 
-    Querying PyTensor's rewrite database costs milliseconds, as much as rewriting a
-    small body, so the result is kept while the default mode and the registered
-    rewrites stay the same. A rewritten body (`is_rewritten`) leaves out
+    Kept while the default mode and the registered rewrites stay the same
+    (`innergraph._compat.queried_once`). A rewritten body (`is_rewritten`) leaves out
     `pipeline_passes`.
     """
     from pytensor.compile.mode import Mode, get_default_mode
 
+    from innergraph._compat import queried_once
+
     query = get_default_mode().provided_optimizer
     rewritten = is_rewritten(body)
-    key = (id(query), linker, rewritten, _optdb_fingerprint())
-    cached = _rewriters.get(key)
-    if cached is None or cached[0] is not query:
+
+    def rewriter() -> Any:
         mode = Mode(linker=linker, optimizer=query)
-        if rewritten:
-            mode = mode.excluding(*pipeline_passes())
-        cached = _rewriters[key] = (query, mode.optimizer)
-    return cached[1]
+        return mode.excluding(*pipeline_passes()).optimizer if rewritten else mode.optimizer
+
+    return queried_once(query, (linker, rewritten), rewriter)
 
 
 def _compile(body: Body, linker: str) -> Function:

@@ -41,8 +41,8 @@ def lower_consumers(fgraph: FunctionGraph) -> int:
 def fold_bodies(fgraph: FunctionGraph) -> int:
     """Fold the bodies visible consumers read; in a lifted graph, mark them rewritten.
 
-    The bodies of a graph ``lift_native`` ran on went through the passes between
-    lifting and folding (canonicalize, stabilize, specialize in ``fast_run``), so
-    compiling them later can leave canonicalize and stabilize out.
+    The bodies of a graph ``lift_native`` ran on went through every pass between
+    lifting and folding with the outer graph, so compiling them later leaves those
+    passes out (`innergraph.ops.runtime.pipeline_passes`).
     """
     return fold_inner_graphs(fgraph, reason="innergraph_fold", rewritten=fgraph in _lifted)
