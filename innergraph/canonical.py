@@ -18,7 +18,7 @@ Computing it is linear in the size of the body (nested bodies included).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pytensor.graph.basic import Apply, Constant, NominalVariable, Variable
@@ -26,13 +26,38 @@ from pytensor.graph.basic import Apply, Constant, NominalVariable, Variable
 from innergraph.graph import body_of, is_function, param, scope_toposort
 from innergraph.types import Body, InnerGraphType
 
-__all__ = ["Encoding", "decode", "encode"]
+__all__ = ["Encoding", "decode", "encode", "template"]
 
 Encoding = tuple[Any, ...]
 
 
 def encode(body: Body) -> Encoding:
     """The canonical encoding of ``body`` (see the module docstring)."""
+    return _encode(body, None)
+
+
+def template(body: Body, hole_key: Callable[[Constant], Any]) -> tuple[Encoding, tuple[Constant, ...]]:
+    """``body``'s encoding with holes at some constants, and the constant of each hole.
+
+    ``hole_key(constant)`` is None for a constant that stays in the encoding, else
+    a hashable key: constants with equal keys are one hole. Hole ``i`` (numbered
+    in first-use order) is encoded as ``("k", i, type)``. Bodies with equal
+    templates differ at most in their hole constants: they are the same function
+    of their params and those constants. Constants of nested bodies are never holes.
+    """
+    holes: dict[Any, Constant] = {}  # hole key -> the first constant with it
+
+    def hole(const: Constant) -> tuple[Any, ...] | None:
+        key = hole_key(const)
+        if key is None:
+            return None
+        holes.setdefault(key, const)
+        return ("k", list(holes).index(key), const.type)
+
+    return _encode(body, hole), tuple(holes.values())
+
+
+def _encode(body: Body, hole: Callable[[Constant], tuple[Any, ...] | None] | None) -> Encoding:
     nodes = scope_toposort(body.outputs)
     where: dict[Variable, tuple[int, int]] = {
         out: (k, j) for k, node in enumerate(nodes) for j, out in enumerate(node.outputs)
@@ -46,7 +71,7 @@ def encode(body: Body) -> Encoding:
         if is_function(var):
             return ("f", encode(body_of(var)))
         if isinstance(var, Constant):
-            return ("c", var.signature())
+            return (hole and hole(var)) or ("c", var.signature())
         raise ValueError(f"{var} is not a leaf of a closed body")
 
     encoded_nodes = tuple(

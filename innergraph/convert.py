@@ -164,6 +164,11 @@ def already_rewritten(mode: Any) -> Any:
     return cached[1]
 
 
+def is_already_rewritten(mode: Any) -> bool:
+    """Whether ``mode`` is one `already_rewritten` made (the mode of a lowered Scan)."""
+    return any(made is mode for _, made in _already_rewritten.values())
+
+
 def _lift_ifelse(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
     n = op.n_outs
     return _as_list(ifelse(inputs[0], list(inputs[1 : 1 + n]), list(inputs[1 + n :])))

@@ -30,7 +30,6 @@ from pytensor.graph.fg import FunctionGraph
 from innergraph.errors import FreeVariableError, ParamError
 from innergraph.graph import InnerGraph, body_of, is_function, scope_toposort, verify_closed
 from innergraph.instantiate import copy_scope, substitute
-from innergraph.ops.runtime import mark_rewritten
 from innergraph.types import Body
 
 __all__ = [
@@ -62,12 +61,10 @@ def visible_nodes(fgraph: FunctionGraph) -> set[Apply]:
     return seen
 
 
-def fold_inner_graphs(fgraph: FunctionGraph, reason: str = "fold_inner_graphs", rewritten: bool = False) -> int:
+def fold_inner_graphs(fgraph: FunctionGraph, reason: str = "fold_inner_graphs") -> int:
     """Fold every function variable read by a visible node; return how many.
 
-    Idempotent: a graph without inner-graph nodes is left untouched. With
-    ``rewritten=True`` (the pipeline's fold, after every earlier pass reached the
-    bodies) each folded body is marked with `innergraph.ops.runtime.mark_rewritten`.
+    Idempotent: a graph without inner-graph nodes is left untouched.
     """
     if not has_inner_graphs(fgraph):
         return 0
@@ -77,8 +74,6 @@ def fold_inner_graphs(fgraph: FunctionGraph, reason: str = "fold_inner_graphs", 
             if is_function(var) and not isinstance(var, Constant) and var not in replacements:
                 body = body_of(var)
                 _check_still_closed(body, reason)
-                if rewritten:
-                    mark_rewritten(body)
                 replacements[var] = Constant(var.type, body, name=var.name)
     fgraph.replace_all(list(replacements.items()), reason=reason, import_missing=True)
     return len(replacements)

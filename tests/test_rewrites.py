@@ -10,17 +10,19 @@ import pytensor
 import pytensor.tensor as pt
 import pytest
 from pytensor.compile.mode import get_default_mode
+from pytensor.graph.basic import Constant
 from pytensor.graph.rewriting.basic import MergeOptimizer, in2out
 from pytensor.tensor.rewriting.basic import constant_folding
 from pytensor.tensor.rewriting.subtensor_lift import local_subtensor_of_alloc
 from pytensor.ifelse import ifelse as native_ifelse
 
 import innergraph
-from innergraph.graph import body_of, scope_toposort
+from innergraph.graph import InnerGraph, body_of, scope_toposort
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse
 from innergraph.ops.scan import Scan
-from innergraph.rewriting.args import LARGE_CONSTANT, merge_arguments, pass_large_constants
+from innergraph.rewriting.args import LARGE_CONSTANT, merge_arguments, outline_constants, pass_large_constants
+from innergraph.rewriting.fusion import fuse_body
 from innergraph.rewriting.dce import remove_dead_slots
 from innergraph.rewriting.forward import forward_params
 from innergraph.rewriting.licm import hoist_invariants
@@ -190,6 +192,50 @@ def test_large_constants_become_arguments_of_call_and_branch_bodies():
     assert any(isinstance(v, pt.TensorConstant) and v.data.size == 100 for v in node.inputs)
     # ... and merge_arguments does not inline it back
     assert merge_arguments(fg) == 0
+
+
+def _constants_in(body):
+    return [v for n in scope_toposort(body.outputs) for v in n.inputs if isinstance(v, pt.TensorConstant)]
+
+
+def test_constants_that_alone_tell_bodies_apart_become_arguments():
+    """Three branches that differ only in `+ i` share one body; what differs in
+    more than constants, or reads a constant as an index, stays apart."""
+    slow = (xs**2).sum()
+    outs = [innergraph.ifelse(x0 > 0, xs.sum() * c * 2.5 + i, slow) for i in (1.0, 2.0, 3.0)]
+    outs.append(innergraph.ifelse(x0 > 0, xs.sum() * c, slow))  # another template: kept
+    outs += [innergraph.ifelse(x0 > 0, xs[:k].sum() * c, slow) for k in (1, 2)]  # k is an index: kept
+    values = [[0.5, np.arange(3.0), 2.0], [-0.5, np.arange(3.0), 2.0]]
+    fg = check_rewrite(merged_then(outline_constants), [x0, xs, c], outs, values=values)
+    MergeOptimizer().rewrite(fg)
+    then = [body_of(o.owner.inputs[1]) for o in fg.outputs]
+    assert all(isinstance(o.owner.inputs[1], Constant) for o in fg.outputs[:3])  # changed consumers come folded
+    assert then[0] is then[1] is then[2]  # one folded body, bound to 1.0, 2.0 and 3.0
+    assert [float(o.owner.op.split(o.owner.inputs)[3][-1].data) for o in fg.outputs[:3]] == [1.0, 2.0, 3.0]
+    assert any(np.array_equal(v.data, 2.5) for v in _constants_in(then[0]))  # the same in all three: inside
+    assert len({id(b) for b in then}) == 4  # the other template and the two index reads stay distinct
+    assert then[4] != then[5]
+
+
+def test_outlining_passes_large_constants_and_folds_the_new_bodies():
+    big = pt.constant(np.arange(100.0))
+    y = innergraph.ifelse(x0 > 0, (xs.sum() * big).sum(), c)
+    fg = check_rewrite(outline_constants, [x0, xs, c], [y], values=[[0.5, np.ones(3), 2.0], [-0.5, np.ones(3), 2.0]])
+    (node,) = nodes_of(fg, IfElse)
+    assert all(isinstance(f, Constant) for f in node.inputs[1:3])
+    assert all(v.data.size <= LARGE_CONSTANT for v in _constants_in(body_of(node.inputs[1])))
+    assert any(isinstance(v, pt.TensorConstant) and v.data.size == 100 for v in node.inputs)
+    # no body node joined the graph: only the outer conditional and its inputs' nodes
+    assert not any(isinstance(n.op, InnerGraph) for n in fg.apply_nodes)
+
+
+def test_fusion_leaves_a_body_it_cannot_change_as_it_is():
+    lone = body_of(innergraph.inner_graph(lambda u: pt.exp(u.sum()), [xs.type]).function)
+    chain = body_of(innergraph.inner_graph(lambda u: (pt.exp(u) * 2.0).sum(), [xs.type]).function)
+    assert fuse_body(lone) is lone  # one elementwise node: nothing to fuse, no copy made
+    fused = fuse_body(chain)
+    assert fused is not chain and fused != chain  # exp and mul become one Composite
+    assert sum(isinstance(n.op, pt.elemwise.Elemwise) for n in scope_toposort(fused.outputs)) == 1
 
 
 # -- forwarding --------------------------------------------------------------------

@@ -18,6 +18,7 @@ Numba's on-disk cache can never confuse two different bodies.
 
 from __future__ import annotations
 
+import copy
 import weakref
 from collections.abc import Callable
 from hashlib import sha256
@@ -41,6 +42,8 @@ from innergraph.instantiate import instantiate
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse
 from innergraph.ops.scan import Scan, build_native_scan, is_shared
+from innergraph._compat import queried_once
+from innergraph.convert import is_already_rewritten
 from innergraph.ops.runtime import body_rewriter, body_value, compile_count
 from innergraph.types import Body
 
@@ -62,15 +65,58 @@ def funcify_native_scan_once(op: NativeScan, node: Any = None, **kwargs: Any) ->
     because the conversion takes in-place decisions from them.
     """
     if not is_shared(op):  # PyTensor's own nodes are converted exactly as without innergraph
-        return _native_scan_funcify(op, node=node, **kwargs)
+        return _native_scan_funcify(_with_prepared_rewriter(op), node=node, **kwargs)
     key = (tuple(v.type for v in node.inputs), tuple(v.type for v in node.outputs))
     per_op = _funcified.get(id(op))
     if per_op is None:
         per_op = _funcified[id(op)] = {}
         weakref.finalize(op, _funcified.pop, id(op), None)
     if key not in per_op:
-        per_op[key] = _native_scan_funcify(op, node=node, **kwargs)
+        per_op[key] = _native_scan_funcify(_with_prepared_rewriter(op), node=node, **kwargs)
     return per_op[key]
+
+
+class _PreparedMode:
+    """Stands in for a Scan's ``mode`` in PyTensor's Numba conversion of it.
+
+    The conversion rewrites the inner graph with
+    ``get_mode(op.mode).including("numba").excluding(...).optimizer``; this object
+    answers that chain with a rewriter prepared once, so the database is not
+    queried again for every conversion.
+    """
+
+    def __init__(self, rewriter: Any):
+        self.optimizer = rewriter
+
+    def including(self, *tags: str) -> _PreparedMode:
+        return self
+
+    def excluding(self, *tags: str) -> _PreparedMode:
+        return self
+
+
+def _with_prepared_rewriter(op: NativeScan) -> NativeScan:
+    """``op``, or a view of it whose conversion does not query PyTensor's database again.
+
+    Scans innergraph lowered carry a mode of `innergraph.convert.already_rewritten`
+    (their bodies went through canonicalize and stabilize in-graph). PyTensor's
+    conversion queries that mode's rewriter anew for every Scan, which costs as
+    much as rewriting a small body; the view answers with the rewriter queried
+    once. It shares the Op's inner graph, which the conversion rewrites in place,
+    as it would the Op's own. Every other Scan is converted exactly as PyTensor does.
+    """
+    from pytensor.compile.mode import NUMBA
+
+    mode: Any = op.mode
+    if not is_already_rewritten(mode):
+        return op
+
+    def rewriter() -> Any:
+        return mode.including("numba").excluding(*NUMBA._optimizer.exclude).optimizer
+
+    view = copy.copy(op)
+    view.mode = _PreparedMode(queried_once(mode, "numba scan", rewriter))  # type: ignore[assignment]
+    return view
 
 
 apply_late(DispatchPatch(numba_funcify_and_cache_key, NativeScan, funcify_native_scan_once))
@@ -116,11 +162,23 @@ def _skip_function_argument(
     return numba_njit(fn), key
 
 
+def _cached_in(body: Body, key: tuple[Any, ...], make: Callable[[], tuple[Callable[..., Any], str | None]]) -> tuple[Callable[..., Any], str | None]:
+    """``make()``, once per ``body`` and ``key``: consumers of one body share their jitted wrapper."""
+    cached = body.cache.get(key)
+    if cached is None:
+        cached = body.cache[key] = make()
+    return cached
+
+
 @register_funcify_and_cache_key(Call)
 def numba_funcify_call(op: Call, node: Any = None, **kwargs: Any) -> tuple[Callable[..., Any], str | None]:
-    inner, inner_key = numba_body(body_value(node.inputs[0]))
+    body = body_value(node.inputs[0])
     n_args = len(node.inputs) - op.n_functions
-    return _skip_function_argument("innergraph_call", n_args, inner, inner_key, op.n_functions)
+    return _cached_in(
+        body,
+        ("numba_call", n_args, op.n_functions),
+        lambda: _skip_function_argument("innergraph_call", n_args, *numba_body(body), op.n_functions),
+    )
 
 
 @register_funcify_and_cache_key(Scan)
@@ -146,10 +204,17 @@ def numba_funcify_scan(op: Scan, node: Any = None, **kwargs: Any) -> tuple[Calla
 @register_funcify_and_cache_key(IfElse)
 def numba_funcify_ifelse(op: IfElse, node: Any = None, **kwargs: Any) -> tuple[Callable[..., Any], str | None]:
     _, then_fn, else_fn, then_args, else_args = op.split(node.inputs)
-    then_inner, then_key = numba_body(body_value(then_fn))
-    else_inner, else_key = numba_body(body_value(else_fn))
-    a = ", ".join(f"a{i}" for i in range(len(then_args)))
-    b = ", ".join(f"b{i}" for i in range(len(else_args)))
+    then_body, else_body = body_value(then_fn), body_value(else_fn)
+    key = ("numba_ifelse", else_body, len(then_args), len(else_args))
+    return _cached_in(then_body, key, lambda: _lazy_ifelse(then_body, else_body, len(then_args), len(else_args)))
+
+
+def _lazy_ifelse(then_body: Body, else_body: Body, n_then: int, n_else: int) -> tuple[Callable[..., Any], str | None]:
+    """A jitted ``(cond, then_function, else_function, *then_args, *else_args)`` that runs one body."""
+    then_inner, then_key = numba_body(then_body)
+    else_inner, else_key = numba_body(else_body)
+    a = ", ".join(f"a{i}" for i in range(n_then))
+    b = ", ".join(f"b{i}" for i in range(n_else))
     params = ", ".join(p for p in ("cond, then_function, else_function", a, b) if p)
     src = (
         f"def innergraph_ifelse({params}):\n"

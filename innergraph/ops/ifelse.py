@@ -193,7 +193,8 @@ def _branch_grads(
     result: list[Variable] = [g.type() if isinstance(g.type, NullType) else disconnected_type() for g in grads]
     if not kept:
         return result
-    vjp = inner_graph([grads[i] for i in kept], [*xs, *g_dummies], capture="leaves")
+    # a gradient has its argument's dtype (PyTensor's contract; a float32 argument of a float64 branch)
+    vjp = inner_graph([_cast_like(grads[i], xs[i]) for i in kept], [*xs, *g_dummies], capture="leaves")
     zeros = inner_graph([pt.zeros_like(xs[i]) for i in kept], [*xs, *g_dummies], capture="leaves")
     taken_c, other_c = (vjp, zeros) if taken else (zeros, vjp)
     operands = [*args, *gs]
@@ -209,6 +210,13 @@ def _branch_grads(
     for i, value in zip(kept, _as_list(applied), strict=True):
         result[i] = value
     return result
+
+
+def _cast_like(grad: Variable, x: Variable) -> Variable:
+    dtype = getattr(x.type, "dtype", None)
+    if dtype is None or getattr(grad.type, "dtype", dtype) == dtype:
+        return grad
+    return pt.cast(grad, dtype)
 
 
 def _as_list(value: Variable | Sequence[Variable]) -> list[Variable]:

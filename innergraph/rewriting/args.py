@@ -17,15 +17,28 @@ from typing import Any
 
 import numpy as np
 import pytensor.tensor as pt
-from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.tensor.basic import Alloc
 from pytensor.tensor.variable import TensorConstant
 
+from pytensor.tensor.elemwise import Elemwise
+
+from innergraph.canonical import template
+from innergraph.fold import visible_nodes
 from innergraph.graph import scope_toposort
 from innergraph.rewriting.signature import Signature, Slot, consumers, replace_consumer
+from innergraph.types import Body
 
-__all__ = ["LARGE_CONSTANT", "inline_constant", "invariant_row", "merge_arguments", "pass_large_constants"]
+__all__ = [
+    "LARGE_CONSTANT",
+    "inline_constant",
+    "invariant_row",
+    "merge_arguments",
+    "outline_constants",
+    "pass_large_constants",
+    "pass_nested_large_constants",
+]
 
 INPUT_KINDS = ("seq", "non_seq", "arg", "then_arg", "else_arg")
 
@@ -86,26 +99,41 @@ def invariant_row(sig: Signature, slot: Slot) -> Variable | None:
         return None
 
 
-def pass_large_constants(fgraph: FunctionGraph) -> int:
-    """Make the large constants of call and branch bodies arguments; return how many consumers changed."""
+def _large_constants(body: Body) -> list[Constant]:
+    """The large constants of ``body``'s own scope, in first-use order."""
+    found = [v for n in scope_toposort(body.outputs) for v in n.inputs if isinstance(v, Constant) and _large(v)]
+    found += [v for v in body.outputs if isinstance(v, Constant) and _large(v)]
+    return list(dict.fromkeys(found))
+
+
+def pass_large_constants(fgraph: FunctionGraph, nested_only: bool = False) -> int:
+    """Make the large constants of call and branch bodies arguments; return how many consumers changed.
+
+    With ``nested_only=True`` only consumers inside bodies change: the pipeline
+    passes the outer consumers' constants when it folds their bodies
+    (`outline_constants`).
+    """
+    visible = visible_nodes(fgraph) if nested_only else None
     changed = 0
     for sig in consumers(fgraph):
         kinds = ARGUMENT_KINDS.get(getattr(sig.node.op, "kind", ""))
-        if kinds is None:
+        if kinds is None or (visible is not None and sig.node in visible):
             continue
         new: list[Slot] = []
         replace: dict[int, dict[Variable, Variable]] = {}
-        for b, kind in enumerate(kinds):
-            outputs = [v for s in sig.slots for bb, v in s.outputs if bb == b]
-            found = [v for n in scope_toposort(outputs) for v in n.inputs if _large(v)]
-            found += [v for v in outputs if _large(v)]
-            for const in dict.fromkeys(found):
+        for b, (kind, body) in enumerate(zip(kinds, sig.bodies, strict=True)):
+            for const in _large_constants(body):
                 param = replace.setdefault(b, {}).setdefault(const, const.type())
                 new.append(Slot(kind, (const,), ((b, param),)))
         if new:
             replace_consumer(fgraph, sig, [*sig.slots, *new], replace=replace, reason="pass_large_constants")
             changed += 1
     return changed
+
+
+def pass_nested_large_constants(fgraph: FunctionGraph) -> int:
+    """`pass_large_constants` for the consumers inside bodies only."""
+    return pass_large_constants(fgraph, nested_only=True)
 
 
 def merge_arguments(fgraph: FunctionGraph) -> int:
@@ -135,3 +163,80 @@ def merge_arguments(fgraph: FunctionGraph) -> int:
             replace_consumer(fgraph, sig, keep, replace=replace, reason="merge_arguments")
             changed += 1
     return changed
+
+
+def _value_constants(body: Body) -> dict[Any, list[Constant]]:
+    """The small constants of ``body``'s scope that only elementwise nodes read, by signature.
+
+    Such a constant can become a param of its own type without changing any type in
+    the body: elementwise output types depend only on the input types.
+    """
+    found: dict[Any, list[Constant]] = {}
+    other: set[Any] = set()
+    for node in scope_toposort(body.outputs):
+        for v in node.inputs:
+            if isinstance(v, TensorConstant) and not _large(v):
+                key = v.signature()
+                if isinstance(node.op, Elemwise) and key not in other:
+                    found.setdefault(key, [])
+                    if v not in found[key]:
+                        found[key].append(v)
+                else:
+                    other.add(key)
+                    found.pop(key, None)
+    for v in body.outputs:  # an output keeps its declared type only as itself
+        if isinstance(v, Constant):
+            found.pop(v.signature(), None)
+    return found
+
+
+def outline_constants(fgraph: FunctionGraph) -> int:
+    """Fold the bodies of visible calls and branches with constants made arguments; return how many changed.
+
+    Two kinds of constants become arguments, bound by the consumer to the constant:
+
+    * large ones (`LARGE_CONSTANT`), as `pass_large_constants` does;
+    * small ones only elementwise nodes read, when they are all that tells bodies
+      apart. Bodies whose templates (`innergraph.canonical.template`, with holes at
+      those constants) are equal get a param for each hole whose value differs
+      among them, and are then one body: ``ifelse(c, x.sum() + i, ...)`` for
+      ``i = 1, 2, 3`` becomes three conditionals over one ``then`` body. Equal
+      constants of one body are one hole (after merging they are one variable),
+      so ``x * 2.0 + 2.0`` and ``x * 2.0 + 1.0`` have different templates.
+
+    The changed consumers get folded functions, so no body node is imported (and
+    shape-inferred) again: the pipeline runs this as it folds bodies, after every
+    rewrite that could use a constant's value inside one.
+    """
+    visible = visible_nodes(fgraph)
+    members = []  # (signature, body index, template, holes, the constants each hole stands for)
+    for sig in consumers(fgraph):
+        if sig.node not in visible or sig.kind not in ARGUMENT_KINDS:
+            continue
+        for b, body in enumerate(sig.bodies):
+            values = _value_constants(body)
+
+            def hole_key(c: Constant) -> Any:
+                if _large(c):
+                    return ("large", id(c))  # always outlined: never hash its data
+                key = c.signature()
+                return key if key in values else None
+
+            key, holes = template(body, hole_key)
+            stands_for = [[c] if _large(c) else values[c.signature()] for c in holes]
+            members.append((sig, b, key, holes, stands_for))
+    groups: dict[Any, list[tuple[Constant, ...]]] = {}
+    for _, _, key, holes, _ in members:
+        groups.setdefault(key, []).append(holes)
+    new: dict[Apply, tuple[Signature, list[Slot], dict[int, dict[Variable, Variable]]]] = {}
+    for sig, b, key, holes, stands_for in members:
+        for i, const in enumerate(holes):
+            if not _large(const) and len({other[i].signature() for other in groups[key]}) == 1:
+                continue  # the same value in every body of the group: it stays inside
+            _, slots, replace = new.setdefault(sig.node, (sig, [], {}))
+            param = const.type()
+            replace.setdefault(b, {}).update(dict.fromkeys(stands_for[i], param))
+            slots.append(Slot(ARGUMENT_KINDS[sig.kind or ""][b], (const,), ((b, param),)))
+    for sig, slots, replace in new.values():
+        replace_consumer(fgraph, sig, [*sig.slots, *slots], replace=replace, reason="outline_constants", fold=True)
+    return len(new)

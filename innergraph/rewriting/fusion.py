@@ -6,17 +6,21 @@ that reads params of both and break closure (see ``design/architecture.md``), so
 innergraph folds bodies before it. This rewrite then fuses each folded body on
 its own: a private copy of the body, its nested bodies first (each fused in its
 own scope), replaced in the graph by a new constant. It is registered with the
-tags of PyTensor's fusion, so it runs exactly when fusion does.
+tags of PyTensor's fusion, so it runs exactly when fusion does. A body fusion
+cannot change — at most one elementwise node, not a ``Composite`` and not read by a
+reduction, and no nested body — is kept as it is, without the copy.
 """
 
 from __future__ import annotations
 
 from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.fg import FunctionGraph
+from pytensor.scalar import Composite
+from pytensor.tensor.elemwise import CAReduce, Elemwise
 
 from innergraph import _compat
 from innergraph.fold import fold_inner_graphs
-from innergraph.graph import params
+from innergraph.graph import is_function, params, scope_toposort
 from innergraph.instantiate import instantiate, substitute
 from innergraph.ops.runtime import is_rewritten, mark_rewritten
 from innergraph.types import Body
@@ -29,6 +33,9 @@ def fuse_body(body: Body, memo: dict[Body, Body] | None = None) -> Body:
     memo = {} if memo is None else memo
     if body in memo:
         return memo[body]
+    if not _fusion_may_apply(body):
+        memo[body] = body
+        return body
     inputs = [t() for t in body.param_types]
     fgraph = FunctionGraph(inputs, instantiate(body, inputs), clone=True)
     fold_inner_graphs(fgraph, reason="fuse_body")
@@ -39,6 +46,21 @@ def fuse_body(body: Body, memo: dict[Body, Body] | None = None) -> Body:
     if is_rewritten(body):
         mark_rewritten(fused)
     return fused
+
+
+def _fusion_may_apply(body: Body) -> bool:
+    """Whether PyTensor's fusion rewrites could change ``body`` (conservatively: True if unsure).
+
+    They fuse two or more elementwise nodes (chained, or siblings sharing an input),
+    a reduction of an elementwise result, or rewrite a ``Composite``.
+    """
+    nodes = scope_toposort(body.outputs)
+    elemwise = [n for n in nodes if isinstance(n.op, Elemwise)]
+    if len(elemwise) > 1 or any(isinstance(n.op.scalar_op, Composite) for n in elemwise):
+        return True
+    if any(is_function(v) for n in nodes for v in n.inputs):
+        return True
+    return any(isinstance(n.op, CAReduce) and any(v.owner in elemwise for v in n.inputs) for n in nodes)
 
 
 def _fuse_folded(fgraph: FunctionGraph, memo: dict[Body, Body]) -> int:

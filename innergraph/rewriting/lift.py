@@ -8,7 +8,10 @@ from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import MergeOptimizer
 
 from innergraph.convert import PIPELINE_LIFTS, PIPELINE_LOWERS, lift, lower
-from innergraph.fold import fold_inner_graphs, unfold_inner_graphs
+from innergraph.fold import fold_inner_graphs, folded_bodies, unfold_inner_graphs
+from innergraph.ops.runtime import mark_rewritten
+from innergraph.rewriting.args import outline_constants
+from innergraph.rewriting.signature import sharing_rebuilt_functions
 
 __all__ = ["fold_bodies", "lift_native", "lower_consumers"]
 
@@ -43,6 +46,17 @@ def fold_bodies(fgraph: FunctionGraph) -> int:
 
     The bodies of a graph ``lift_native`` ran on went through every pass between
     lifting and folding with the outer graph, so compiling them later leaves those
-    passes out (`innergraph.ops.runtime.pipeline_passes`).
+    passes out (`innergraph.ops.runtime.pipeline_passes`). In such a graph the large
+    constants of call and branch bodies become arguments as their bodies are folded,
+    and so do the small constants that alone tell bodies apart
+    (`innergraph.rewriting.args`): no later pass could use their values.
     """
-    return fold_inner_graphs(fgraph, reason="innergraph_fold", rewritten=fgraph in _lifted)
+    if fgraph not in _lifted:
+        return fold_inner_graphs(fgraph, reason="innergraph_fold")
+    with sharing_rebuilt_functions():
+        changed = outline_constants(fgraph) + fold_inner_graphs(fgraph, reason="innergraph_fold")
+    if changed:
+        MergeOptimizer().rewrite(fgraph)
+    for _, body in folded_bodies(fgraph.outputs):
+        mark_rewritten(body)
+    return changed

@@ -35,12 +35,14 @@ from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.type import Type
 
+from innergraph.fold import fold_function
 from innergraph.graph import InnerGraph, body_of, is_function, param, params
 from innergraph.instantiate import substitute
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse
+from innergraph.ops.runtime import is_rewritten, mark_rewritten
 from innergraph.ops.scan import Scan, ScanLayout
-from innergraph.types import InnerGraphType
+from innergraph.types import Body, InnerGraphType
 
 __all__ = [
     "FORMS",
@@ -95,6 +97,11 @@ class Signature:
         return getattr(self.node.op, "kind", None)
 
     @property
+    def bodies(self) -> list[Body]:
+        """The consumer's bodies, in body-index order."""
+        return [body_of(f) for f in self.form.functions(self.node)]
+
+    @property
     def is_while(self) -> bool:
         """Whether the consumer is a loop with an ``until`` condition."""
         return any(s.kind == "until" for s in self.slots)
@@ -119,6 +126,7 @@ class Form:
     result_order: tuple[str, ...]
     split: Callable[[Apply], tuple[tuple[Variable, ...], list[Slot]] | None]
     make: Callable[[Any, tuple[Variable, ...], list[Variable], dict[str, list[Slot]], list[Variable]], Apply]
+    functions: Callable[[Apply], list[Variable]]
     required: tuple[str, ...] = ()
 
 
@@ -163,6 +171,7 @@ def rebuild(
     sig: Signature,
     slots: Sequence[Slot],
     replace: Mapping[int, Mapping[Variable, Variable]] | None = None,
+    fold: bool | None = None,
 ) -> tuple[Apply, dict[Variable, Variable]]:
     """The consumer node with exactly ``slots``, and old results -> new results.
 
@@ -177,15 +186,22 @@ def rebuild(
     replace
         Per body, variables to substitute in every output first (a param by
         another param or a constant, a subexpression by a new param).
+    fold
+        Whether the new functions are folded constants rather than inner-graph
+        nodes (whose body nodes join the graph when the node is imported). By
+        default, as the consumer's own functions are; a folded body that was
+        marked rewritten (`innergraph.ops.runtime.mark_rewritten`) stays marked.
     """
     form = sig.form
     functions = []
     memo = _rebuilt.get()
+    old_functions = form.functions(sig.node)
+    folded = all(isinstance(f, Constant) for f in old_functions) if fold is None else fold
     for b in range(form.n_bodies):
         ps = [v for s in _ordered(slots, form.param_order) for bb, v in s.params if bb == b]
         outs = [(v, t) for s in _ordered(slots, form.output_order) for (bb, v), t in zip(s.outputs, s.output_types, strict=True) if bb == b]
         body_replace = tuple(replace[b].items()) if replace and replace.get(b) else ()
-        key = (tuple(ps), tuple(outs), tuple((k, _value_key(v)) for k, v in body_replace))
+        key = (tuple(ps), tuple(outs), tuple((k, _value_key(v)) for k, v in body_replace), folded)
         if memo is not None and key in memo:
             functions.append(memo[key])
             continue
@@ -195,9 +211,14 @@ def rebuild(
         renumber = {v: param(j, v.type) for j, v in enumerate(ps)}
         new_outs = substitute(out_vars, renumber)
         ftype = InnerGraphType([v.type for v in ps], [t for _, t in outs])
-        functions.append(InnerGraph(ftype).make_node(*new_outs).outputs[0])
+        function = InnerGraph(ftype).make_node(*new_outs).outputs[0]
+        if folded:
+            function = fold_function(function)
+            if isinstance(old_functions[b], Constant) and is_rewritten(body_of(old_functions[b])):
+                mark_rewritten(body_of(function))
+        functions.append(function)
         if memo is not None:
-            memo[key] = functions[-1]
+            memo[key] = function
     args = [a for s in _ordered(slots, form.arg_order) for a in s.args]
     node = form.make(sig.node.op, sig.header, functions, _by_kind(slots), args)
     old = [r for s in _ordered(slots, form.result_order) for r in s.results]
@@ -212,13 +233,15 @@ def replace_consumer(
     reason: str,
     replace: Mapping[int, Mapping[Variable, Variable]] | None = None,
     forwarded: Mapping[Variable, Variable] | None = None,
+    fold: bool | None = None,
 ) -> None:
     """Rebuild ``sig``'s node with ``slots`` and replace its results in ``fgraph``.
 
     ``forwarded`` maps results of dropped slots to the outer variables that now
-    stand for them (which may read the node's other results).
+    stand for them (which may read the node's other results); ``fold`` is as for
+    `rebuild`.
     """
-    _, mapping = rebuild(sig, slots, replace)
+    _, mapping = rebuild(sig, slots, replace, fold)
     pairs = [(old, new) for old, new in mapping.items() if old is not new]
     if forwarded:  # forwarded values may read results of the old node: read the new one's
         values = substitute(list(forwarded.values()), mapping)
@@ -299,6 +322,7 @@ SCAN_FORM = Form(
     result_order=("mit_mot", "mit_sot", "sit_sot", "nit_sot", "untraced"),
     split=_split_scan,
     make=_make_scan,
+    functions=lambda node: [node.inputs[0]],
     required=("until",),
 )
 
@@ -324,7 +348,7 @@ def _make_call(op: Call, header: tuple[Variable, ...], functions: list[Variable]
     return Call().make_node(functions[0], *args)
 
 
-CALL_FORM = Form(1, ("arg",), ("out",), ("arg",), ("out",), _split_call, _make_call)
+CALL_FORM = Form(1, ("arg",), ("out",), ("arg",), ("out",), _split_call, _make_call, lambda node: [node.inputs[0]])
 
 
 # --- IfElse -------------------------------------------------------------------
@@ -347,7 +371,9 @@ def _make_ifelse(op: IfElse, header: tuple[Variable, ...], functions: list[Varia
     return IfElse(len(groups.get("then_arg", []))).make_node(header[0], *functions, *args)
 
 
-IFELSE_FORM = Form(2, ("then_arg", "else_arg"), ("out",), ("then_arg", "else_arg"), ("out",), _split_ifelse, _make_ifelse)
+IFELSE_FORM = Form(
+    2, ("then_arg", "else_arg"), ("out",), ("then_arg", "else_arg"), ("out",), _split_ifelse, _make_ifelse, lambda node: list(node.inputs[1:3])
+)
 
 #: Consumer class -> its `Form`. A new consumer kind registers its form here.
 FORMS: dict[type, Form] = {Scan: SCAN_FORM, Call: CALL_FORM, IfElse: IFELSE_FORM}
@@ -382,8 +408,11 @@ def consumers(fgraph: FunctionGraph) -> Iterator[Signature]:
     Each is made when it is reached, so rewrites may replace earlier ones meanwhile;
     nodes a rewrite already removed are skipped.
     """
-    for node in fgraph.toposort():
-        if type(node.op) in FORMS and node in fgraph.apply_nodes:
+    found = [node for node in fgraph.apply_nodes if type(node.op) in FORMS]
+    if len(found) > 1:  # order them; a lone consumer (most graphs) needs no toposort
+        found = [node for node in fgraph.toposort() if type(node.op) in FORMS]
+    for node in found:
+        if node in fgraph.apply_nodes:
             sig = signature(node)
             if sig is not None:
                 yield sig

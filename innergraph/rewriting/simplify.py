@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import MergeOptimizer
 
-from innergraph.rewriting.args import merge_arguments, pass_large_constants
+from innergraph.rewriting.args import merge_arguments, pass_nested_large_constants
 from innergraph.rewriting.dce import remove_dead_slots
 from innergraph.rewriting.forward import forward_params
 from innergraph.rewriting.licm import hoist_invariants
@@ -28,7 +28,7 @@ __all__ = ["CONSUMER_REWRITES", "simplify_consumers"]
 CONSUMER_REWRITES: tuple[Callable[[FunctionGraph], int], ...] = (
     forward_params,
     merge_arguments,
-    pass_large_constants,
+    pass_nested_large_constants,
     hoist_invariants,
     push_out_per_step_outputs,
     remove_dead_slots,
