@@ -52,6 +52,7 @@ __all__ = [
     "check_targets",
     "compile_case",
     "compile_graph",
+    "fresh_graph",
     "markdown_report",
     "max_difference",
     "measure_case",
@@ -118,16 +119,21 @@ def compile_graph(case: Case, variant: str, graph: tuple[list[Any], list[Any]]) 
     return pytensor.function(inputs, outputs, mode=mode_for(case, variant))
 
 
-def timed_compile(case: Case, variant: str) -> tuple[float, Any]:
-    """Seconds ``pytensor.function`` takes on a freshly built graph of the case, and the function.
+def fresh_graph(case: Case, variant: str) -> tuple[list[Any], list[Any]]:
+    """A new graph of the case, built, then a full garbage collection: ready to time its compilation.
 
-    The graph is built untimed, and a full garbage collection runs first: the
-    collection debt of earlier work (one full collection of this process's heap
-    costs about as much as compiling a small case) never lands in the timed region,
-    while collections the compilation itself causes are counted.
+    The collection debt of earlier work (one full collection of this process's heap
+    costs about as much as compiling a small case) then never lands in the timed
+    compilation, while collections the compilation itself causes are counted.
     """
     graph = case.build(variant)
     gc.collect()
+    return graph
+
+
+def timed_compile(case: Case, variant: str) -> tuple[float, Any]:
+    """Seconds ``pytensor.function`` takes on a `fresh_graph` of the case, and the function."""
+    graph = fresh_graph(case, variant)
     return _timed(lambda: compile_graph(case, variant, graph))
 
 

@@ -45,16 +45,16 @@ def template(body: Body, hole_key: Callable[[Constant], Any]) -> tuple[Encoding,
     templates differ at most in their hole constants: they are the same function
     of their params and those constants. Constants of nested bodies are never holes.
     """
-    holes: dict[Any, Constant] = {}  # hole key -> the first constant with it
+    holes: dict[Any, tuple[int, Constant]] = {}  # hole key -> (its number, the first constant with it)
 
     def hole(const: Constant) -> tuple[Any, ...] | None:
         key = hole_key(const)
         if key is None:
             return None
-        holes.setdefault(key, const)
-        return ("k", list(holes).index(key), const.type)
+        number, _ = holes.setdefault(key, (len(holes), const))
+        return ("k", number, const.type)
 
-    return _encode(body, hole), tuple(holes.values())
+    return _encode(body, hole), tuple(const for _, const in holes.values())
 
 
 def _encode(body: Body, hole: Callable[[Constant], tuple[Any, ...] | None] | None) -> Encoding:

@@ -36,14 +36,14 @@ from pytensor.link.numba.dispatch.basic import (
 from pytensor.link.numba.cache import compile_numba_function_src
 from pytensor.scan.op import Scan as NativeScan
 
+from innergraph._compat import queried_once
+from innergraph.convert import is_already_rewritten
 from innergraph.fold import fold_inner_graphs
 from innergraph.patching import DispatchPatch, apply_late
 from innergraph.instantiate import instantiate
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse
 from innergraph.ops.scan import Scan, build_native_scan, is_shared
-from innergraph._compat import queried_once
-from innergraph.convert import is_already_rewritten
 from innergraph.ops.runtime import body_rewriter, body_value, compile_count
 from innergraph.types import Body
 
@@ -127,14 +127,22 @@ def _typify_body(data: Body, **kwargs: Any) -> None:
     return None
 
 
+def _cached_in(body: Body, key: Any, make: Callable[[], tuple[Callable[..., Any], str | None]]) -> tuple[Callable[..., Any], str | None]:
+    """``make()``, once per ``body`` and ``key``: consumers of one body share what it made."""
+    cached = body.cache.get(key)
+    if cached is None:
+        cached = body.cache[key] = make()
+    return cached
+
+
 def numba_body(body: Body) -> tuple[Callable[..., Any], str | None]:
     """The body as a jitted function of its params, and its cache key (cached)."""
-    cached = body.cache.get("numba")
-    if cached is None:
-        cached = _funcify_body(body)
-        body.cache["numba"] = cached
-        compile_count[(id(body), "numba")] += 1
-    return cached
+    return _cached_in(body, "numba", lambda: _counted(body, _funcify_body(body)))
+
+
+def _counted(body: Body, compiled: tuple[Callable[..., Any], str | None]) -> tuple[Callable[..., Any], str | None]:
+    compile_count[(id(body), "numba")] += 1
+    return compiled
 
 
 def _funcify_body(body: Body) -> tuple[Callable[..., Any], str | None]:
@@ -162,14 +170,6 @@ def _skip_function_argument(
     return numba_njit(fn), key
 
 
-def _cached_in(body: Body, key: tuple[Any, ...], make: Callable[[], tuple[Callable[..., Any], str | None]]) -> tuple[Callable[..., Any], str | None]:
-    """``make()``, once per ``body`` and ``key``: consumers of one body share their jitted wrapper."""
-    cached = body.cache.get(key)
-    if cached is None:
-        cached = body.cache[key] = make()
-    return cached
-
-
 @register_funcify_and_cache_key(Call)
 def numba_funcify_call(op: Call, node: Any = None, **kwargs: Any) -> tuple[Callable[..., Any], str | None]:
     body = body_value(node.inputs[0])
@@ -191,13 +191,12 @@ def numba_funcify_scan(op: Scan, node: Any = None, **kwargs: Any) -> tuple[Calla
     """
     body = body_value(node.inputs[0])
     key = ("numba_scan", op, tuple(v.type for v in node.inputs[1:]))
-    cached = body.cache.get(key)
-    if cached is None:
+
+    def convert() -> tuple[Callable[..., Any], str | None]:
         native = build_native_scan(body, op)
-        native_node = native.make_node(*node.inputs[1:])
-        cached = body.cache[key] = numba_funcify_and_cache_key(native, node=native_node, **kwargs)
-        compile_count[(id(body), "numba")] += 1
-    inner, inner_key = cached
+        return _counted(body, numba_funcify_and_cache_key(native, node=native.make_node(*node.inputs[1:]), **kwargs))
+
+    inner, inner_key = _cached_in(body, key, convert)
     return _skip_function_argument("innergraph_scan", len(node.inputs) - 1, inner, inner_key)
 
 

@@ -20,9 +20,8 @@ import pytensor.tensor as pt
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.tensor.basic import Alloc
-from pytensor.tensor.variable import TensorConstant
-
 from pytensor.tensor.elemwise import Elemwise
+from pytensor.tensor.variable import TensorConstant
 
 from innergraph.canonical import template
 from innergraph.fold import visible_nodes
@@ -228,10 +227,14 @@ def outline_constants(fgraph: FunctionGraph) -> int:
     groups: dict[Any, list[tuple[Constant, ...]]] = {}
     for _, _, key, holes, _ in members:
         groups.setdefault(key, []).append(holes)
+    outlined = {  # per template, the holes to make arguments: large ones, and values that differ
+        key: {i for i, column in enumerate(zip(*group)) if _large(column[0]) or len({c.signature() for c in column}) > 1}
+        for key, group in groups.items()
+    }
     new: dict[Apply, tuple[Signature, list[Slot], dict[int, dict[Variable, Variable]]]] = {}
     for sig, b, key, holes, stands_for in members:
         for i, const in enumerate(holes):
-            if not _large(const) and len({other[i].signature() for other in groups[key]}) == 1:
+            if i not in outlined[key]:
                 continue  # the same value in every body of the group: it stays inside
             _, slots, replace = new.setdefault(sig.node, (sig, [], {}))
             param = const.type()

@@ -54,8 +54,9 @@ def fold_bodies(fgraph: FunctionGraph) -> int:
     if fgraph not in _lifted:
         return fold_inner_graphs(fgraph, reason="innergraph_fold")
     with sharing_rebuilt_functions():
-        changed = outline_constants(fgraph) + fold_inner_graphs(fgraph, reason="innergraph_fold")
-    if changed:
+        outlined = outline_constants(fgraph)
+        changed = outlined + fold_inner_graphs(fgraph, reason="innergraph_fold")
+    if outlined:  # bodies that now differ only in arguments: equal, one constant each
         MergeOptimizer().rewrite(fgraph)
     for _, body in folded_bodies(fgraph.outputs):
         mark_rewritten(body)

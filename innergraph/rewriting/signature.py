@@ -40,7 +40,6 @@ from innergraph.graph import InnerGraph, body_of, is_function, param, params
 from innergraph.instantiate import substitute
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse
-from innergraph.ops.runtime import is_rewritten, mark_rewritten
 from innergraph.ops.scan import Scan, ScanLayout
 from innergraph.types import Body, InnerGraphType
 
@@ -189,8 +188,7 @@ def rebuild(
     fold
         Whether the new functions are folded constants rather than inner-graph
         nodes (whose body nodes join the graph when the node is imported). By
-        default, as the consumer's own functions are; a folded body that was
-        marked rewritten (`innergraph.ops.runtime.mark_rewritten`) stays marked.
+        default, as the consumer's own functions are.
     """
     form = sig.form
     functions = []
@@ -214,8 +212,6 @@ def rebuild(
         function = InnerGraph(ftype).make_node(*new_outs).outputs[0]
         if folded:
             function = fold_function(function)
-            if isinstance(old_functions[b], Constant) and is_rewritten(body_of(old_functions[b])):
-                mark_rewritten(body_of(function))
         functions.append(function)
         if memo is not None:
             memo[key] = function

@@ -10,14 +10,12 @@ shown without timing (an ``Assert`` in every untaken branch).
 Case 7 (per-step cost of a trivial scan) is `test_scan_step.py`.
 """
 
-import gc
-
 import numpy as np
 import pytensor
 import pytest
 
 from innergraph import graph_stats
-from innergraph.bench import compile_case, compile_graph, mode_for
+from innergraph.bench import compile_case, compile_graph, fresh_graph, mode_for
 from innergraph.cases import CASES, VARIANTS, ifelse_heavy
 
 MEASURED = [c for c in CASES if c.group != "7"]
@@ -38,13 +36,6 @@ def compiled():
     return get
 
 
-def _fresh_graph(case, variant):
-    """pedantic's setup: a new graph, built untimed, and no collection debt (see `timed_compile`)."""
-    graph = case.build(variant)
-    gc.collect()
-    return (case, variant, graph), {}
-
-
 def tag(benchmark, case, variant, metric):
     benchmark.group = f"{case.id} {metric}"
     benchmark.extra_info.update(variant=variant, case=case.id, metric=metric)
@@ -56,7 +47,11 @@ def test_compile(benchmark, compiled, case_id, variant):
     case = BY_ID[case_id]
     compiled(case_id, variant)  # warm: the on-disk caches are filled for both variants alike
     tag(benchmark, case, variant, "compile")
-    fn = benchmark.pedantic(compile_graph, setup=lambda: _fresh_graph(case, variant), rounds=3, iterations=1)
+
+    def setup():  # a new graph, built untimed, with no collection debt (bench.fresh_graph)
+        return (case, variant, fresh_graph(case, variant)), {}
+
+    fn = benchmark.pedantic(compile_graph, setup=setup, rounds=3, iterations=1)
     assert fn.maker.fgraph.outputs
 
 
