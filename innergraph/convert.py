@@ -119,8 +119,35 @@ def _rewrite_fgraph(fgraph: FunctionGraph, rules: dict[type, Rule], reason: str)
                 if new is None:
                     declined.add(node)
                     continue
+                _carry_shapes(fgraph, node.outputs, new)
                 fgraph.replace_all(list(zip(node.outputs, new, strict=True)), reason=reason, import_missing=True)
                 count += 1
+
+
+def _carry_shapes(fgraph: FunctionGraph, old: Sequence[Variable], new: Sequence[Variable]) -> None:
+    """Give a replacement node the shapes ``fgraph``'s shape feature knows for the node it replaces.
+
+    Lifting and lowering replace a node by its other form, whose outputs have the
+    same shapes (the consumers' ``infer_shape`` follows PyTensor's Scan). Importing
+    the new node would infer them again — for a native Scan, a shape inference over
+    its whole inner graph. Only done when the new outputs are all of one new node's
+    and the known shapes do not read the old outputs themselves (a while loop's
+    length, a step shape computed from a row's value).
+    """
+    from pytensor.graph.traversal import ancestors
+
+    feature = getattr(fgraph, "shape_feature", None)
+    node = new[0].owner if new else None
+    if feature is None or node is None or node in fgraph.apply_nodes or list(node.outputs) != list(new):
+        return
+    if any(v in feature.shape_of for v in new) or not all(v in feature.shape_of for v in old):
+        return
+    shapes = [feature.shape_of[v] for v in old]
+    dims = [d for shape in shapes if shape is not None for d in shape]
+    if set(old).intersection(ancestors(dims)):
+        return
+    for v, shape in zip(new, shapes, strict=True):
+        feature.set_shape(v, shape)
 
 
 def _lift_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
@@ -160,7 +187,7 @@ def already_rewritten(mode: Any) -> Any:
     cached = _already_rewritten.get(id(mode))
     if cached is None or cached[0] is not mode:
         base = Mode("cvm", "fast_run") if mode in (None, "FAST_RUN") else get_mode(mode)
-        cached = _already_rewritten[id(mode)] = (mode, base.excluding("canonicalize", "stabilize"))
+        cached = _already_rewritten[id(mode)] = (mode, base.excluding("canonicalize", "stabilize", "innergraph"))
     return cached[1]
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "copy_scope",
     "fit_arguments",
     "instantiate",
+    "step_output_shapes",
     "substitute",
     "substitute_shapes",
 ]
@@ -121,22 +122,69 @@ def body_output_shapes(function: Variable | Body, args: Sequence[Variable], arg_
     Outputs whose type fixes every dimension get those numbers; the body's own shape
     graph is only built when some output has a dimension its type leaves open.
     """
-    from innergraph import _compat
-
     body = body_of(function)
     static = [_static_shape(t) for t in body.type.output_types]
     if all(shape is not None for shape in static):
         return static
+    dummies, template, replace = _shapes_over(body, arg_shapes)
+    replace.update(zip(dummies, args, strict=True))
+    shapes = substitute_shapes(template, replace)
+    return [known if known is not None else shape for known, shape in zip(static, shapes, strict=True)]
+
+
+def step_output_shapes(
+    function: Variable | Body, args: Sequence[Variable | None], arg_shapes: Sequence[Any]
+) -> list[tuple[Any, ...] | None]:
+    """The shapes of ``function``'s outputs for one step of a loop, without running it.
+
+    As `body_output_shapes`, but a param may have no outer equivalent (``args[i]``
+    is ``None``: a sequence row or a state, whose value changes every step). A
+    dimension computed from the *value* of such a param cannot be expressed
+    outside the loop and comes back as ``None``; dimensions computed from its shape
+    are expressed with ``arg_shapes``. Outputs that are not tensors are ``None``.
+    """
+    from pytensor.graph.traversal import ancestors
+
+    body = body_of(function)
+    static = [_static_shape(t) for t in body.type.output_types]
+    if all(shape is not None for shape in static):
+        return list(static)
+    dummies, template, replace = _shapes_over(body, arg_shapes)
+    replace.update((d, a) for d, a in zip(dummies, args, strict=True) if a is not None)
+    per_step = {d for d, a in zip(dummies, args, strict=True) if a is None}
+    flat = [dim for shape in template if shape is not None for dim in shape]
+    substituted = iter(substitute(flat, replace))
+    shapes: list[tuple[Any, ...] | None] = []
+    for known, shape in zip(static, template, strict=True):
+        if shape is None:
+            shapes.append(None)
+            continue
+        dims = [next(substituted) for _ in shape]
+        if known is not None:
+            shapes.append(known)
+            continue
+        shapes.append(tuple(None if per_step.intersection(ancestors([d])) else d for d in dims))
+    return shapes
+
+
+def _shapes_over(body: Body, arg_shapes: Sequence[Any]) -> tuple[list[Variable], list[Any], dict[Variable, Variable]]:
+    """The body's output shapes over placeholder params, and the dimensions to substitute.
+
+    Returns ``(dummies, shapes, replace)``: ``shapes`` read the placeholder params
+    ``dummies`` and, when every argument's shape is known, placeholder dimensions
+    that ``replace`` maps to ``arg_shapes``.
+    """
+    from innergraph import _compat
+
     dummies, dims, template = _shape_template(body)
     if any(d is not None and s is None for d, s in zip(dims, arg_shapes, strict=True)):
         # an argument's shape is unknown: its placeholders would be left free, so infer directly
-        template = _compat.infer_output_shapes(instantiate(body, dummies), dummies, list(arg_shapes))
-    replace: dict[Variable, Variable] = dict(zip(dummies, args, strict=True))
+        return dummies, _compat.infer_output_shapes(instantiate(body, dummies), dummies, list(arg_shapes)), {}
+    replace: dict[Variable, Variable] = {}
     for param_dims, arg_shape in zip(dims, arg_shapes, strict=True):
         if param_dims is not None and arg_shape is not None:
             replace.update(zip(param_dims, map(_as_dim, arg_shape), strict=True))
-    shapes = substitute_shapes(template, replace)
-    return [known if known is not None else shape for known, shape in zip(static, shapes, strict=True)]
+    return dummies, template, replace
 
 
 def _shape_template(body: Body) -> tuple[list[Variable], list[list[Variable] | None], list[Any]]:

@@ -19,6 +19,7 @@ from pytensor.compile.mode import get_default_mode, get_mode
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.traversal import ancestors, applys_between
 from pytensor.scan.op import Scan as NativeScan
+from pytensor.tensor.rewriting.shape import ShapeFeature
 
 import innergraph
 from innergraph import graph_stats, lift, lower
@@ -254,6 +255,28 @@ def test_infer_shape_does_not_run_the_loop():
     fn = pytensor.function([x, s], y.shape, mode=VANILLA, on_unused_input="ignore")
     assert list(fn(*values())) == [5]
     assert graph_stats(fn)["consumers"]["scan"] == 0
+
+
+def test_nit_sot_shapes_from_outside_the_loop_where_they_can_be():
+    """A step shape read from a non-sequence or a row's shape needs no loop; one read from a row's value does."""
+    m, n = pt.dmatrix("m"), pt.lscalar("n")
+    rows = pt.lvector("rows")
+
+    def step(row, k, size):
+        return pt.zeros(size), row * 2.0, pt.zeros(k)
+
+    zs, doubled, ragged = innergraph.scan(step, sequences=[m, rows], non_sequences=[n], return_updates=False)
+    node = zs.owner
+    assert isinstance(node.op, Scan)
+    fg = FunctionGraph([m, rows, n], node.outputs, clone=False, features=[ShapeFeature()])
+    zs_shape, doubled_shape, ragged_shape = (fg.shape_feature.shape_of[o] for o in node.outputs)
+    loop_free = [*zs_shape, *doubled_shape, ragged_shape[0]]
+    assert not any(isinstance(a.owner.op, Scan) for a in ancestors(loop_free) if a.owner is not None)
+    assert n in set(ancestors([zs_shape[1]]))  # the non-sequence itself, not the output
+    assert any(isinstance(a.owner.op, Scan) for a in ancestors([ragged_shape[1]]) if a.owner is not None)
+    mv, rv = np.ones((3, 4)), np.array([2, 2, 2])
+    fn = pytensor.function([m, rows, n], [*zs_shape, *doubled_shape, *ragged_shape], mode=VANILLA)
+    assert [int(v) for v in fn(mv, rv, 5)] == [3, 5, 3, 4, 3, 2]
 
 
 def test_untraced_state_round_trip():

@@ -27,7 +27,7 @@ from pytensor.scan.op import ScanInfo
 from innergraph import _compat
 from innergraph.errors import ArityError, BodyTypeError
 from innergraph.graph import body_of, is_function
-from innergraph.instantiate import instantiate, substitute, substitute_shapes
+from innergraph.instantiate import instantiate, step_output_shapes, substitute
 from innergraph.fold import fold_scope
 from innergraph.ops.runtime import body_value
 from innergraph.types import Body
@@ -232,29 +232,69 @@ class Scan(Op):
         return [[False] * len(node.outputs), *native.op.connection_pattern(native)]
 
     def infer_shape(self, fgraph: Any, node: Apply, input_shapes: Sequence[Any]) -> Any:
-        info = self.layout.info
-        if not info.n_nit_sot:  # every output is shaped like the outer input it starts from
-            return self._shapes_without_nit_sot(node, input_shapes[2:])
-        native = self._native_for_graph(node.inputs)
-        shapes = native.op.infer_shape(fgraph, native, input_shapes[1:])
-        return substitute_shapes(shapes, _repoint_map(native, node.inputs, node.outputs))
+        """PyTensor's Scan shapes, from the body's shape template (no native Scan built).
 
-    def _shapes_without_nit_sot(self, node: Apply, shapes: Sequence[Any]) -> list[Any]:
-        """PyTensor's Scan shapes when there is no nit-sot: no inner shape inference needed.
-
-        ``shapes`` are those of the outer inputs after ``n_steps``. Traced states keep
-        their buffer's shape (a while loop's length is only known afterwards);
-        untraced states keep their initial value's.
+        Traced states keep their buffer's shape and untraced states their initial
+        value's. A nit-sot output is ``(length, *step shape)``; a step dimension that
+        depends on a sequence row's or a state's value is read from the output
+        after the loop, as PyTensor does. A while loop's length is only known
+        afterwards, so its traced outputs' first dimension is read from them too.
         """
         from pytensor.tensor.shape import Shape_i
 
         info = self.layout.info
+        outer, shapes = node.inputs[2:], input_shapes[2:]
         n_traced = info.n_mit_mot + info.n_mit_sot + info.n_sit_sot
         traced = list(shapes[info.n_seqs : info.n_seqs + n_traced])
+        untraced = list(shapes[info.n_seqs + n_traced : info.n_seqs + n_traced + info.n_untraced_sit_sot])
+        nit_sot: list[Any] = []
+        if info.n_nit_sot:
+            groups = self.layout.split_outer_inputs(list(zip(outer, shapes, strict=True)))
+            args, arg_shapes = self._step_arguments(groups)
+            step = step_output_shapes(node.inputs[0], args, arg_shapes)
+            first = info.n_mit_mot_outs + info.n_mit_sot + info.n_sit_sot
+            outputs = self.layout.split_outer_outputs(node.outputs)["nit_sot"]
+            for (length, _), out, shape in zip(groups["nit_sot"], outputs, step[first : first + info.n_nit_sot], strict=True):
+                if shape is None:
+                    nit_sot.append(None)
+                    continue
+                dims = [d if d is not None else out.type.shape[i + 1] for i, d in enumerate(shape)]
+                nit_sot.append((length, *(d if d is not None else Shape_i(i + 1)(out) for i, d in enumerate(dims))))
+        traced += nit_sot
         if info.as_while:
             traced = [None if s is None else (Shape_i(0)(o), *s[1:]) for o, s in zip(node.outputs, traced)]
-        untraced = shapes[info.n_seqs + n_traced : info.n_seqs + n_traced + info.n_untraced_sit_sot]
         return [*traced, *untraced]
+
+    def _step_arguments(self, groups: dict[str, list[Any]]) -> tuple[list[Variable | None], list[Any]]:
+        """The body's arguments as seen from outside the loop, and their shapes, in param order.
+
+        ``groups`` are the outer inputs split by `ScanLayout.split_outer_inputs`, as
+        (variable, shape) pairs. A sequence row or a state tap has no outer
+        equivalent (``None``) and the shape of its outer input without the leading
+        dimension; untraced states and non-sequences are passed as they are (an
+        untraced state's value still changes, so it has no equivalent either).
+        """
+        info = self.layout.info
+        args: list[Variable | None] = []
+        arg_shapes: list[Any] = []
+
+        def rows(pairs: list[Any], taps: Sequence[Sequence[int]] | None = None) -> None:
+            for k, (_, shape) in enumerate(pairs):
+                for _ in taps[k] if taps is not None else [0]:
+                    args.append(None)
+                    arg_shapes.append(None if shape is None else tuple(shape[1:]))
+
+        rows(groups["seqs"])
+        rows(groups["mit_mot"], info.mit_mot_in_slices)
+        rows(groups["mit_sot"], info.mit_sot_in_slices)
+        rows(groups["sit_sot"])
+        for _, shape in groups["untraced"]:
+            args.append(None)
+            arg_shapes.append(shape)
+        for var, shape in groups["non_seqs"]:
+            args.append(var)
+            arg_shapes.append(shape)
+        return args, arg_shapes
 
     def pullback(self, inputs: Sequence[Variable], outputs: Sequence[Variable], cotangents: Sequence[Variable]) -> list[Variable]:
         from pytensor.gradient import disconnected_type
