@@ -29,6 +29,7 @@ from innergraph.rewriting.licm import hoist_invariants
 from innergraph.rewriting.merge_loops import merge_loops
 from innergraph.rewriting.push_out import push_out_per_step_outputs
 from innergraph.rewriting.simplify import simplify_consumers
+from innergraph.rewriting.untrace import untrace_final_states
 from innergraph.testing.rewrites import check_rewrite
 
 VANILLA = get_default_mode().excluding("innergraph")
@@ -52,6 +53,24 @@ def merged_then(rewrite):
 
     def run(fgraph):
         MergeOptimizer().rewrite(fgraph)
+        return rewrite(fgraph)
+
+    run.__name__ = rewrite.__name__
+    return run
+
+
+def canonicalized_then(rewrite):
+    """``rewrite`` after PyTensor's canonicalize (``x[1:][-1]`` is ``x[-1]`` there), as in the pipeline."""
+    from pytensor.compile.mode import optdb
+    from pytensor.graph.rewriting.db import RewriteDatabaseQuery
+    from pytensor.tensor.rewriting.shape import ShapeFeature
+
+    canonicalize = optdb["canonicalize"].query(RewriteDatabaseQuery(include=["fast_run"], exclude=["innergraph"]))
+
+    def run(fgraph):
+        fgraph.attach_feature(ShapeFeature())
+        MergeOptimizer().rewrite(fgraph)
+        canonicalize.rewrite(fgraph)
         return rewrite(fgraph)
 
     run.__name__ = rewrite.__name__
@@ -272,6 +291,54 @@ def test_call_and_conditional_outputs_that_return_an_argument():
     y = innergraph.ifelse(x0 > 0, [c, pt.exp(c)], [c, c])
     fg = check_rewrite(forward_params, [x0, c], y)
     assert fg.outputs[0] is fg.inputs[1] and len(nodes_of(fg, IfElse)[0].outputs) == 1
+
+
+# -- untracing ---------------------------------------------------------------------
+
+
+def test_states_read_only_at_their_last_step_keep_no_trace():
+    from pytensor.tensor.basic import AllocEmpty
+
+    def step(x, s, t):
+        return s * 0.9 + x, t + s
+
+    (s, t), (u, v) = (innergraph.scan(step, sequences=[seq], outputs_info=[x0, c], return_updates=False) for seq in (xs, xs[::-1]))
+    outs = [s[-1], t[-1], u.sum(), v[-1]]
+    fg = check_rewrite(canonicalized_then(untrace_final_states), [x0, xs, c], outs, gradients="none")
+    first, second = sorted(nodes_of(fg, Scan), key=lambda n: n.op.layout.info.n_sit_sot)
+    assert (first.op.layout.info.n_sit_sot, first.op.layout.info.n_untraced_sit_sot) == (0, 2)
+    assert (second.op.layout.info.n_sit_sot, second.op.layout.info.n_untraced_sit_sot) == (1, 1)  # u's trace is summed
+    assert fg.outputs[:2] == first.outputs and fg.outputs[3] is second.outputs[1]  # no indexing left
+    assert first.inputs[3:5] == [fg.inputs[0], fg.inputs[2]]  # the initial values themselves, not row 0 of a buffer
+    assert sum(isinstance(n.op, AllocEmpty) for n in fg.apply_nodes) == 1  # u's buffer only
+
+
+def test_gradient_accumulators_keep_no_trace():
+    ys = innergraph.scan(lambda x, s, w: s * w + x, sequences=[xs], outputs_info=[x0], non_sequences=[c], return_updates=False)
+    fg = check_rewrite(canonicalized_then(untrace_final_states), [x0, xs, c], [ys[-1]], gradients="before")
+    forward, backward = sorted(nodes_of(fg, Scan), key=lambda n: n.op.layout.info.n_mit_mot)
+    assert forward.op.layout.info.n_sit_sot == 1  # the backward loop reads its trace
+    assert backward.op.layout.info.n_untraced_sit_sot >= 1 and backward.op.layout.info.n_sit_sot == 0  # dC/dc
+
+
+def test_one_new_body_for_loops_that_shared_one():
+    seqs = (xs, xs[1:], xs[:-1] * 2.0)  # three lengths: the loops do not merge
+    finals = [innergraph.scan(lambda x, s: s * 0.9 + x, sequences=[seq], outputs_info=[x0], return_updates=False)[-1] for seq in seqs]
+    fg = check_rewrite(canonicalized_then(simplify_consumers), [x0, xs], [pt.add(*finals)], gradients="none")
+    scans = nodes_of(fg, Scan)
+    assert len(scans) == 3 and all(n.op.layout.info.n_untraced_sit_sot == 1 for n in scans)
+    assert len({n.inputs[0] for n in scans}) == 1  # the rebuilt consumers share one function
+
+
+def test_while_loops_and_other_reads_keep_their_traces():
+    from pytensor.scan.utils import until
+
+    ys = innergraph.scan(lambda s: (s * 2, until(s > 4)), outputs_info=[x0], n_steps=10, return_updates=False)
+    check_rewrite(canonicalized_then(untrace_final_states), [x0], [ys[-1]], values=[[0.5], [3.0]], expect_change=False)
+    ys = innergraph.scan(lambda x, s: s + x, sequences=[xs], outputs_info=[x0], return_updates=False)
+    check_rewrite(canonicalized_then(untrace_final_states), [x0, xs], [ys[-1], ys[-2]], expect_change=False)
+    check_rewrite(canonicalized_then(untrace_final_states), [x0, xs], [ys[-1], ys], expect_change=False)
+
 
 
 # -- loop-invariant code motion ----------------------------------------------------

@@ -39,7 +39,7 @@ from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.math import Sum
 from pytensor.tensor.subtensor import IncSubtensor, Subtensor, get_constant_idx, inc_subtensor, set_subtensor
 
-__all__ = ["local_merge_slices_of_known_length", "local_set_row_of_expand_dims", "local_sum_of_one_row"]
+__all__ = ["first_row", "local_merge_slices_of_known_length", "local_set_row_of_expand_dims", "local_sum_of_one_row"]
 
 
 def _constant_slices(node: Apply) -> list[Any] | None:
@@ -55,6 +55,33 @@ def _single_slice(node: Apply) -> slice | None:
     """The index of a (Inc)Subtensor node that takes one constant slice of the first axis, or None."""
     idx = _constant_slices(node)
     return idx[0] if idx is not None and len(idx) == 1 and isinstance(idx[0], slice) else None
+
+
+def first_row(buffer: Variable) -> Variable:
+    """``buffer[0]``, read from where it was written when ``buffer`` is a state buffer.
+
+    ``pytensor.scan`` builds ``set_subtensor(x[:k], v[None])`` (and
+    `local_set_row_of_expand_dims` makes that ``set_subtensor(x[0], v)``); row 0
+    of either is ``v``, without the buffer, when ``v`` has the row's type (a
+    write may cast). Otherwise ``buffer[0]``.
+    """
+    node = buffer.owner
+    row_type = buffer.type.clone(shape=buffer.type.shape[1:])
+    if node is not None and isinstance(node.op, IncSubtensor) and node.op.set_instead_of_inc:
+        y: Any = node.inputs[1]
+        idx = _constant_slices(node)
+        if idx is not None and len(idx) == 1:
+            (i,) = idx
+            written = None
+            if not isinstance(i, slice) and i == 0:
+                written = y
+            elif isinstance(i, slice) and i.start in (None, 0) and i.step in (None, 1) and (i.stop is None or i.stop >= 1):
+                if y.owner is not None and isinstance(y.owner.op, DimShuffle) and tuple(y.owner.op.new_order) == ("x", *range(y.ndim - 1)):
+                    written = y.owner.inputs[0]
+            if written is not None and (row_type.in_same_class(written.type) or row_type.is_super(written.type)):
+                return written
+    result: Variable = buffer[0]  # type: ignore[index]
+    return result
 
 
 @node_rewriter([IncSubtensor])

@@ -21,6 +21,7 @@ from innergraph.rewriting.licm import hoist_invariants
 from innergraph.rewriting.merge_loops import merge_loops
 from innergraph.rewriting.push_out import push_out_per_step_outputs
 from innergraph.rewriting.signature import FORMS, sharing_rebuilt_functions
+from innergraph.rewriting.untrace import untrace_final_states
 
 __all__ = ["CONSUMER_REWRITES", "simplify_consumers"]
 
@@ -31,6 +32,7 @@ CONSUMER_REWRITES: tuple[Callable[[FunctionGraph], int], ...] = (
     pass_nested_large_constants,
     hoist_invariants,
     push_out_per_step_outputs,
+    untrace_final_states,
     remove_dead_slots,
     merge_loops,
 )

@@ -11,7 +11,7 @@ the caller's, on the returned graph.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import numpy as np
 from pytensor.graph.basic import Variable
@@ -29,18 +29,25 @@ def rewritten(rewrite: Callable[[FunctionGraph], int], inputs: Sequence[Variable
     return fgraph, rewrite(fgraph)
 
 
-def _compile(inputs: Sequence[Variable], outputs: Sequence[Variable], mode: Any) -> Callable[..., list[Any]]:
-    """A function of ``inputs`` returning ``outputs`` and the gradient of their float sum."""
+def _gradients(inputs: Sequence[Variable], outputs: Sequence[Variable]) -> list[Variable]:
+    """The gradient of the sum of the float ``outputs`` with respect to every float input."""
     import pytensor
     import pytensor.tensor as pt
 
     floats: list[Any] = [o for o in outputs if "float" in str(getattr(o.type, "dtype", ""))]
     wrt = [i for i in inputs if "float" in str(getattr(i.type, "dtype", ""))]
-    grads = []
-    if floats and wrt:
-        cost = pt.add(*(o.sum() for o in floats))
-        grads = list(cast(Sequence[Variable], pytensor.grad(cost, wrt, disconnected_inputs="ignore")))
-    return pytensor.function(list(inputs), [*outputs, *grads], mode=mode, on_unused_input="ignore")
+    if not (floats and wrt):
+        return []
+    cost = pt.add(*(o.sum() for o in floats))
+    return list(cast(Sequence[Variable], pytensor.grad(cost, wrt, disconnected_inputs="ignore")))
+
+
+def _compile(inputs: Sequence[Variable], outputs: Sequence[Variable], mode: Any, gradients: bool) -> Callable[..., list[Any]]:
+    """A function of ``inputs`` returning ``outputs`` (and, with ``gradients``, `_gradients`)."""
+    import pytensor
+
+    extra = _gradients(inputs, outputs) if gradients else []
+    return pytensor.function(list(inputs), [*outputs, *extra], mode=mode, on_unused_input="ignore")
 
 
 def check_rewrite(
@@ -52,6 +59,7 @@ def check_rewrite(
     seed: int = 0,
     rtol: float = 1e-7,
     expect_change: bool = True,
+    gradients: Literal["after", "before", "none"] = "after",
 ) -> FunctionGraph:
     """Apply ``rewrite`` and check values and gradients are unchanged; return the rewritten graph.
 
@@ -66,12 +74,21 @@ def check_rewrite(
         (-1, 1), shapes from the inputs' static shapes, unknown dimensions 3).
     expect_change
         Fail if the rewrite reports no change (a rewrite test that cannot fail is a defect).
+    gradients
+        ``"after"`` (the default) compares gradients taken of each graph.
+        ``"before"`` takes them before rewriting and rewrites them with the
+        outputs, as the compile pipeline does; ``"none"`` compares values only.
+        The last two are for rewrites whose result PyTensor cannot differentiate
+        again (an untraced Scan state), which only run after every gradient was
+        built.
 
     Both graphs are compiled without innergraph's optional rewrites
     (``mode.excluding("innergraph")``, C VM linker), so the consumers themselves run.
     """
     from pytensor.compile.mode import Mode
 
+    if gradients == "before":
+        outputs = [*outputs, *_gradients(inputs, outputs)]
     fgraph, changed = rewritten(rewrite, inputs, outputs)
     if expect_change and not changed:
         raise AssertionError(f"{getattr(rewrite, '__name__', rewrite)} changed nothing in {list(outputs)}")
@@ -79,7 +96,8 @@ def check_rewrite(
         rng = np.random.default_rng(seed)
         values = [[_sample(v, rng) for v in inputs] for _ in range(2)]
     mode = Mode(linker="cvm", optimizer="fast_run").excluding("innergraph")
-    before_fn, after_fn = _compile(inputs, outputs, mode), _compile(fgraph.inputs, fgraph.outputs, mode)
+    before_fn = _compile(inputs, outputs, mode, gradients == "after")
+    after_fn = _compile(fgraph.inputs, fgraph.outputs, mode, gradients == "after")
     for args in values:
         before, after = before_fn(*args), after_fn(*args)
         for k, (b, a) in enumerate(zip(before, after, strict=True)):

@@ -1,0 +1,75 @@
+"""Untracing: a state whose trace is only read at its last step keeps no trace.
+
+A sit-sot state of a Scan is *traced*: the loop writes every step's value into
+an outer buffer. When the only reads of that buffer are ``trace[-1]`` (the
+final value, which is all most loops return), the state becomes an untraced
+sit-sot: the loop carries the value from step to step and returns the last one,
+and the buffer, its allocation and the indexing go away.
+
+PyTensor does the same after lowering, node by node: ``scan_reduce_trace`` first
+shrinks the buffer to one row, then ``scan_sit_sot_to_untraced`` rebuilds the
+Scan, and each rebuild constructs a new native Op. Here the consumer is rebuilt
+over a function shared by every consumer of the same body
+(`innergraph.rewriting.signature.sharing_rebuilt_functions`), so K loops over
+one body cost one new body, and the native passes find nothing left to do.
+
+While loops are left alone: their traces end where the loop stopped, and the
+last row is the last step's value only when the buffer was not over-allocated.
+"""
+
+from __future__ import annotations
+
+from pytensor.graph.basic import Variable
+from pytensor.graph.fg import FunctionGraph
+from pytensor.tensor.basic import get_scalar_constant_value
+from pytensor.tensor.exceptions import NotScalarConstantError
+from pytensor.tensor.subtensor import Subtensor
+
+from innergraph.rewriting.outer import first_row
+from innergraph.rewriting.signature import Slot, consumers, rebuild
+
+__all__ = ["untrace_final_states"]
+
+
+def _last_step_reads(fgraph: FunctionGraph, trace: Variable) -> list[Variable] | None:
+    """The ``trace[-1]`` variables reading ``trace``, or None if anything else reads it."""
+    reads = []
+    for client, _ in fgraph.clients.get(trace, []):
+        op = getattr(client, "op", None)
+        if not isinstance(op, Subtensor) or len(op.idx_list) != 1 or len(client.inputs) != 2:
+            return None
+        try:
+            if get_scalar_constant_value(client.inputs[1]) != -1:
+                return None
+        except NotScalarConstantError:
+            return None
+        reads.append(client.outputs[0])
+    return reads or None
+
+
+def untrace_final_states(fgraph: FunctionGraph) -> int:
+    """Make sit-sot states read only at their last step untraced; return how many consumers changed."""
+    changed = 0
+    for sig in consumers(fgraph):
+        if sig.kind != "scan" or sig.is_while:
+            continue
+        slots: list[Slot] = []
+        finals: list[tuple[Variable, list[Variable]]] = []
+        for slot in sig.slots:
+            reads = _last_step_reads(fgraph, slot.results[0]) if slot.kind == "sit_sot" else None
+            if reads is None:
+                slots.append(slot)
+                continue
+            initial = first_row(slot.args[0])
+            marker = initial.type()  # stands for the new node's untraced result until it exists
+            slots.append(slot.with_(kind="untraced", args=(initial,), results=(marker,)))
+            finals.append((marker, reads))
+        if not finals:
+            continue
+        _, mapping = rebuild(sig, slots)
+        pairs = [(old, new) for old, new in mapping.items() if old in fgraph.clients and old is not new]
+        for marker, reads in finals:
+            pairs += [(read, read.type.filter_variable(mapping[marker])) for read in reads]
+        fgraph.replace_all(pairs, reason="untrace_final_states")
+        changed += 1
+    return changed
