@@ -32,7 +32,7 @@ canonicalize and stabilize made both sides canonical.
 
 ``innergraph_simplify`` (`innergraph.rewriting.simplify`) runs the consumer
 rewrites — forwarding, duplicate and constant arguments, loop-invariant code
-motion, dead slots, per-step outputs, loop merging — to a fixpoint after
+motion, per-step outputs, untracing, dead slots, loop merging — to a fixpoint after
 canonicalize and stabilize, just before lowering. See ``design/rewrites.md``.
 
 ``innergraph_share`` (`innergraph.rewriting.share`) runs after every pass that

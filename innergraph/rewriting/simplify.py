@@ -2,7 +2,8 @@
 
 Each rewrite can expose work for another: hoisting leaves a non-sequence unread
 (dead), forwarding turns a state into a non-sequence (maybe duplicate or
-constant), merging loops makes shared sequences duplicates. MergeOptimizer runs
+constant), merging loops makes shared sequences duplicates, dropping a dead
+reader of a trace can leave only its last step read (untracing). MergeOptimizer runs
 between rounds so that equal outer computations (a hoisted subexpression and the
 outer graph's own) are one variable, which is how the rewrites decide equality.
 """
