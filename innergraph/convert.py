@@ -170,14 +170,18 @@ def _lower_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
 
 _already_rewritten: dict[int, tuple[Any, Any]] = {}
 
+#: innergraph's passes that lift, rewrite and lower loops: a lowered body's nested loops went through them already.
+_ROUND_TRIP = ("innergraph_lift", "innergraph_branch", "innergraph_simplify", "innergraph_lower")
+
 
 def already_rewritten(mode: Any) -> Any:
-    """``mode`` for compiling a lowered body: without canonicalize and stabilize.
+    """``mode`` for compiling a lowered body: without canonicalize, stabilize and the round trip.
 
     The pipeline rewrote the body with the outer graph (canonicalize and stabilize
-    reached its nodes) before lowering it; compiling the native Scan would run them
-    over it again. ``None`` and ``"FAST_RUN"`` stand for what PyTensor's Scan makes of
-    them (``Mode("cvm", "fast_run")``); ``"FAST_COMPILE"`` is kept as it is. One Mode
+    reached its nodes, and its nested loops were lifted, simplified and lowered with
+    it) before lowering it; compiling the native Scan would run them over it again.
+    ``None`` and ``"FAST_RUN"`` stand for what PyTensor's Scan makes of them
+    (``Mode("cvm", "fast_run")``); ``"FAST_COMPILE"`` is kept as it is. One Mode
     object per original mode, so lowered Scans still share one native Op per body.
     """
     from pytensor.compile.mode import Mode, get_mode
@@ -187,7 +191,7 @@ def already_rewritten(mode: Any) -> Any:
     cached = _already_rewritten.get(id(mode))
     if cached is None or cached[0] is not mode:
         base = Mode("cvm", "fast_run") if mode in (None, "FAST_RUN") else get_mode(mode)
-        cached = _already_rewritten[id(mode)] = (mode, base.excluding("canonicalize", "stabilize", "innergraph"))
+        cached = _already_rewritten[id(mode)] = (mode, base.excluding("canonicalize", "stabilize", *_ROUND_TRIP))
     return cached[1]
 
 

@@ -338,6 +338,7 @@ def test_while_loops_and_other_reads_keep_their_traces():
     ys = innergraph.scan(lambda x, s: s + x, sequences=[xs], outputs_info=[x0], return_updates=False)
     check_rewrite(canonicalized_then(untrace_final_states), [x0, xs], [ys[-1], ys[-2]], expect_change=False)
     check_rewrite(canonicalized_then(untrace_final_states), [x0, xs], [ys[-1], ys], expect_change=False)
+    check_rewrite(canonicalized_then(untrace_final_states), [x0, xs], [ys[-1:]], expect_change=False)  # a slice, not the row
 
 
 

@@ -36,7 +36,7 @@ def _last_step_reads(fgraph: FunctionGraph, trace: Variable) -> list[Variable] |
     reads = []
     for client, _ in fgraph.clients.get(trace, []):
         op = getattr(client, "op", None)
-        if not isinstance(op, Subtensor) or len(op.idx_list) != 1 or len(client.inputs) != 2:
+        if not isinstance(op, Subtensor) or len(op.idx_list) != 1 or isinstance(op.idx_list[0], slice):
             return None
         try:
             if get_scalar_constant_value(client.inputs[1]) != -1:
