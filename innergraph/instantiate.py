@@ -119,29 +119,23 @@ def substitute_shapes(shapes: Sequence[Any], replace: Mapping[Variable, Variable
 def body_output_shapes(function: Variable | Body, args: Sequence[Variable], arg_shapes: Sequence[Any]) -> list[Any]:
     """The shapes of ``function``'s outputs applied to ``args``, without running it.
 
-    Outputs whose type fixes every dimension get those numbers; the body's own shape
-    graph is only built when some output has a dimension its type leaves open.
+    `step_output_shapes` with every param bound to an argument.
     """
-    body = body_of(function)
-    static = [_static_shape(t) for t in body.type.output_types]
-    if all(shape is not None for shape in static):
-        return static
-    dummies, template, replace = _shapes_over(body, arg_shapes)
-    replace.update(zip(dummies, args, strict=True))
-    shapes = substitute_shapes(template, replace)
-    return [known if known is not None else shape for known, shape in zip(static, shapes, strict=True)]
+    return step_output_shapes(function, args, arg_shapes)
 
 
 def step_output_shapes(
     function: Variable | Body, args: Sequence[Variable | None], arg_shapes: Sequence[Any]
 ) -> list[tuple[Any, ...] | None]:
-    """The shapes of ``function``'s outputs for one step of a loop, without running it.
+    """The shapes of ``function``'s outputs applied to ``args`` (for one step of a loop), without running it.
 
-    As `body_output_shapes`, but a param may have no outer equivalent (``args[i]``
-    is ``None``: a sequence row or a state, whose value changes every step). A
-    dimension computed from the *value* of such a param cannot be expressed
-    outside the loop and comes back as ``None``; dimensions computed from its shape
-    are expressed with ``arg_shapes``. Outputs that are not tensors are ``None``.
+    Outputs whose type fixes every dimension get those numbers; the body's own shape
+    graph is only built when some output has a dimension its type leaves open. A
+    param may have no outer equivalent (``args[i]`` is ``None``: a sequence row or
+    a state, whose value changes every step). A dimension computed from the
+    *value* of such a param cannot be expressed outside the loop and comes back as
+    ``None``; dimensions computed from its shape are expressed with ``arg_shapes``.
+    Outputs that are not tensors are ``None``.
     """
     from pytensor.graph.traversal import ancestors
 
@@ -163,7 +157,7 @@ def step_output_shapes(
         if known is not None:
             shapes.append(known)
             continue
-        shapes.append(tuple(None if per_step.intersection(ancestors([d])) else d for d in dims))
+        shapes.append(tuple(None if per_step and per_step.intersection(ancestors([d])) else d for d in dims))
     return shapes
 
 

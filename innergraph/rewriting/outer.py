@@ -57,6 +57,14 @@ def _single_slice(node: Apply) -> slice | None:
     return idx[0] if idx is not None and len(idx) == 1 and isinstance(idx[0], slice) else None
 
 
+def _under_expand_dims(y: Any) -> Variable | None:
+    """``v`` when ``y`` is ``v[None]`` (a new leading axis), else None."""
+    if y.owner is not None and isinstance(y.owner.op, DimShuffle) and tuple(y.owner.op.new_order) == ("x", *range(y.ndim - 1)):
+        value: Variable = y.owner.inputs[0]
+        return value
+    return None
+
+
 def first_row(buffer: Variable) -> Variable:
     """``buffer[0]``, read from where it was written when ``buffer`` is a state buffer.
 
@@ -76,8 +84,7 @@ def first_row(buffer: Variable) -> Variable:
             if not isinstance(i, slice) and i == 0:
                 written = y
             elif isinstance(i, slice) and i.start in (None, 0) and i.step in (None, 1) and (i.stop is None or i.stop >= 1):
-                if y.owner is not None and isinstance(y.owner.op, DimShuffle) and tuple(y.owner.op.new_order) == ("x", *range(y.ndim - 1)):
-                    written = y.owner.inputs[0]
+                written = _under_expand_dims(y)
             if written is not None and (row_type.in_same_class(written.type) or row_type.is_super(written.type)):
                 return written
     result: Variable = buffer[0]  # type: ignore[index]
@@ -94,9 +101,9 @@ def local_set_row_of_expand_dims(fgraph: FunctionGraph, node: Apply) -> list[Var
     start = 0 if s.start is None else s.start
     if s.step not in (None, 1) or not isinstance(start, int) or start < 0 or s.stop != start + 1:
         return None
-    if y.owner is None or not isinstance(y.owner.op, DimShuffle) or tuple(y.owner.op.new_order) != ("x", *range(y.ndim - 1)):
+    value = _under_expand_dims(y)
+    if value is None:
         return None
-    value = y.owner.inputs[0]
     write = set_subtensor if node.op.set_instead_of_inc else inc_subtensor
     return [write(x[start], value)]
 

@@ -26,7 +26,7 @@ from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.subtensor import Subtensor
 
 from innergraph.rewriting.outer import first_row
-from innergraph.rewriting.signature import Slot, consumers, rebuild
+from innergraph.rewriting.signature import Slot, consumers, replace_consumer
 
 __all__ = ["untrace_final_states"]
 
@@ -54,22 +54,17 @@ def untrace_final_states(fgraph: FunctionGraph) -> int:
         if sig.kind != "scan" or sig.is_while:
             continue
         slots: list[Slot] = []
-        finals: list[tuple[Variable, list[Variable]]] = []
+        finals: dict[Variable, Variable] = {}  # each trace[-1] read -> a stand-in for the new untraced result
         for slot in sig.slots:
             reads = _last_step_reads(fgraph, slot.results[0]) if slot.kind == "sit_sot" else None
             if reads is None:
                 slots.append(slot)
                 continue
             initial = first_row(slot.args[0])
-            marker = initial.type()  # stands for the new node's untraced result until it exists
-            slots.append(slot.with_(kind="untraced", args=(initial,), results=(marker,)))
-            finals.append((marker, reads))
-        if not finals:
-            continue
-        _, mapping = rebuild(sig, slots)
-        pairs = [(old, new) for old, new in mapping.items() if old in fgraph.clients and old is not new]
-        for marker, reads in finals:
-            pairs += [(read, read.type.filter_variable(mapping[marker])) for read in reads]
-        fgraph.replace_all(pairs, reason="untrace_final_states")
-        changed += 1
+            stand_in = initial.type()
+            slots.append(slot.with_(kind="untraced", args=(initial,), results=(stand_in,)))
+            finals.update(dict.fromkeys(reads, stand_in))
+        if finals:
+            replace_consumer(fgraph, sig, slots, forwarded=finals, reason="untrace_final_states")
+            changed += 1
     return changed
