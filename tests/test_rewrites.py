@@ -10,8 +10,9 @@ import pytensor
 import pytensor.tensor as pt
 import pytest
 from pytensor.compile.mode import get_default_mode
-from pytensor.graph.basic import Constant
+from pytensor.graph.basic import Constant, equal_computations
 from pytensor.graph.rewriting.basic import MergeOptimizer, in2out
+from pytensor.tensor.basic import Alloc
 from pytensor.tensor.rewriting.basic import constant_folding
 from pytensor.tensor.rewriting.subtensor_lift import local_subtensor_of_alloc
 from pytensor.ifelse import ifelse as native_ifelse
@@ -27,7 +28,9 @@ from innergraph.rewriting.dce import remove_dead_slots
 from innergraph.rewriting.forward import forward_params
 from innergraph.rewriting.licm import hoist_invariants
 from innergraph.rewriting.merge_loops import merge_loops
-from innergraph.rewriting.push_out import push_out_per_step_outputs
+from innergraph.rewriting.lift import lift_native
+from innergraph.rewriting.push_out import push_out_dot_sums, push_out_per_step_outputs, push_out_sequence_work
+from innergraph.rewriting.signature import sharing_rebuilt_functions
 from innergraph.rewriting.simplify import simplify_consumers
 from innergraph.rewriting.untrace import untrace_final_states
 from innergraph.testing.rewrites import check_rewrite
@@ -395,10 +398,83 @@ def test_dependent_loops_and_other_trip_counts_do_not_merge():
 # -- per-step outputs --------------------------------------------------------------
 
 
-def test_per_step_outputs_of_sequences_alone_stay_for_pytensor():
+def test_row_wise_outputs_leave_only_with_the_whole_loop():
     s, y = innergraph.scan(lambda x, s: (s + x, pt.exp(x) * 2), sequences=[xs], outputs_info=[x0, None], return_updates=False)
-    fg = check_rewrite(push_out_per_step_outputs, [x0, xs], [s, y], expect_change=False)
-    assert only_scan(fg)[1].n_nit_sot == 1  # PyTensor's scan_push_out_seq decides about these
+    fg = check_rewrite(push_out_sequence_work, [x0, xs], [s, y])
+    node, info = only_scan(fg)  # the loop stays for s, and so does y, as PyTensor's scan_push_out_seq leaves it
+    assert (info.n_seqs, info.n_nit_sot) == (2, 1) and body_of(node.inputs[0]).outputs[-1].owner is None  # exp(x) * 2 is a row
+    y, z = innergraph.scan(lambda x, k: (pt.exp(x) * k, pt.sin(k)), sequences=[xs], non_sequences=[c], outputs_info=[None, None], return_updates=False)
+    fg = check_rewrite(push_out_sequence_work, [xs, c], [y, z])
+    assert not nodes_of(fg, Scan)  # every output is row-wise or the same every step: no loop left
+    exp_of_rows, same_every_step = (o.owner for o in fg.outputs)
+    assert "Exp" in str(exp_of_rows.inputs[0].owner.op) and exp_of_rows.inputs[0].ndim == 1  # exp over all rows at once
+    assert isinstance(same_every_step.op, Alloc) and equal_computations(same_every_step.inputs[:1], [pt.sin(c)], in_xs=fg.inputs[1:], in_ys=[c])
+
+
+def test_row_wise_outputs_with_other_work_stay():
+    a, b = pt.dmatrix("a"), pt.dmatrix("b")
+    ys, squares = innergraph.scan(lambda x, w: (pt.dot(x**2, w), x**2), sequences=[a], non_sequences=[b], return_updates=False)
+    fg = check_rewrite(push_out_sequence_work, [a, b], [ys, squares])
+    node, info = only_scan(fg)  # PyTensor's test_dot_nitsot_output: the loop keeps both outputs
+    assert (info.n_seqs, info.n_nit_sot) == (3, 2)  # the rows of x**2 twice (unmerged here) and of x**2[None]
+    assert [type(n.op).__name__ for n in scope_toposort(body_of(node.inputs[0]).outputs)] == ["Dot", "DimShuffle"]
+
+
+def test_a_buffer_longer_than_the_loop_keeps_zeros_in_its_last_rows():
+    from pytensor.scan.op import Scan as NativeScan, ScanInfo
+
+    info = ScanInfo(
+        n_seqs=1, mit_mot_in_slices=(), mit_mot_out_slices=(), mit_sot_in_slices=(), sit_sot_in_slices=(),
+        n_nit_sot=1, n_untraced_sit_sot=0, n_non_seqs=0, as_while=False,
+    )
+    row = pt.dscalar("row")
+    op = NativeScan(inputs=[row], outputs=[row * 2.0], info=info)
+    n, size = pt.lscalar("n"), pt.lscalar("size")
+    out = op(n, xs[:n], size)
+    values = [[np.arange(10.0), np.array(3), np.array(7)]]
+    fg = check_rewrite(lambda g: lift_native(g) + push_out_sequence_work(g), [xs, n, size], [out], values=values, gradients="none")
+    assert not nodes_of(fg, Scan)
+    np.testing.assert_array_equal(pytensor.function(fg.inputs, fg.outputs)(*values[0])[0], [0, 2, 4, 0, 0, 0, 0])
+
+
+def test_row_wise_work_becomes_a_sequence():
+    def step(x, s, k):
+        return s * 0.9 + pt.sin(x) * pt.exp(-(x**2)) + k * x + pt.exp(s)
+
+    finals = [innergraph.scan(step, sequences=[seq], outputs_info=[x0], non_sequences=[c], return_updates=False)[-1] for seq in (xs, xs[1:] * 2)]
+    def push_out_once(fgraph):
+        MergeOptimizer().rewrite(fgraph)
+        with sharing_rebuilt_functions():  # as in simplify_consumers
+            return push_out_sequence_work(fgraph)
+
+    fg = check_rewrite(push_out_once, [x0, xs, c], finals)
+    scans = nodes_of(fg, Scan)
+    assert len(scans) == 2 and len({n.inputs[0] for n in scans}) == 1  # the loops still share one function
+    body = body_of(scans[0].inputs[0])
+    scalar_ops = [type(n.op.scalar_op).__name__ for n in scope_toposort(body.outputs) if hasattr(n.op, "scalar_op")]
+    assert scalar_ops.count("Exp") == 1 and "Sin" not in scalar_ops  # exp(s) reads the state: it stays
+    assert all(n.op.layout.info.n_seqs == 3 for n in scans)  # sin(x) * exp(-x**2) and k * x, over all rows at once
+
+
+def test_row_wise_work_in_lazy_branches_and_while_loops_stays():
+    from pytensor.scan.utils import until
+
+    lazy = innergraph.scan(lambda x, s: s + native_ifelse(s > 0, pt.exp(x), s), sequences=[xs], outputs_info=[x0], return_updates=False)
+    check_rewrite(push_out_sequence_work, [x0, xs], [lazy], expect_change=False)
+    stops = innergraph.scan(lambda x, s: (s + pt.exp(x), until(s > 2)), sequences=[xs], outputs_info=[x0], return_updates=False)
+    check_rewrite(push_out_sequence_work, [x0, xs], [stops], expect_change=False, gradients="none")
+
+
+def test_dot_accumulators_become_one_dot():
+    a, b, u0 = pt.tensor3("a"), pt.tensor3("b"), pt.dmatrix("u0")
+    us = innergraph.scan(lambda x, y, u: u + pt.dot(x, y), sequences=[a, b], outputs_info=[u0], return_updates=False)
+    values = [[np.random.default_rng(0).normal(size=s) for s in ((4, 2, 3), (4, 3, 5), (2, 5))]]
+    fg = check_rewrite(
+        canonicalized_then(lambda g: untrace_final_states(g) + push_out_dot_sums(g)), [a, b, u0], [us[-1]], values=values, gradients="none"
+    )
+    assert not nodes_of(fg, Scan)
+    kept = innergraph.scan(lambda x, y, u: u + pt.dot(x, y) * u.sum(), sequences=[a, b], outputs_info=[u0], return_updates=False)
+    check_rewrite(canonicalized_then(push_out_dot_sums), [a, b, u0], [kept[-1]], values=values, gradients="none", expect_change=False)
 
 
 def test_per_step_outputs_reading_final_mit_mot_taps_move_out():

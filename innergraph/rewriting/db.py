@@ -3,7 +3,7 @@
 =============================  ========  ==================================================
 name                           position  tags
 =============================  ========  ==================================================
-``innergraph_lift``            0.06      fast_run, innergraph
+``innergraph_lift``            0.04      fast_run, innergraph
 ``innergraph_branch``          1.55      fast_run, innergraph
 ``innergraph_simplify``        1.56      fast_run, innergraph
 ``innergraph_lower``           1.59      fast_run, innergraph
@@ -18,10 +18,11 @@ and three node rewriters of `innergraph.rewriting.outer` in ``canonicalize``
 tagged fast_run, innergraph.
 
 ``innergraph_lift`` converts PyTensor's own Scans (nested ones and those gradients
-created included) into the in-graph form right after PyTensor's first Scan pass
-(``scan_eqopt1``, 0.05: push-out), so merge, ``useless``, canonicalize and
-stabilize rewrite bodies together with the outer graph and merge alpha-equivalent
-bodies. ``innergraph_lower`` converts them back just before PyTensor's second Scan
+created included) into the in-graph form right before PyTensor's first Scan pass
+(``scan_eqopt1``, 0.05: push-out, which then finds no native Scan; its work is done
+on the in-graph form by ``innergraph_simplify``), so merge, ``useless``,
+canonicalize and stabilize rewrite bodies together with the outer graph and merge
+alpha-equivalent bodies. ``innergraph_lower`` converts them back just before PyTensor's second Scan
 pass (``scan_eqopt2``, 1.6: save-memory, merging, in-place), which — like
 PyTensor's own tests — expects native Scans. A merged body becomes one native Op,
 compiled once. ``mode.excluding("innergraph")`` gives vanilla behaviour back.
@@ -30,10 +31,13 @@ compiled once. ``mode.excluding("innergraph")`` gives vanilla behaviour back.
 branch shares with the outer graph into the branch as an argument, after
 canonicalize and stabilize made both sides canonical.
 
-``innergraph_simplify`` (`innergraph.rewriting.simplify`) runs the consumer
-rewrites — forwarding, duplicate and constant arguments, loop-invariant code
-motion, per-step outputs, untracing, dead slots, loop merging — to a fixpoint after
-canonicalize and stabilize, just before lowering. See ``design/rewrites.md``.
+``innergraph_simplify`` (`ConsumerRewritesDB`, `innergraph.rewriting.simplify`) runs
+the consumer rewrites — forwarding, duplicate and constant arguments, loop-invariant
+code motion, push-outs, untracing, dead slots, loop merging — to a fixpoint after
+canonicalize and stabilize, just before lowering. Each is registered in it with the
+tags of the PyTensor Scan rewrites it stands in for, so a mode excluding
+``scan_pushout`` (say) excludes innergraph's push-outs too. See
+``design/rewrites.md``.
 
 ``innergraph_share`` (`innergraph.rewriting.share`) runs after every pass that
 rebuilds native Scan Ops and makes nodes with equal Ops share one instance again,
@@ -65,11 +69,13 @@ built with in-graph consumers.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from pytensor.compile.mode import optdb
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import GraphRewriter
+from pytensor.graph.rewriting.db import RewriteDatabase
 
 from innergraph.rewriting.fusion import fuse_bodies
 from innergraph.rewriting.lift import fold_bodies, lift_native, lower_consumers
@@ -80,9 +86,9 @@ from innergraph.rewriting.outer import (
 )
 from innergraph.rewriting.share import share_native_ops
 from innergraph.rewriting.share_branch import share_branch_work
-from innergraph.rewriting.simplify import simplify_consumers
+from innergraph.rewriting.simplify import CONSUMER_REWRITES, simplify_consumers
 
-__all__ = ["FunctionRewriter", "register_all", "registered", "unregister_all"]
+__all__ = ["ConsumerRewritesDB", "FunctionRewriter", "register_all", "registered", "unregister_all"]
 
 
 class FunctionRewriter(GraphRewriter):
@@ -98,10 +104,32 @@ class FunctionRewriter(GraphRewriter):
         pass
 
 
-_REWRITES: list[tuple[str, FunctionRewriter, float, tuple[str, ...]]] = [
-    ("innergraph_lift", FunctionRewriter(lift_native), 0.06, ("fast_run", "innergraph")),
+class ConsumerRewritesDB(RewriteDatabase):
+    """``innergraph_simplify``: the consumer rewrites a mode selects, run together to a fixpoint.
+
+    Each rewrite of `innergraph.rewriting.simplify.CONSUMER_REWRITES` is registered
+    under its name, ``fast_run``, ``innergraph`` and the tags of the PyTensor Scan
+    rewrites it stands in for; a query (a mode's ``including``/``excluding``)
+    returns one graph rewriter that runs the selected ones by
+    `innergraph.rewriting.simplify.simplify_consumers`.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._members = [FunctionRewriter(rewrite) for rewrite, _ in CONSUMER_REWRITES]
+        for member, (rewrite, tags) in zip(self._members, CONSUMER_REWRITES, strict=True):
+            self.register(rewrite.__name__, member, "fast_run", "innergraph", *tags)
+
+    def query(self, *tags: Any, **kwtags: Any) -> FunctionRewriter:
+        selected = super().query(*tags, **kwtags)
+        chosen = [member.fn for member in self._members if member in selected]
+        return FunctionRewriter(partial(simplify_consumers, rewrites=chosen))
+
+
+_REWRITES: list[tuple[str, Any, float, tuple[str, ...]]] = [
+    ("innergraph_lift", FunctionRewriter(lift_native), 0.04, ("fast_run", "innergraph")),
     ("innergraph_branch", FunctionRewriter(share_branch_work), 1.55, ("fast_run", "innergraph")),
-    ("innergraph_simplify", FunctionRewriter(simplify_consumers), 1.56, ("fast_run", "innergraph")),
+    ("innergraph_simplify", ConsumerRewritesDB(), 1.56, ("fast_run", "innergraph")),
     ("innergraph_lower", FunctionRewriter(lower_consumers), 1.59, ("fast_run", "innergraph")),
     ("innergraph_fold", FunctionRewriter(fold_bodies), 48.5, ("fast_run", "fast_compile", "minimum_compile")),
     ("innergraph_fusion", FunctionRewriter(fuse_bodies), 49.1, ("fast_run", "fusion")),

@@ -20,12 +20,12 @@ from innergraph.graph import is_function, scope_toposort
 from innergraph.instantiate import substitute
 from innergraph.rewriting.signature import Slot, consumers, replace_consumer
 
-__all__ = ["hoist_invariants"]
+__all__ = ["eager_nodes", "hoist_invariants"]
 
 LOOP_KINDS = ("scan",)
 
 
-def _eager_nodes(outputs: list[Variable]) -> set[Apply]:
+def eager_nodes(outputs: list[Variable]) -> set[Apply]:
     """Nodes of the scope that run whatever branch a native conditional takes."""
     eager: set[Apply] = set()
     stack = [o.owner for o in outputs if o.owner is not None]
@@ -43,7 +43,7 @@ def _invariant_targets(outputs: list[Variable], invariant_params: set[Variable])
     """The largest invariant subexpressions (reading some param) that the body uses."""
     invariant: set[Variable] = set()
     reads_param: set[Variable] = set()
-    eager = _eager_nodes(outputs)
+    eager = eager_nodes(outputs)
     users: list[Apply] = []
     for node in scope_toposort(outputs):
         leafs_ok = all(v in invariant or isinstance(v, Constant) or is_function(v) or v in invariant_params for v in node.inputs)
@@ -60,6 +60,7 @@ def _invariant_targets(outputs: list[Variable], invariant_params: set[Variable])
 def hoist_invariants(fgraph: FunctionGraph) -> int:
     """Move loop-invariant work out of every loop of ``fgraph``; return how many changed."""
     changed = 0
+    placeholders: dict[Variable, Variable] = {}  # one per target: loops sharing a body share the new one
     for sig in consumers(fgraph):
         if sig.kind not in LOOP_KINDS:
             continue
@@ -69,8 +70,8 @@ def hoist_invariants(fgraph: FunctionGraph) -> int:
         if not targets:
             continue
         outer = substitute(targets, bound)
-        placeholders = [v.type() for v in targets]
-        slots = [*sig.slots, *(Slot("non_seq", (o,), ((0, p),)) for o, p in zip(outer, placeholders))]
-        replace_consumer(fgraph, sig, slots, replace={0: dict(zip(targets, placeholders))}, reason="hoist_invariants")
+        new = [placeholders.setdefault(t, t.type()) for t in targets]
+        slots = [*sig.slots, *(Slot("non_seq", (o,), ((0, p),)) for o, p in zip(outer, new, strict=True))]
+        replace_consumer(fgraph, sig, slots, replace={0: dict(zip(targets, new, strict=True))}, reason="hoist_invariants")
         changed += 1
     return changed

@@ -1,33 +1,71 @@
-"""Per-step outputs computed after the loop, vectorized.
+"""Loop work computed outside the loop, for all steps at once (vectorized).
 
-A nit-sot output (one value per step, fed back nowhere) whose expression reads
-only values that are still known after the loop can be computed outside it, for
-all steps at once (`pytensor.graph.replace.vectorize_graph`): sequences (row
-``t``), non-sequences, constants, and mit-mot input taps whose slot no later
-step overwrites (tap ``k`` of a state whose output taps are all ``> k`` reads
-row ``t + k - min(in_taps)`` of the state's final buffer). The loop does less
-work, and a state whose buffer only fed that output is now read by the outer
-graph instead of being an unused result. Only outputs that read a state tap are
-moved: those reading only sequences and non-sequences are the domain of
-PyTensor's own ``scan_push_out_seq`` (its tests check what it leaves in the loop).
+Terms
+-----
+after-loop value
+    For a param of a loop body, an outer variable that holds its value at every
+    step, leading axis = step: a sequence's rows ``seq[:n_steps]``, a
+    non-sequence's argument (the same at every step, no step axis), and a mit-mot
+    input tap whose slot no later step overwrites (tap ``k`` of a state whose
+    output taps are all ``> k`` reads row ``t + k - min(in_taps)`` of the state's
+    final buffer).
+row-wise work
+    Body nodes that are ``Elemwise`` or ``DimShuffle``, read a sequence's row
+    (directly or through other row-wise work) and otherwise only non-sequences
+    and constants. Computed outside over all rows at once, they are one large
+    operation instead of ``n_steps`` small ones.
+
+Three rewrites, each the in-graph counterpart of one of PyTensor's push-out
+passes (``scan_eqopt1``, which finds nothing to do once the loops are lifted):
+
+* `push_out_per_step_outputs`: a nit-sot output (one value per step, fed back
+  nowhere) that reads a mit-mot tap and otherwise only after-loop values and
+  constants is computed after the loop with
+  `pytensor.graph.replace.vectorize_graph`; its state's buffer is then read by
+  the outer graph instead of being an unused result. PyTensor has no such pass.
+* `push_out_sequence_work` (PyTensor's ``scan_push_out_seq``): a loop whose every
+  live result is a nit-sot of row-wise work, or of a value that is the same
+  every step (an ``alloc`` of it), is replaced by those results computed
+  outside. In any other loop, the row-wise work the rest of the body reads
+  becomes new sequences; the outputs stay, as PyTensor's pass leaves them (its
+  tests check the loop it leaves).
+* `push_out_dot_sums`: an untraced state updated as ``s + dot(a, b)``, where
+  ``a`` and ``b`` are matrix rows of sequences and ``s`` is read nowhere else,
+  is the initial value plus one ``dot`` of the concatenated rows (PyTensor's
+  ``scan_push_out_add``). `innergraph.rewriting.untrace` makes such states
+  untraced when only their last step is read.
+
+Outputs computed outside are vectorized with `pytensor.graph.replace.vectorize_graph`.
+A buffer longer than the step count is padded with zeros, which is what the loop
+leaves in rows it never writes; an output whose vectorized form needs a
+``Blockwise`` (an op with no batched form of its own) stays in the loop. Loops
+with an ``until`` condition are left alone: they may stop before the last
+row, and work computed for rows they never reach could fail or be wasted.
 """
 
 from __future__ import annotations
 
 from typing import Any, cast
 
-from pytensor.graph.basic import Constant, Variable
+import pytensor.tensor as pt
+from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.replace import vectorize_graph
+from pytensor.scalar import Add
+from pytensor.tensor.blockwise import Blockwise
+from pytensor.tensor.elemwise import DimShuffle, Elemwise
+from pytensor.tensor.math import Dot
+from pytensor.tensor.subtensor import set_subtensor
 
-from innergraph.graph import is_function, scope_leaves
-from innergraph.rewriting.signature import Signature, consumers, replace_consumer
+from innergraph.graph import is_function, scope_leaves, scope_toposort
+from innergraph.rewriting.licm import eager_nodes
+from innergraph.rewriting.signature import Signature, Slot, consumers, replace_consumer
 
-__all__ = ["push_out_per_step_outputs"]
+__all__ = ["push_out_dot_sums", "push_out_per_step_outputs", "push_out_sequence_work"]
 
 
-def _after_loop_values(sig: Signature) -> dict[Variable, Variable]:
-    """Param -> the outer variable holding its value at every step (leading axis = step)."""
+def _after_loop_values(sig: Signature, *, mit_mot: bool = True) -> dict[Variable, Variable]:
+    """Param -> its after-loop value, for sequences, non-sequences and (if ``mit_mot``) mit-mot taps."""
     n_steps: Any = sig.header[0]
     values: dict[Variable, Variable] = {}
     for slot in sig.slots:
@@ -36,7 +74,7 @@ def _after_loop_values(sig: Signature) -> dict[Variable, Variable]:
             values[slot.params[0][1]] = seq[:n_steps]
         elif slot.kind == "non_seq":
             values[slot.params[0][1]] = slot.args[0]
-        elif slot.kind == "mit_mot":
+        elif slot.kind == "mit_mot" and mit_mot:
             low, trace = min(slot.in_taps), cast(Any, slot.results[0])
             for tap, (_, p) in zip(slot.in_taps, slot.params, strict=True):
                 if all(o > tap for o in slot.out_taps):
@@ -44,26 +82,171 @@ def _after_loop_values(sig: Signature) -> dict[Variable, Variable]:
     return values
 
 
+def _needs_blockwise(outputs: list[Variable], inputs: set[Variable]) -> bool:
+    """Whether the graph from ``inputs`` to ``outputs`` has a ``Blockwise`` node."""
+    return any(isinstance(n.op, Blockwise) for n in scope_toposort(outputs, stop=inputs))
+
+
+def _all_steps(out: Variable, values: dict[Variable, Variable], n_steps: Any, length: Any) -> Variable | None:
+    """``out`` for every step, as the loop's nit-sot buffer of ``length`` rows holds it, or None."""
+    leaves = scope_leaves([out])
+    if any(is_function(v) or not (isinstance(v, Constant) or v in values) for v in leaves):
+        return None
+    replace = {p: values[p] for p in leaves if p in values}
+    new: Any = vectorize_graph(out, replace)
+    if _needs_blockwise([new], set(replace.values())):
+        return None
+    if new.ndim == out.type.ndim:  # read nothing per-step: the same value every step
+        new = pt.alloc(new, n_steps, *(new.shape[i] for i in range(new.ndim)))
+    if length is not n_steps:  # rows the loop never writes stay zero
+        new = set_subtensor(pt.zeros((length, *(new.shape[i] for i in range(1, new.ndim))), dtype=new.dtype)[:n_steps], new)
+    return new
+
+
+def _pushed_outputs(fgraph: FunctionGraph, sig: Signature, values: dict[Variable, Variable], row_wise: bool) -> dict[Variable, Variable]:
+    """Result -> its value computed after the loop, for the nit-sots this rewrite moves.
+
+    With ``row_wise`` false: the outputs that read a mit-mot tap. With ``row_wise``
+    true: the outputs that are row-wise work or the same every step, and only
+    when every live result of the loop is one of them (the whole loop goes).
+    """
+    state_taps = {p for s in sig.slots if s.kind == "mit_mot" for _, p in s.params if p in values}
+    live = [s for s in sig.slots if s.results and fgraph.clients.get(s.results[0])]
+    pushed: dict[Variable, Variable] = {}
+    for slot in live:
+        if slot.kind != "nit_sot":
+            continue
+        ((_, out),) = slot.outputs
+        if bool(state_taps & set(scope_leaves([out]))) == row_wise:
+            continue
+        if row_wise and not all(isinstance(n.op, Elemwise | DimShuffle) for n in scope_toposort([out], stop=set(values))):
+            continue
+        new = _all_steps(out, values, sig.header[0], slot.args[0])
+        if new is not None:
+            pushed[slot.results[0]] = slot.results[0].type.filter_variable(new)
+    return pushed if not row_wise or len(pushed) == len(live) else {}
+
+
+def _push_out(fgraph: FunctionGraph, sig: Signature, pushed: dict[Variable, Variable], reason: str) -> None:
+    kept = [s for s in sig.slots if not (s.kind == "nit_sot" and s.results[0] in pushed)]
+    replace_consumer(fgraph, sig, kept, forwarded=pushed, reason=reason)
+
+
 def push_out_per_step_outputs(fgraph: FunctionGraph) -> int:
-    """Compute pushable nit-sot outputs of every loop outside it; return how many loops changed."""
+    """Compute nit-sot outputs reading final mit-mot taps after the loop; return how many loops changed."""
     changed = 0
     for sig in consumers(fgraph):
         if sig.kind != "scan" or sig.is_while:
             continue
-        values = _after_loop_values(sig)
-        state_taps = {p for s in sig.slots if s.kind == "mit_mot" for _, p in s.params if p in values}
-        pushed = {}
-        for slot in sig.slots:
-            if slot.kind != "nit_sot" or slot.args[0] is not sig.header[0] or not fgraph.clients.get(slot.results[0]):
-                continue
-            (_, out), = slot.outputs
-            leaves = scope_leaves([out])
-            if any(is_function(v) or not (isinstance(v, Constant) or v in values) for v in leaves) or not state_taps & set(leaves):
-                continue
-            new = vectorize_graph(out, {p: values[p] for p in leaves if p in values})
-            pushed[slot.results[0]] = slot.results[0].type.filter_variable(new)
+        pushed = _pushed_outputs(fgraph, sig, _after_loop_values(sig), row_wise=False)
         if pushed:
-            kept = [s for s in sig.slots if not (s.kind == "nit_sot" and s.results[0] in pushed)]
-            replace_consumer(fgraph, sig, kept, forwarded=pushed, reason="push_out_per_step_outputs")
+            _push_out(fgraph, sig, pushed, "push_out_per_step_outputs")
+            changed += 1
+    return changed
+
+
+def _row_wise_targets(outputs: list[Variable], rows: set[Variable], invariant: set[Variable]) -> list[Variable]:
+    """The largest row-wise subexpressions that the rest of the body (or an output) reads.
+
+    ``invariant`` holds the non-sequence params; nodes computing from those and
+    constants alone count as invariant too (they are `hoist_invariants`' to move).
+    """
+    eager = eager_nodes(outputs)
+    invariant = set(invariant)
+    row_wise: set[Variable] = set()
+    users: list[Apply] = []
+    order = scope_toposort(outputs)
+    for node in order:
+        known = all(v in rows or v in row_wise or v in invariant or isinstance(v, Constant) for v in node.inputs)
+        if not known or node not in eager or any(is_function(v) for v in node.inputs):
+            users.append(node)
+        elif not any(v in rows or v in row_wise for v in node.inputs):
+            invariant.update(node.outputs)
+            users.append(node)
+        elif isinstance(node.op, Elemwise | DimShuffle):
+            row_wise.update(node.outputs)
+        else:
+            users.append(node)
+    used = {v for n in users for v in n.inputs} | set(outputs)
+    return [v for n in order for v in n.outputs if v in row_wise and v in used]
+
+
+def push_out_sequence_work(fgraph: FunctionGraph) -> int:
+    """Move the row-wise work of every loop out of it; return how many loops changed.
+
+    A loop whose every live result is a nit-sot of row-wise work (or one the
+    same every step) is replaced by those results computed outside; in any
+    other loop, the row-wise work the rest of the body reads becomes new
+    sequences.
+    """
+    changed = 0
+    placeholders: dict[Variable, Variable] = {}  # one per target: loops sharing a body share the new one
+    for sig in consumers(fgraph):
+        if sig.kind != "scan" or sig.is_while:
+            continue
+        values = _after_loop_values(sig, mit_mot=False)
+        whole_loop = _pushed_outputs(fgraph, sig, values, row_wise=True)
+        if whole_loop:
+            _push_out(fgraph, sig, whole_loop, "push_out_sequence_work")
+            changed += 1
+            continue
+        rows = {p for s in sig.slots if s.kind == "seq" for _, p in s.params}
+        outputs = [v for s in sig.slots for _, v in s.outputs]
+        targets = _row_wise_targets(outputs, rows, set(values) - rows)
+        if not targets:
+            continue
+        outer = vectorize_graph(targets, values)
+        new = [placeholders.setdefault(t, t.type()) for t in targets]
+        slots = [*sig.slots, *(Slot("seq", (o,), ((0, p),)) for o, p in zip(outer, new, strict=True))]
+        replace_consumer(fgraph, sig, slots, replace={0: dict(zip(targets, new, strict=True))}, reason="push_out_sequence_work")
+        changed += 1
+    return changed
+
+
+def _dot_of_rows(out: Variable, state: Variable, rows: set[Variable]) -> tuple[Variable, Variable] | None:
+    """``(a, b)`` if ``out`` is ``state + dot(a, b)`` with ``a`` and ``b`` matrix rows, else None."""
+    node = out.owner
+    if node is None or not isinstance(node.op, Elemwise) or not isinstance(node.op.scalar_op, Add) or len(node.inputs) != 2:
+        return None
+    if state not in node.inputs:
+        return None
+    term = node.inputs[1 - node.inputs.index(state)]
+    dot = term.owner
+    if dot is None or not isinstance(dot.op, Dot) or not all(v in rows and v.type.ndim == 2 for v in dot.inputs):
+        return None
+    return dot.inputs[0], dot.inputs[1]
+
+
+def push_out_dot_sums(fgraph: FunctionGraph) -> int:
+    """Replace untraced ``s + dot(a, b)`` accumulators by one ``dot`` after the loop; return how many loops changed."""
+    changed = 0
+    for sig in consumers(fgraph):
+        if sig.kind != "scan" or sig.is_while:
+            continue
+        values = _after_loop_values(sig, mit_mot=False)
+        rows = {p for s in sig.slots if s.kind == "seq" for _, p in s.params}
+        outputs = [v for s in sig.slots for _, v in s.outputs]
+        readers: dict[Variable, int] = {}
+        for node in scope_toposort(outputs):
+            for v in node.inputs:
+                readers[v] = readers.get(v, 0) + 1
+        for v in outputs:
+            readers[v] = readers.get(v, 0) + 1
+        finals: dict[Variable, Variable] = {}
+        for slot in sig.slots:
+            if slot.kind != "untraced":
+                continue
+            ((_, state),), ((_, out),) = slot.params, slot.outputs
+            found = _dot_of_rows(out, state, rows)
+            if found is None or readers.get(state, 0) != 1:
+                continue
+            a: Any = values[found[0]]  # (steps, m, k)
+            b: Any = values[found[1]]  # (steps, k, n)
+            flat_a = a.dimshuffle(1, 0, 2).reshape((a.shape[1], -1))
+            flat_b = b.reshape((-1, b.shape[2]))
+            finals[slot.results[0]] = slot.results[0].type.filter_variable(slot.args[0] + pt.dot(flat_a, flat_b))
+        if finals:
+            kept = [s for s in sig.slots if not (s.kind == "untraced" and s.results[0] in finals)]
+            replace_consumer(fgraph, sig, kept, forwarded=finals, reason="push_out_dot_sums")
             changed += 1
     return changed

@@ -10,7 +10,7 @@ outer graph's own) are one variable, which is how the rewrites decide equality.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import MergeOptimizer
@@ -20,36 +20,46 @@ from innergraph.rewriting.dce import remove_dead_slots
 from innergraph.rewriting.forward import forward_params
 from innergraph.rewriting.licm import hoist_invariants
 from innergraph.rewriting.merge_loops import merge_loops
-from innergraph.rewriting.push_out import push_out_per_step_outputs
+from innergraph.rewriting.push_out import push_out_dot_sums, push_out_per_step_outputs, push_out_sequence_work
 from innergraph.rewriting.signature import FORMS, sharing_rebuilt_functions
 from innergraph.rewriting.untrace import untrace_final_states
 
 __all__ = ["CONSUMER_REWRITES", "simplify_consumers"]
 
-#: The rewrites `simplify_consumers` runs, in this order, each round.
-CONSUMER_REWRITES: tuple[Callable[[FunctionGraph], int], ...] = (
-    forward_params,
-    merge_arguments,
-    pass_nested_large_constants,
-    hoist_invariants,
-    push_out_per_step_outputs,
-    untrace_final_states,
-    remove_dead_slots,
-    merge_loops,
+#: The rewrites `simplify_consumers` runs, in this order, each round, with the tags of
+#: PyTensor's Scan rewrites they stand in for: a mode that excludes one of those tags
+#: (``mode.excluding("scan_pushout_seqs_ops")``) excludes the rewrite here too
+#: (`innergraph.rewriting.db.ConsumerRewritesDB`).
+CONSUMER_REWRITES: tuple[tuple[Callable[[FunctionGraph], int], tuple[str, ...]], ...] = (
+    (forward_params, ()),
+    (merge_arguments, ("scan_merge_duplicate_inputs", "scan_inline_invariant_constants")),
+    (pass_nested_large_constants, ()),
+    (hoist_invariants, ("scan_pushout", "scan_pushout_nonseqs_ops", "scan_push_out_non_seq")),
+    (push_out_per_step_outputs, ()),
+    (push_out_sequence_work, ("scan_pushout", "scan_pushout_seqs_ops", "scan_push_out_seq")),
+    (untrace_final_states, ("scan_sit_sot_to_untraced",)),
+    (push_out_dot_sums, ("scan_pushout", "scan_pushout_add", "scan_push_out_add", "more_mem")),
+    (remove_dead_slots, ("scan_remove_unused",)),
+    (merge_loops, ("scan_merge",)),
 )
 
 MAX_ROUNDS = 8
 
 
-def simplify_consumers(fgraph: FunctionGraph) -> int:
-    """Run `CONSUMER_REWRITES` until none changes anything; return the number of changes."""
-    if not any(type(node.op) in FORMS for node in fgraph.apply_nodes):
+def simplify_consumers(fgraph: FunctionGraph, rewrites: Sequence[Callable[[FunctionGraph], int]] | None = None) -> int:
+    """Run ``rewrites`` (all of `CONSUMER_REWRITES` by default) until none changes anything.
+
+    Returns the number of changes.
+    """
+    if rewrites is None:
+        rewrites = [rewrite for rewrite, _ in CONSUMER_REWRITES]
+    if not rewrites or not any(type(node.op) in FORMS for node in fgraph.apply_nodes):
         return 0  # most graphs: nothing to do, and no toposort spent finding it out
     total = 0
     for _ in range(MAX_ROUNDS):
         changed = 0
         with sharing_rebuilt_functions():
-            for rewrite in CONSUMER_REWRITES:
+            for rewrite in rewrites:
                 changed += rewrite(fgraph)
         if not changed:
             break
