@@ -45,7 +45,8 @@ row, and work computed for rows they never reach could fail or be wasted.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import pytensor.tensor as pt
 from pytensor.graph.basic import Apply, Constant, Variable
@@ -58,28 +59,92 @@ from pytensor.tensor.math import Dot
 from pytensor.tensor.subtensor import set_subtensor
 
 from innergraph.graph import is_function, scope_leaves, scope_toposort
+from innergraph.instantiate import substitute
 from innergraph.rewriting.licm import eager_nodes
 from innergraph.rewriting.signature import Signature, Slot, consumers, replace_consumer
 
 __all__ = ["push_out_dot_sums", "push_out_per_step_outputs", "push_out_sequence_work"]
 
 
-def _after_loop_values(sig: Signature, *, mit_mot: bool = True) -> dict[Variable, Variable]:
-    """Param -> its after-loop value, for sequences, non-sequences and (if ``mit_mot``) mit-mot taps."""
-    n_steps: Any = sig.header[0]
-    values: dict[Variable, Variable] = {}
-    for slot in sig.slots:
-        if slot.kind == "seq":
-            seq: Any = slot.args[0]
-            values[slot.params[0][1]] = seq[:n_steps]
-        elif slot.kind == "non_seq":
-            values[slot.params[0][1]] = slot.args[0]
-        elif slot.kind == "mit_mot" and mit_mot:
-            low, trace = min(slot.in_taps), cast(Any, slot.results[0])
-            for tap, (_, p) in zip(slot.in_taps, slot.params, strict=True):
-                if all(o > tap for o in slot.out_taps):
-                    values[p] = trace[tap - low : tap - low + n_steps]
-    return values
+class AfterLoop(Mapping[Variable, Variable]):
+    """One loop's params -> their after-loop values, each built on first use.
+
+    Most loops have nothing to push out, and building ``seq[:n_steps]`` for every
+    sequence of every loop in every round would cost more than the analysis.
+    """
+
+    def __init__(self, sig: Signature, *, mit_mot: bool = True):
+        self._n_steps: Any = sig.header[0]
+        self._recipes: dict[Variable, tuple[Any, int | None]] = {}  # param -> (outer variable, first row or None)
+        self._built: dict[Variable, Variable] = {}
+        for slot in sig.slots:
+            if slot.kind in ("seq", "non_seq"):
+                self._recipes[slot.params[0][1]] = (slot.args[0], 0 if slot.kind == "seq" else None)
+            elif slot.kind == "mit_mot" and mit_mot:
+                low = min(slot.in_taps)
+                for tap, (_, p) in zip(slot.in_taps, slot.params, strict=True):
+                    if all(o > tap for o in slot.out_taps):
+                        self._recipes[p] = (slot.results[0], tap - low)
+
+    def __getitem__(self, param: Variable) -> Variable:
+        if param not in self._built:
+            var, start = self._recipes[param]
+            self._built[param] = _rows(var, start, self._n_steps)
+        return self._built[param]
+
+    def __iter__(self) -> Iterator[Variable]:
+        return iter(self._recipes)
+
+    def __len__(self) -> int:
+        return len(self._recipes)
+
+    def __contains__(self, param: object) -> bool:
+        return param in self._recipes
+
+    def for_leaves(self, outputs: list[Variable]) -> dict[Variable, Variable]:
+        """The values of the params that ``outputs`` read."""
+        return {p: self[p] for p in scope_leaves(outputs) if p in self._recipes}
+
+    def vectorized(self, outputs: list[Variable], templates: dict[Any, Any]) -> list[Variable]:
+        """``vectorize_graph(outputs, self)``, made once per body and argument types.
+
+        The first loop of a body vectorizes ``outputs`` over stand-ins for its
+        outer variables and step count (into ``templates``); every loop then
+        copies that graph over its own, which is much cheaper than vectorizing
+        again (each vectorized node is made anew).
+        """
+        leaves = [p for p in scope_leaves(outputs) if p in self._recipes]
+        outer = [self._recipes[p] for p in leaves]
+        key = (tuple(outputs), tuple((p, var.type, start) for p, (var, start) in zip(leaves, outer, strict=True)), self._n_steps.type)
+        if key not in templates:
+            stand_ins = [var.type() for var, _ in outer]
+            n = self._n_steps.type()
+            replace = {p: _rows(v, start, n) for p, v, (_, start) in zip(leaves, stand_ins, outer, strict=True)}
+            templates[key] = (stand_ins, n, _fold_broadcast_constants(vectorize_graph(outputs, replace)))
+        stand_ins, n, template = templates[key]
+        return substitute(template, {**dict(zip(stand_ins, (var for var, _ in outer), strict=True)), n: self._n_steps})
+
+
+def _fold_broadcast_constants(outputs: list[Variable]) -> list[Variable]:
+    """``outputs`` with each ``DimShuffle`` of a constant (vectorizing broadcasts them) a constant.
+
+    Canonicalize has run by the time loops are pushed out of; left alone, these
+    nodes make PyTensor's second Scan pass fold them and then run again over
+    every loop.
+    """
+    folded: dict[Variable, Variable] = {}
+    for node in scope_toposort(outputs):
+        if isinstance(node.op, DimShuffle) and isinstance(node.inputs[0], Constant):
+            out: list[list[Any]] = [[None]]
+            node.op.perform(node, [node.inputs[0].data], out)
+            result: Any = node.outputs[0]
+            folded[result] = result.type.filter_variable(pt.constant(out[0][0], dtype=result.dtype))
+    return substitute(outputs, folded) if folded else outputs
+
+
+def _rows(var: Any, start: int | None, n_steps: Any) -> Variable:
+    """Rows ``start, ..., start + n_steps - 1`` of ``var`` (``var`` itself if ``start`` is None)."""
+    return var if start is None else var[:n_steps] if start == 0 else var[start : start + n_steps]
 
 
 def _needs_blockwise(outputs: list[Variable], inputs: set[Variable]) -> bool:
@@ -87,12 +152,11 @@ def _needs_blockwise(outputs: list[Variable], inputs: set[Variable]) -> bool:
     return any(isinstance(n.op, Blockwise) for n in scope_toposort(outputs, stop=inputs))
 
 
-def _all_steps(out: Variable, values: dict[Variable, Variable], n_steps: Any, length: Any) -> Variable | None:
+def _all_steps(out: Variable, values: AfterLoop, n_steps: Any, length: Any) -> Variable | None:
     """``out`` for every step, as the loop's nit-sot buffer of ``length`` rows holds it, or None."""
-    leaves = scope_leaves([out])
-    if any(is_function(v) or not (isinstance(v, Constant) or v in values) for v in leaves):
+    if any(is_function(v) or not (isinstance(v, Constant) or v in values) for v in scope_leaves([out])):
         return None
-    replace = {p: values[p] for p in leaves if p in values}
+    replace = values.for_leaves([out])
     new: Any = vectorize_graph(out, replace)
     if _needs_blockwise([new], set(replace.values())):
         return None
@@ -103,7 +167,7 @@ def _all_steps(out: Variable, values: dict[Variable, Variable], n_steps: Any, le
     return new
 
 
-def _pushed_outputs(fgraph: FunctionGraph, sig: Signature, values: dict[Variable, Variable], row_wise: bool) -> dict[Variable, Variable]:
+def _pushed_outputs(fgraph: FunctionGraph, sig: Signature, values: AfterLoop, row_wise: bool) -> dict[Variable, Variable]:
     """Result -> its value computed after the loop, for the nit-sots this rewrite moves.
 
     With ``row_wise`` false: the outputs that read a mit-mot tap. With ``row_wise``
@@ -112,6 +176,8 @@ def _pushed_outputs(fgraph: FunctionGraph, sig: Signature, values: dict[Variable
     """
     state_taps = {p for s in sig.slots if s.kind == "mit_mot" for _, p in s.params if p in values}
     live = [s for s in sig.slots if s.results and fgraph.clients.get(s.results[0])]
+    if (not row_wise and not state_taps) or (row_wise and any(s.kind != "nit_sot" for s in live)):
+        return {}
     pushed: dict[Variable, Variable] = {}
     for slot in live:
         if slot.kind != "nit_sot":
@@ -138,18 +204,19 @@ def push_out_per_step_outputs(fgraph: FunctionGraph) -> int:
     for sig in consumers(fgraph):
         if sig.kind != "scan" or sig.is_while:
             continue
-        pushed = _pushed_outputs(fgraph, sig, _after_loop_values(sig), row_wise=False)
+        pushed = _pushed_outputs(fgraph, sig, AfterLoop(sig), row_wise=False)
         if pushed:
             _push_out(fgraph, sig, pushed, "push_out_per_step_outputs")
             changed += 1
     return changed
 
 
-def _row_wise_targets(outputs: list[Variable], rows: set[Variable], invariant: set[Variable]) -> list[Variable]:
+def _row_wise_targets(outputs: list[Variable], rows: set[Variable], invariant: set[Variable]) -> tuple[list[Variable], set[Variable]]:
     """The largest row-wise subexpressions that the rest of the body (or an output) reads.
 
-    ``invariant`` holds the non-sequence params; nodes computing from those and
-    constants alone count as invariant too (they are `hoist_invariants`' to move).
+    Also returns the rows the body still reads once those are params. ``invariant``
+    holds the non-sequence params; nodes computing from those and constants alone
+    count as invariant too (they are `hoist_invariants`' to move).
     """
     eager = eager_nodes(outputs)
     invariant = set(invariant)
@@ -168,7 +235,7 @@ def _row_wise_targets(outputs: list[Variable], rows: set[Variable], invariant: s
         else:
             users.append(node)
     used = {v for n in users for v in n.inputs} | set(outputs)
-    return [v for n in order for v in n.outputs if v in row_wise and v in used]
+    return [v for n in order for v in n.outputs if v in row_wise and v in used], rows & used
 
 
 def push_out_sequence_work(fgraph: FunctionGraph) -> int:
@@ -181,10 +248,12 @@ def push_out_sequence_work(fgraph: FunctionGraph) -> int:
     """
     changed = 0
     placeholders: dict[Variable, Variable] = {}  # one per target: loops sharing a body share the new one
+    analysed: dict[Any, tuple[list[Variable], set[Variable]]] = {}  # ... and one analysis
+    templates: dict[Any, Any] = {}  # ... and one vectorization (`AfterLoop.vectorized`)
     for sig in consumers(fgraph):
         if sig.kind != "scan" or sig.is_while:
             continue
-        values = _after_loop_values(sig, mit_mot=False)
+        values = AfterLoop(sig, mit_mot=False)
         whole_loop = _pushed_outputs(fgraph, sig, values, row_wise=True)
         if whole_loop:
             _push_out(fgraph, sig, whole_loop, "push_out_sequence_work")
@@ -192,12 +261,16 @@ def push_out_sequence_work(fgraph: FunctionGraph) -> int:
             continue
         rows = {p for s in sig.slots if s.kind == "seq" for _, p in s.params}
         outputs = [v for s in sig.slots for _, v in s.outputs]
-        targets = _row_wise_targets(outputs, rows, set(values) - rows)
+        key = (tuple(outputs), frozenset(rows), frozenset(values))
+        if key not in analysed:
+            analysed[key] = _row_wise_targets(outputs, rows, set(values) - rows)
+        targets, still_read = analysed[key]
         if not targets:
             continue
-        outer = vectorize_graph(targets, values)
+        outer = values.vectorized(targets, templates)
         new = [placeholders.setdefault(t, t.type()) for t in targets]
-        slots = [*sig.slots, *(Slot("seq", (o,), ((0, p),)) for o, p in zip(outer, new, strict=True))]
+        kept = [s for s in sig.slots if s.kind != "seq" or s.params[0][1] in still_read]
+        slots = [*kept, *(Slot("seq", (o,), ((0, p),)) for o, p in zip(outer, new, strict=True))]
         replace_consumer(fgraph, sig, slots, replace={0: dict(zip(targets, new, strict=True))}, reason="push_out_sequence_work")
         changed += 1
     return changed
@@ -217,31 +290,36 @@ def _dot_of_rows(out: Variable, state: Variable, rows: set[Variable]) -> tuple[V
     return dot.inputs[0], dot.inputs[1]
 
 
+def _reads(outputs: list[Variable]) -> dict[Variable, int]:
+    """How many times the body's nodes and outputs read each variable."""
+    reads: dict[Variable, int] = {}
+    for v in [*(v for node in scope_toposort(outputs) for v in node.inputs), *outputs]:
+        reads[v] = reads.get(v, 0) + 1
+    return reads
+
+
 def push_out_dot_sums(fgraph: FunctionGraph) -> int:
     """Replace untraced ``s + dot(a, b)`` accumulators by one ``dot`` after the loop; return how many loops changed."""
     changed = 0
     for sig in consumers(fgraph):
         if sig.kind != "scan" or sig.is_while:
             continue
-        values = _after_loop_values(sig, mit_mot=False)
         rows = {p for s in sig.slots if s.kind == "seq" for _, p in s.params}
-        outputs = [v for s in sig.slots for _, v in s.outputs]
-        readers: dict[Variable, int] = {}
-        for node in scope_toposort(outputs):
-            for v in node.inputs:
-                readers[v] = readers.get(v, 0) + 1
-        for v in outputs:
-            readers[v] = readers.get(v, 0) + 1
-        finals: dict[Variable, Variable] = {}
+        found: dict[Slot, tuple[Variable, Variable]] = {}
         for slot in sig.slots:
-            if slot.kind != "untraced":
+            rows_of_dot = _dot_of_rows(slot.outputs[0][1], slot.params[0][1], rows) if slot.kind == "untraced" else None
+            if rows_of_dot is not None:
+                found[slot] = rows_of_dot
+        if not found:
+            continue
+        reads = _reads([v for s in sig.slots for _, v in s.outputs])
+        values = AfterLoop(sig, mit_mot=False)
+        finals: dict[Variable, Variable] = {}
+        for slot, (a_row, b_row) in found.items():
+            if reads[slot.params[0][1]] != 1:  # the state is read by more than its own update
                 continue
-            ((_, state),), ((_, out),) = slot.params, slot.outputs
-            found = _dot_of_rows(out, state, rows)
-            if found is None or readers.get(state, 0) != 1:
-                continue
-            a: Any = values[found[0]]  # (steps, m, k)
-            b: Any = values[found[1]]  # (steps, k, n)
+            a: Any = values[a_row]  # (steps, m, k)
+            b: Any = values[b_row]  # (steps, k, n)
             flat_a = a.dimshuffle(1, 0, 2).reshape((a.shape[1], -1))
             flat_b = b.reshape((-1, b.shape[2]))
             finals[slot.results[0]] = slot.results[0].type.filter_variable(slot.args[0] + pt.dot(flat_a, flat_b))
