@@ -27,6 +27,7 @@ compiled graphs. `lift`/`lower` convert them on request, and `ifelse`, `call` an
 from __future__ import annotations
 
 from collections.abc import Callable, Container, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 import pytensor.tensor as pt
@@ -106,7 +107,19 @@ def _subset(rules: dict[type, Rule], only: Container[type] | None) -> dict[type,
     return rules if only is None else {k: v for k, v in rules.items() if k in only}
 
 
+#: Native Scan Op -> the function its body became, within one `_rewrite_fgraph`.
+_lifted_bodies: ContextVar[dict[Any, Variable] | None] = ContextVar("innergraph_lifted_bodies", default=None)
+
+
 def _rewrite_fgraph(fgraph: FunctionGraph, rules: dict[type, Rule], reason: str) -> int:
+    token = _lifted_bodies.set({})
+    try:
+        return _rewrite_nodes(fgraph, rules, reason)
+    finally:
+        _lifted_bodies.reset(token)
+
+
+def _rewrite_nodes(fgraph: FunctionGraph, rules: dict[type, Rule], reason: str) -> int:
     count = 0
     declined: set[Any] = set()
     while True:  # new nodes (a lifted body's nested scans) are handled in the next round
@@ -151,14 +164,25 @@ def _carry_shapes(fgraph: FunctionGraph, old: Sequence[Variable], new: Sequence[
 
 
 def _lift_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
+    """The in-graph Scan of a native one.
+
+    Equal native Ops (PyTensor compares their inner graphs) get one function: K
+    loops over one step function cost one lift, not K lifts that MergeOptimizer
+    then merges node by node.
+    """
     native: NativeScan = op
-    body = lift_graph(copy_scope(native.inner_outputs))
-    param_types = [v.type for v in native.inner_inputs]
-    assert all(v is param(i, t) for i, (v, t) in enumerate(zip(native.inner_inputs, param_types))), (
-        f"{native}: PyTensor's Scan no longer builds its inner graph over NominalVariable(i) inputs"
-    )
-    function_type = InnerGraphType(param_types, [o.type for o in body])
-    function = InnerGraph(function_type).make_node(*body).outputs[0]
+    memo = _lifted_bodies.get()
+    function = memo.get(native) if memo is not None else None
+    if function is None:
+        body = lift_graph(copy_scope(native.inner_outputs))
+        param_types = [v.type for v in native.inner_inputs]
+        assert all(v is param(i, t) for i, (v, t) in enumerate(zip(native.inner_inputs, param_types))), (
+            f"{native}: PyTensor's Scan no longer builds its inner graph over NominalVariable(i) inputs"
+        )
+        function_type = InnerGraphType(param_types, [o.type for o in body])
+        function = InnerGraph(function_type).make_node(*body).outputs[0]
+        if memo is not None:
+            memo[native] = function
     return Scan.like(native).make_node(function, *inputs).outputs
 
 

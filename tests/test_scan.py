@@ -138,6 +138,21 @@ def test_lift_then_lower_is_exact(case):
         np.testing.assert_array_equal(g, e)
 
 
+def test_equal_native_scans_are_lifted_to_one_function():
+    a, x = inputs()
+    step = lambda v, acc: acc * 0.9 + pt.sin(v)  # noqa: E731
+    finals = [pytensor.scan(step, sequences=[seq], outputs_info=[a], return_updates=False)[-1] for seq in (x, x[1:], x * 2)]
+    other = pytensor.scan(lambda v, acc: acc * 0.8 + pt.sin(v), sequences=[x], outputs_info=[a], return_updates=False)[-1]
+    fg = FunctionGraph([a, x], [*finals, other], clone=True)
+    assert lift(fg) == 4
+    scans = [n for n in fg.toposort() if isinstance(n.op, Scan)]
+    assert len({n.inputs[0] for n in scans}) == 2  # one function for the three equal loops, another for 0.8
+    _, got = run(fg.inputs, fg.outputs, VANILLA)
+    _, expected = run([a, x], [*finals, other], VANILLA)
+    for g, e in zip(got, expected, strict=True):
+        np.testing.assert_array_equal(g, e)
+
+
 def test_shapes_match_the_native_scan(case):
     """The consumer's own shapes (no nit-sot: from the outer inputs) equal PyTensor's Scan's."""
     from pytensor.graph.basic import equal_computations
