@@ -11,6 +11,7 @@ import pytensor.tensor as pt
 import pytest
 from pytensor.compile.mode import get_default_mode
 from pytensor.graph.basic import Constant, equal_computations
+from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import MergeOptimizer, in2out
 from pytensor.tensor.basic import Alloc
 from pytensor.tensor.rewriting.basic import constant_folding
@@ -316,6 +317,13 @@ def test_states_read_only_at_their_last_step_keep_no_trace():
     assert sum(isinstance(n.op, AllocEmpty) for n in fg.apply_nodes) == 1  # u's buffer only
 
 
+def test_a_constant_initial_value_is_read_without_the_buffer():
+    ys = innergraph.scan(lambda x, s: s * 0.9 + x, sequences=[xs], outputs_info=[pt.constant(0.5, dtype="float64")], return_updates=False)
+    fg = check_rewrite(canonicalized_then(untrace_final_states), [xs], [ys[-1]], gradients="none")
+    node, info = only_scan(fg)  # canonicalize folded 0.5[None] into the constant [0.5]; row 0 is 0.5
+    assert info.n_untraced_sit_sot == 1 and isinstance(node.inputs[-1], Constant) and node.inputs[-1].data == 0.5
+
+
 def test_gradient_accumulators_keep_no_trace():
     ys = innergraph.scan(lambda x, s, w: s * w + x, sequences=[xs], outputs_info=[x0], non_sequences=[c], return_updates=False)
     fg = check_rewrite(canonicalized_then(untrace_final_states), [x0, xs, c], [ys[-1]], gradients="before")
@@ -454,6 +462,10 @@ def test_row_wise_work_becomes_a_sequence():
     scalar_ops = [type(n.op.scalar_op).__name__ for n in scope_toposort(body.outputs) if hasattr(n.op, "scalar_op")]
     assert scalar_ops.count("Exp") == 1 and "Sin" not in scalar_ops  # exp(s) reads the state: it stays
     assert all(n.op.layout.info.n_seqs == 2 for n in scans)  # sin(x) * exp(-x**2) and k * x, over all rows; x unread
+    before = FunctionGraph([x0, xs, c], finals, clone=True)
+    MergeOptimizer().rewrite(before)
+    subtensors = lambda g: sum(type(n.op).__name__ == "Subtensor" for n in g.apply_nodes)  # noqa: E731
+    assert subtensors(fg) == subtensors(before)  # scan's x[:n] is the rows already: no second slice
 
 
 def test_row_wise_work_in_lazy_branches_and_while_loops_stays():

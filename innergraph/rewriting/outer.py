@@ -30,7 +30,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytensor.graph.basic import Apply, Variable
+import pytensor.tensor as pt
+from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import node_rewriter
 from pytensor.tensor.basic import get_underlying_scalar_constant_value
@@ -69,9 +70,10 @@ def first_row(buffer: Variable) -> Variable:
     """``buffer[0]``, read from where it was written when ``buffer`` is a state buffer.
 
     ``pytensor.scan`` builds ``set_subtensor(x[:k], v[None])`` (and
-    `local_set_row_of_expand_dims` makes that ``set_subtensor(x[0], v)``); row 0
-    of either is ``v``, without the buffer, when ``v`` has the row's type (a
-    write may cast). Otherwise ``buffer[0]``.
+    `local_set_row_of_expand_dims` makes that ``set_subtensor(x[0], v)``; for a
+    constant ``v``, canonicalize folds ``v[None]`` into a constant); row 0 of each
+    is ``v``, without the buffer, when ``v`` has the row's type (a write may
+    cast). Otherwise ``buffer[0]``.
     """
     node = buffer.owner
     row_type = buffer.type.clone(shape=buffer.type.shape[1:])
@@ -85,6 +87,8 @@ def first_row(buffer: Variable) -> Variable:
                 written = y
             elif isinstance(i, slice) and i.start in (None, 0) and i.step in (None, 1) and (i.stop is None or i.stop >= 1):
                 written = _under_expand_dims(y)
+                if written is None and isinstance(y, Constant) and y.data.ndim >= 1 and y.data.shape[0] >= 1:
+                    written = pt.constant(y.data[0], dtype=str(y.data.dtype))  # canonicalize folded v[None] of a constant
             if written is not None and (row_type.in_same_class(written.type) or row_type.is_super(written.type)):
                 return written
     result: Variable = buffer[0]  # type: ignore[index]

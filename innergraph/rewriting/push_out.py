@@ -56,7 +56,8 @@ from pytensor.scalar import Add
 from pytensor.tensor.blockwise import Blockwise
 from pytensor.tensor.elemwise import DimShuffle, Elemwise
 from pytensor.tensor.math import Dot
-from pytensor.tensor.subtensor import set_subtensor
+from pytensor.tensor.basic import ScalarFromTensor
+from pytensor.tensor.subtensor import Subtensor, set_subtensor
 
 from innergraph.graph import is_function, scope_leaves, scope_toposort
 from innergraph.instantiate import substitute
@@ -75,11 +76,13 @@ class AfterLoop(Mapping[Variable, Variable]):
 
     def __init__(self, sig: Signature, *, mit_mot: bool = True):
         self._n_steps: Any = sig.header[0]
-        self._recipes: dict[Variable, tuple[Any, int | None]] = {}  # param -> (outer variable, first row or None)
+        self._recipes: dict[Variable, tuple[Any, int | None]] = {}  # param -> (outer variable, first row, or None: itself)
         self._built: dict[Variable, Variable] = {}
         for slot in sig.slots:
-            if slot.kind in ("seq", "non_seq"):
-                self._recipes[slot.params[0][1]] = (slot.args[0], 0 if slot.kind == "seq" else None)
+            if slot.kind == "non_seq" or (slot.kind == "seq" and _first_rows_already(slot.args[0], self._n_steps)):
+                self._recipes[slot.params[0][1]] = (slot.args[0], None)  # the value itself
+            elif slot.kind == "seq":
+                self._recipes[slot.params[0][1]] = (slot.args[0], 0)
             elif slot.kind == "mit_mot" and mit_mot:
                 low = min(slot.in_taps)
                 for tap, (_, p) in zip(slot.in_taps, slot.params, strict=True):
@@ -145,6 +148,18 @@ def _fold_broadcast_constants(outputs: list[Variable]) -> list[Variable]:
 def _rows(var: Any, start: int | None, n_steps: Any) -> Variable:
     """Rows ``start, ..., start + n_steps - 1`` of ``var`` (``var`` itself if ``start`` is None)."""
     return var if start is None else var[:n_steps] if start == 0 else var[start : start + n_steps]
+
+
+def _first_rows_already(var: Variable, n_steps: Variable) -> bool:
+    """Whether ``var`` is ``x[:n_steps]``, as ``pytensor.scan`` passes its sequences."""
+    node = var.owner
+    if node is None or not isinstance(node.op, Subtensor) or len(node.op.idx_list) != 1:
+        return False
+    (index,) = node.op.idx_list
+    if not isinstance(index, slice) or index.start is not None or index.step is not None or index.stop is None:
+        return False
+    stop = node.inputs[1]
+    return stop is n_steps or (stop.owner is not None and isinstance(stop.owner.op, ScalarFromTensor) and stop.owner.inputs[0] is n_steps)
 
 
 def _needs_blockwise(outputs: list[Variable], inputs: set[Variable]) -> bool:
