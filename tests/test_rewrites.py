@@ -522,3 +522,16 @@ def test_pipeline_matches_vanilla(linker):
     args = (0.3, np.linspace(-1, 1, 7), 0.7)
     np.testing.assert_allclose(ours(*args), vanilla(*args), rtol=1e-10)
     assert innergraph.graph_stats(ours)["consumers"]["scan"] == 1  # merged, as PyTensor's own ScanMerge does
+
+
+@pytest.mark.parametrize("variant", ["innergraph", "vanilla"])
+def test_the_tags_of_pytensors_rewrites_turn_ours_off_too(variant):
+    from pytensor.scan.op import Scan as NativeScan
+
+    ys = pytensor.scan(lambda x, s: s * 0.9 + pt.sin(x), sequences=[xs], outputs_info=[x0], return_updates=False)
+    mode = get_default_mode() if variant == "innergraph" else VANILLA
+    for excluded, sin_in_loop in ((None, False), ("scan_pushout_seqs_ops", True)):
+        fn = pytensor.function([x0, xs], ys, mode=mode.excluding(excluded) if excluded else mode)
+        (node,) = [n for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, NativeScan)]
+        assert ("sin" in str([n.op for n in node.op.fgraph.apply_nodes]).lower()) is sin_in_loop
+        np.testing.assert_allclose(fn(0.3, np.linspace(0, 1, 5))[-1], pytensor.function([x0, xs], ys, mode=VANILLA)(0.3, np.linspace(0, 1, 5))[-1])
