@@ -22,10 +22,10 @@ created included) into the in-graph form right before PyTensor's first Scan pass
 (``scan_eqopt1``, 0.05: push-out, which then finds no native Scan; its work is done
 on the in-graph form by ``innergraph_simplify``), so merge, ``useless``,
 canonicalize and stabilize rewrite bodies together with the outer graph and merge
-alpha-equivalent bodies. ``innergraph_lower`` converts them back just before PyTensor's second Scan
-pass (``scan_eqopt2``, 1.6: save-memory, merging, in-place), which — like
-PyTensor's own tests — expects native Scans. A merged body becomes one native Op,
-compiled once. ``mode.excluding("innergraph")`` gives vanilla behaviour back.
+alpha-equivalent bodies. ``innergraph_lower`` converts them back just before
+PyTensor's second Scan pass (``scan_eqopt2``, 1.6: save-memory, merging,
+in-place), which — like PyTensor's own tests — expects native Scans. A merged
+body becomes one native Op, compiled once. ``mode.excluding("innergraph")`` gives vanilla behaviour back.
 
 ``innergraph_branch`` (`innergraph.rewriting.share_branch`) passes work a lazy
 branch shares with the outer graph into the branch as an argument, after
@@ -36,7 +36,7 @@ the consumer rewrites — forwarding, duplicate and constant arguments, loop-inv
 code motion, push-outs, untracing, dead slots, loop merging — to a fixpoint after
 canonicalize and stabilize, just before lowering. Each is registered in it with the
 tags of the PyTensor Scan rewrites it stands in for, so a mode excluding
-``scan_pushout`` (say) excludes innergraph's push-outs too. See
+``scan_pushout`` (say) excludes innergraph's counterparts too. See
 ``design/rewrites.md``.
 
 ``innergraph_share`` (`innergraph.rewriting.share`) runs after every pass that

@@ -4,7 +4,8 @@ Terms
 -----
 after-loop value
     For a param of a loop body, an outer variable that holds its value at every
-    step, leading axis = step: a sequence's rows ``seq[:n_steps]``, a
+    step, leading axis = step: a sequence's rows ``seq[:n_steps]`` (the sequence
+    itself when it is that slice already, as ``pytensor.scan`` passes it), a
     non-sequence's argument (the same at every step, no step axis), and a mit-mot
     input tap whose slot no later step overwrites (tap ``k`` of a state whose
     output taps are all ``> k`` reads row ``t + k - min(in_taps)`` of the state's
@@ -15,14 +16,14 @@ row-wise work
     and constants. Computed outside over all rows at once, they are one large
     operation instead of ``n_steps`` small ones.
 
-Three rewrites, each the in-graph counterpart of one of PyTensor's push-out
-passes (``scan_eqopt1``, which finds nothing to do once the loops are lifted):
+Three rewrites. The last two are the in-graph counterparts of PyTensor's push-out
+passes (``scan_eqopt1``, which finds no native Scan once the loops are lifted;
+`innergraph.rewriting.licm` is the third):
 
 * `push_out_per_step_outputs`: a nit-sot output (one value per step, fed back
   nowhere) that reads a mit-mot tap and otherwise only after-loop values and
-  constants is computed after the loop with
-  `pytensor.graph.replace.vectorize_graph`; its state's buffer is then read by
-  the outer graph instead of being an unused result. PyTensor has no such pass.
+  constants is computed after the loop; its state's buffer is then read by the
+  outer graph instead of being an unused result. PyTensor has no such pass.
 * `push_out_sequence_work` (PyTensor's ``scan_push_out_seq``): a loop whose every
   live result is a nit-sot of row-wise work, or of a value that is the same
   every step (an ``alloc`` of it), is replaced by those results computed
@@ -53,10 +54,10 @@ from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.replace import vectorize_graph
 from pytensor.scalar import Add
+from pytensor.tensor.basic import ScalarFromTensor
 from pytensor.tensor.blockwise import Blockwise
 from pytensor.tensor.elemwise import DimShuffle, Elemwise
 from pytensor.tensor.math import Dot
-from pytensor.tensor.basic import ScalarFromTensor
 from pytensor.tensor.subtensor import Subtensor, set_subtensor
 
 from innergraph.graph import is_function, scope_leaves, scope_toposort
