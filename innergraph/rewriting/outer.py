@@ -16,11 +16,12 @@ node per state and hides the single row from the rewrites that follow.
   declines the reversed slices that gradients of loops produce, like
   ``x[3:-6:-1][:4]``).
 
-All are registered under the ``innergraph`` tag. `local_sum_of_one_row` is in
-``canonicalize``; the other two are in ``specialize``:
-`local_set_row_of_expand_dims` after PyTensor's Scan save-memory rewrites (which
-recognise a state's initial value by the ``x0[None]`` pattern and must see it), and
-`local_merge_slices_of_known_length` after canonicalize's own slice merging. In
+All are registered under the ``innergraph`` tag (`innergraph.rewriting.db`).
+`local_sum_of_one_row` is in ``canonicalize``. `local_set_row_of_expand_dims` runs
+after PyTensor's Scan save-memory rewrites (which recognise a state's initial value
+by the ``x0[None]`` pattern and must see it), in one walk right after
+``specialize``. `local_merge_slices_of_known_length` is in ``specialize``, after
+canonicalize's own slice merging. In
 canonicalize it raced PyTensor's ``local_subtensor_merge_slice``: the slices it made
 were merged again symbolically, which cost #1669's 2nd derivative about 50 ms of
 compile time and a node; run afterwards it only composes what is left.
