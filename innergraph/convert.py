@@ -41,7 +41,7 @@ from pytensor.scan.op import Scan as NativeScan
 from innergraph.build import inner_graph
 from innergraph.fold import fold_scope
 from innergraph.graph import InnerGraph, body_of, param, scope_toposort
-from innergraph.instantiate import copy_scope, instantiate
+from innergraph.instantiate import carry_shapes, copy_scope, instantiate
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse, ifelse
 from innergraph.ops.scan import Scan, native_scan
@@ -132,35 +132,9 @@ def _rewrite_nodes(fgraph: FunctionGraph, rules: dict[type, Rule], reason: str) 
                 if new is None:
                     declined.add(node)
                     continue
-                _carry_shapes(fgraph, node.outputs, new)
+                carry_shapes(fgraph, node.outputs, new)
                 fgraph.replace_all(list(zip(node.outputs, new, strict=True)), reason=reason, import_missing=True)
                 count += 1
-
-
-def _carry_shapes(fgraph: FunctionGraph, old: Sequence[Variable], new: Sequence[Variable]) -> None:
-    """Give a replacement node the shapes ``fgraph``'s shape feature knows for the node it replaces.
-
-    Lifting and lowering replace a node by its other form, whose outputs have the
-    same shapes (the consumers' ``infer_shape`` follows PyTensor's Scan). Importing
-    the new node would infer them again — for a native Scan, a shape inference over
-    its whole inner graph. Only done when the new outputs are all of one new node's
-    and the known shapes do not read the old outputs themselves (a while loop's
-    length, a step shape computed from a row's value).
-    """
-    from pytensor.graph.traversal import ancestors
-
-    feature = getattr(fgraph, "shape_feature", None)
-    node = new[0].owner if new else None
-    if feature is None or node is None or node in fgraph.apply_nodes or list(node.outputs) != list(new):
-        return
-    if any(v in feature.shape_of for v in new) or not all(v in feature.shape_of for v in old):
-        return
-    shapes = [feature.shape_of[v] for v in old]
-    dims = [d for shape in shapes if shape is not None for d in shape]
-    if set(old).intersection(ancestors(dims)):
-        return
-    for v, shape in zip(new, shapes, strict=True):
-        feature.set_shape(v, shape)
 
 
 def _lift_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable]:

@@ -61,12 +61,16 @@ def hoist_invariants(fgraph: FunctionGraph) -> int:
     """Move loop-invariant work out of every loop of ``fgraph``; return how many changed."""
     changed = 0
     placeholders: dict[Variable, Variable] = {}  # one per target: loops sharing a body share the new one
+    analysed: dict[tuple[tuple[Variable, ...], frozenset[Variable]], list[Variable]] = {}  # ... and one analysis
     for sig in consumers(fgraph):
         if sig.kind not in LOOP_KINDS:
             continue
         bound = {p: s.args[0] for s in sig.slots if s.kind == "non_seq" for _, p in s.params}
         outputs = [v for s in sig.slots for _, v in s.outputs]
-        targets = _invariant_targets(outputs, set(bound))
+        key = (tuple(outputs), frozenset(bound))
+        if key not in analysed:
+            analysed[key] = _invariant_targets(outputs, set(bound))
+        targets = analysed[key]
         if not targets:
             continue
         outer = substitute(targets, bound)

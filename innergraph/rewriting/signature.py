@@ -37,7 +37,7 @@ from pytensor.graph.type import Type
 
 from innergraph.fold import fold_function
 from innergraph.graph import InnerGraph, body_of, is_function, param, params
-from innergraph.instantiate import substitute
+from innergraph.instantiate import carry_shapes, substitute
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse
 from innergraph.ops.scan import Scan, ScanLayout
@@ -50,6 +50,7 @@ __all__ = [
     "Slot",
     "consumers",
     "rebuild",
+    "remembering_consumer_order",
     "replace_consumer",
     "sharing_rebuilt_functions",
     "signature",
@@ -237,7 +238,10 @@ def replace_consumer(
     stand for them (which may read the node's other results); ``fold`` is as for
     `rebuild`.
     """
-    _, mapping = rebuild(sig, slots, replace, fold)
+    node, mapping = rebuild(sig, slots, replace, fold)
+    kept = {new: old for old, new in mapping.items()}
+    if all(v in kept for v in node.outputs):  # no result of a new kind: the shapes are known
+        carry_shapes(fgraph, [kept[v] for v in node.outputs], node.outputs)
     pairs = [(old, new) for old, new in mapping.items() if old is not new]
     if forwarded:  # forwarded values may read results of the old node: read the new one's
         values = substitute(list(forwarded.values()), mapping)
@@ -398,15 +402,40 @@ def signature(node: Apply) -> Signature | None:
     return sig
 
 
+#: Within `remembering_consumer_order`: graph -> its consumer nodes, inputs before users.
+_orders: ContextVar[dict[FunctionGraph, list[Apply]] | None] = ContextVar("innergraph_consumer_orders", default=None)
+
+
+@contextmanager
+def remembering_consumer_order() -> Iterator[Callable[[], None]]:
+    """Within the block, `consumers` orders a graph's consumers once; call the yielded function after a change.
+
+    The consumer rewrites each walk every consumer, and most find nothing to do:
+    ordering them is a toposort of the whole graph, which the caller, knowing when
+    a rewrite changed the graph, need not repeat in between.
+    """
+    orders: dict[FunctionGraph, list[Apply]] = {}
+    token = _orders.set(orders)
+    try:
+        yield orders.clear
+    finally:
+        _orders.reset(token)
+
+
 def consumers(fgraph: FunctionGraph) -> Iterator[Signature]:
     """The signatures of ``fgraph``'s rebuildable consumers, inputs before users.
 
     Each is made when it is reached, so rewrites may replace earlier ones meanwhile;
     nodes a rewrite already removed are skipped.
     """
-    found = [node for node in fgraph.apply_nodes if type(node.op) in FORMS]
-    if len(found) > 1:  # order them; a lone consumer (most graphs) needs no toposort
-        found = [node for node in fgraph.toposort() if type(node.op) in FORMS]
+    orders = _orders.get()
+    found = orders.get(fgraph) if orders is not None else None
+    if found is None:
+        found = [node for node in fgraph.apply_nodes if type(node.op) in FORMS]
+        if len(found) > 1:  # order them; a lone consumer (most graphs) needs no toposort
+            found = [node for node in fgraph.toposort() if type(node.op) in FORMS]
+        if orders is not None:
+            orders[fgraph] = found
     for node in found:
         if node in fgraph.apply_nodes:
             sig = signature(node)

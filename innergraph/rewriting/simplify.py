@@ -21,7 +21,7 @@ from innergraph.rewriting.forward import forward_params
 from innergraph.rewriting.licm import hoist_invariants
 from innergraph.rewriting.merge_loops import merge_loops
 from innergraph.rewriting.push_out import push_out_dot_sums, push_out_per_step_outputs, push_out_sequence_work
-from innergraph.rewriting.signature import FORMS, sharing_rebuilt_functions
+from innergraph.rewriting.signature import FORMS, remembering_consumer_order, sharing_rebuilt_functions
 from innergraph.rewriting.untrace import untrace_final_states
 
 __all__ = ["CONSUMER_REWRITES", "simplify_consumers"]
@@ -56,13 +56,17 @@ def simplify_consumers(fgraph: FunctionGraph, rewrites: Sequence[Callable[[Funct
     if not rewrites or not any(type(node.op) in FORMS for node in fgraph.apply_nodes):
         return 0  # most graphs: nothing to do, and no toposort spent finding it out
     total = 0
-    for _ in range(MAX_ROUNDS):
-        changed = 0
-        with sharing_rebuilt_functions():
-            for rewrite in rewrites:
-                changed += rewrite(fgraph)
-        if not changed:
-            break
-        MergeOptimizer().rewrite(fgraph)
-        total += changed
+    with remembering_consumer_order() as graph_changed:
+        for _ in range(MAX_ROUNDS):
+            changed = 0
+            with sharing_rebuilt_functions():
+                for rewrite in rewrites:
+                    if made := rewrite(fgraph):
+                        graph_changed()
+                    changed += made
+            if not changed:
+                break
+            MergeOptimizer().rewrite(fgraph)
+            graph_changed()
+            total += changed
     return total
