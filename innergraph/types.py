@@ -77,7 +77,7 @@ class Body:
     Consumers cache what they compile from a body on the `Body` itself (see
     `innergraph.ops.runtime`), so bodies that merged compile once. The caches are
     not pickled. Equality and hashing use `key`, computed once (linear in the size
-    of the body).
+    of the body); the hash is cached too.
     """
 
     def __init__(self, type: InnerGraphType, outputs: Sequence[Variable]):
@@ -102,7 +102,10 @@ class Body:
         return self is other or (isinstance(other, Body) and self.key() == other.key())
 
     def __hash__(self) -> int:
-        return hash(self.key())
+        value = self.cache.get("hash")
+        if value is None:  # a tuple does not cache its hash, and the key holds constants' data
+            value = self.cache["hash"] = hash(self.key())
+        return value
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickle through the canonical encoding: deterministic bytes (PyTensor keys
