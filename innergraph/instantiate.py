@@ -140,8 +140,6 @@ def step_output_shapes(
     ``None``; dimensions computed from its shape are expressed with ``arg_shapes``.
     Outputs that are not tensors are ``None``.
     """
-    from pytensor.graph.traversal import ancestors
-
     body = body_of(function)
     static = [_static_shape(t) for t in body.type.output_types]
     if all(shape is not None for shape in static):

@@ -21,10 +21,10 @@ All are registered under the ``innergraph`` tag (`innergraph.rewriting.db`).
 after PyTensor's Scan save-memory rewrites (which recognise a state's initial value
 by the ``x0[None]`` pattern and must see it), in one walk right after
 ``specialize``. `local_merge_slices_of_known_length` is in ``specialize``, after
-canonicalize's own slice merging. In
-canonicalize it raced PyTensor's ``local_subtensor_merge_slice``: the slices it made
-were merged again symbolically, which cost #1669's 2nd derivative about 50 ms of
-compile time and a node; run afterwards it only composes what is left.
+canonicalize's own slice merging. In canonicalize it raced PyTensor's
+``local_subtensor_merge_slice``: the slices it made were merged again symbolically,
+which cost #1669's 2nd derivative about 50 ms of compile time and a node; run
+afterwards it only composes what is left.
 """
 
 from __future__ import annotations

@@ -105,17 +105,14 @@ class AfterLoop(Mapping[Variable, Variable]):
     def __contains__(self, param: object) -> bool:
         return param in self._recipes
 
-    def for_leaves(self, outputs: list[Variable]) -> dict[Variable, Variable]:
-        """The values of the params that ``outputs`` read."""
-        return {p: self[p] for p in scope_leaves(outputs) if p in self._recipes}
-
-    def vectorized(self, outputs: list[Variable], templates: dict[Any, Any]) -> list[Variable]:
+    def vectorized(self, outputs: list[Variable], templates: dict[Any, Any]) -> list[Variable] | None:
         """``vectorize_graph(outputs, self)``, made once per body and argument types.
 
         The first loop of a body vectorizes ``outputs`` over stand-ins for its
         outer variables and step count (into ``templates``); every loop then
         copies that graph over its own, which is much cheaper than vectorizing
-        again (each vectorized node is made anew).
+        again (each vectorized node is made anew). None when the vectorized graph
+        needs a ``Blockwise`` (an op with no batched form of its own).
         """
         leaves = [p for p in scope_leaves(outputs) if p in self._recipes]
         outer = [self._recipes[p] for p in leaves]
@@ -124,7 +121,11 @@ class AfterLoop(Mapping[Variable, Variable]):
             stand_ins = [var.type() for var, _ in outer]
             n = self._n_steps.type()
             replace = {p: _rows(v, start, n) for p, v, (_, start) in zip(leaves, stand_ins, outer, strict=True)}
-            templates[key] = (stand_ins, n, _fold_broadcast_constants(vectorize_graph(outputs, replace)))
+            vectorized = vectorize_graph(outputs, replace)
+            blockwise = any(isinstance(node.op, Blockwise) for node in scope_toposort(vectorized))
+            templates[key] = None if blockwise else (stand_ins, n, _fold_broadcast_constants(vectorized))
+        if templates[key] is None:
+            return None
         stand_ins, n, template = templates[key]
         return substitute(template, {**dict(zip(stand_ins, (var for var, _ in outer), strict=True)), n: self._n_steps})
 
@@ -163,19 +164,14 @@ def _first_rows_already(var: Variable, n_steps: Variable) -> bool:
     return stop is n_steps or (stop.owner is not None and isinstance(stop.owner.op, ScalarFromTensor) and stop.owner.inputs[0] is n_steps)
 
 
-def _needs_blockwise(outputs: list[Variable], inputs: set[Variable]) -> bool:
-    """Whether the graph from ``inputs`` to ``outputs`` has a ``Blockwise`` node."""
-    return any(isinstance(n.op, Blockwise) for n in scope_toposort(outputs, stop=inputs))
-
-
-def _all_steps(out: Variable, values: AfterLoop, n_steps: Any, length: Any) -> Variable | None:
+def _all_steps(out: Variable, values: AfterLoop, n_steps: Any, length: Any, templates: dict[Any, Any]) -> Variable | None:
     """``out`` for every step, as the loop's nit-sot buffer of ``length`` rows holds it, or None."""
     if any(is_function(v) or not (isinstance(v, Constant) or v in values) for v in scope_leaves([out])):
         return None
-    replace = values.for_leaves([out])
-    new: Any = vectorize_graph(out, replace)
-    if _needs_blockwise([new], set(replace.values())):
+    vectorized = values.vectorized([out], templates)
+    if vectorized is None:
         return None
+    new: Any = vectorized[0]
     if new.ndim == out.type.ndim:  # read nothing per-step: the same value every step
         new = pt.alloc(new, n_steps, *(new.shape[i] for i in range(new.ndim)))
     if length is not n_steps:  # rows the loop never writes stay zero
@@ -183,7 +179,9 @@ def _all_steps(out: Variable, values: AfterLoop, n_steps: Any, length: Any) -> V
     return new
 
 
-def _pushed_outputs(fgraph: FunctionGraph, sig: Signature, values: AfterLoop, row_wise: bool) -> dict[Variable, Variable]:
+def _pushed_outputs(
+    fgraph: FunctionGraph, sig: Signature, values: AfterLoop, row_wise: bool, templates: dict[Any, Any]
+) -> dict[Variable, Variable]:
     """Result -> its value computed after the loop, for the nit-sots this rewrite moves.
 
     With ``row_wise`` false: the outputs that read a mit-mot tap. With ``row_wise``
@@ -203,7 +201,7 @@ def _pushed_outputs(fgraph: FunctionGraph, sig: Signature, values: AfterLoop, ro
             continue
         if row_wise and not all(isinstance(n.op, Elemwise | DimShuffle) for n in scope_toposort([out], stop=set(values))):
             continue
-        new = _all_steps(out, values, sig.header[0], slot.args[0])
+        new = _all_steps(out, values, sig.header[0], slot.args[0], templates)
         if new is not None:
             pushed[slot.results[0]] = slot.results[0].type.filter_variable(new)
     return pushed if not row_wise or len(pushed) == len(live) else {}
@@ -217,10 +215,11 @@ def _push_out(fgraph: FunctionGraph, sig: Signature, pushed: dict[Variable, Vari
 def push_out_per_step_outputs(fgraph: FunctionGraph) -> int:
     """Compute nit-sot outputs reading final mit-mot taps after the loop; return how many loops changed."""
     changed = 0
+    templates: dict[Any, Any] = {}  # one vectorization per body (`AfterLoop.vectorized`)
     for sig in consumers(fgraph):
         if sig.kind != "scan" or sig.is_while:
             continue
-        pushed = _pushed_outputs(fgraph, sig, AfterLoop(sig), row_wise=False)
+        pushed = _pushed_outputs(fgraph, sig, AfterLoop(sig), row_wise=False, templates=templates)
         if pushed:
             _push_out(fgraph, sig, pushed, "push_out_per_step_outputs")
             changed += 1
@@ -270,7 +269,7 @@ def push_out_sequence_work(fgraph: FunctionGraph) -> int:
         if sig.kind != "scan" or sig.is_while:
             continue
         values = AfterLoop(sig, mit_mot=False)
-        whole_loop = _pushed_outputs(fgraph, sig, values, row_wise=True)
+        whole_loop = _pushed_outputs(fgraph, sig, values, row_wise=True, templates=templates)
         if whole_loop:
             _push_out(fgraph, sig, whole_loop, "push_out_sequence_work")
             changed += 1
@@ -284,6 +283,7 @@ def push_out_sequence_work(fgraph: FunctionGraph) -> int:
         if not targets:
             continue
         outer = values.vectorized(targets, templates)
+        assert outer is not None, "row-wise work is Elemwise and DimShuffle, which vectorize without a Blockwise"
         new = [placeholders.setdefault(t, t.type()) for t in targets]
         kept = [s for s in sig.slots if s.kind != "seq" or s.params[0][1] in still_read]
         slots = [*kept, *(Slot("seq", (o,), ((0, p),)) for o, p in zip(outer, new, strict=True))]
