@@ -8,6 +8,10 @@ visible node
 hidden node
     Every other node of the graph: it belongs to some body. Hidden nodes are
     rewritten with the outer graph but never executed or destroyed by it.
+always-computed node
+    A visible node that every call of the outer function runs: one not reached
+    only through a branch of PyTensor's own ``IfElse``, which the VM evaluates
+    lazily.
 folding
     Replacing a function variable that a *visible* consumer reads by a `Constant`
     whose data is the `Body`. An inner-graph node over a closed body is a
@@ -22,10 +26,11 @@ variable whose owner is not scheduled. See ``design/architecture.md``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
+from pytensor.ifelse import IfElse as LazyIfElse
 
 from innergraph.errors import FreeVariableError, ParamError
 from innergraph.graph import InnerGraph, body_of, is_function, scope_toposort, verify_closed
@@ -33,6 +38,7 @@ from innergraph.instantiate import copy_scope, substitute
 from innergraph.types import Body
 
 __all__ = [
+    "always_computed",
     "fold_function",
     "fold_inner_graphs",
     "fold_scope",
@@ -50,6 +56,20 @@ def has_inner_graphs(fgraph: FunctionGraph) -> bool:
 
 def visible_nodes(fgraph: FunctionGraph) -> set[Apply]:
     """The nodes the outer function executes (inner-graph nodes excluded)."""
+    return _reachable(fgraph, lambda node: node.inputs)
+
+
+def always_computed(fgraph: FunctionGraph) -> set[Apply]:
+    """The visible nodes every call runs: those not reached only through a lazy branch.
+
+    PyTensor's own ``IfElse`` evaluates only the branch it takes (in the VM); the
+    walk follows its condition alone.
+    """
+    return _reachable(fgraph, lambda node: node.inputs[:1] if isinstance(node.op, LazyIfElse) else node.inputs)
+
+
+def _reachable(fgraph: FunctionGraph, follow: Callable[[Apply], Sequence[Variable]]) -> set[Apply]:
+    """The nodes reached from the outputs through ``follow(node)``, inner-graph nodes excluded."""
     seen: set[Apply] = set()
     stack = [o.owner for o in fgraph.outputs if o.owner is not None]
     while stack:
@@ -57,7 +77,7 @@ def visible_nodes(fgraph: FunctionGraph) -> set[Apply]:
         if node in seen or isinstance(node.op, InnerGraph):
             continue
         seen.add(node)
-        stack.extend(v.owner for v in node.inputs if v.owner is not None)
+        stack.extend(v.owner for v in follow(node) if v.owner is not None)
     return seen
 
 

@@ -52,9 +52,13 @@ def substitute(outputs: Sequence[Variable], replace: Mapping[Variable, Variable]
     return [memo.get(o, o) for o in outputs]
 
 
-def copy_scope(outputs: Sequence[Variable]) -> list[Variable]:
-    """A private copy of one scope's nodes (leaves and nested functions shared)."""
-    memo: dict[Variable, Variable] = {}
+def copy_scope(outputs: Sequence[Variable], leaves: Mapping[Variable, Variable] | None = None) -> list[Variable]:
+    """A private copy of one scope's nodes (leaves and nested functions shared).
+
+    ``leaves`` maps leaves (params, say) to what the copy reads instead: unlike
+    `substitute`, every node is copied, also those that read no replaced leaf.
+    """
+    memo: dict[Variable, Variable] = dict(leaves or {})
     for node in scope_toposort(outputs):
         new = node.clone_with_new_inputs([memo.get(v, v) for v in node.inputs], strict=True)
         memo.update(zip(node.outputs, new.outputs, strict=True))

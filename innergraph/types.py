@@ -110,9 +110,9 @@ class Body:
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickle through the canonical encoding: deterministic bytes (PyTensor keys
         # its on-disk Numba cache with them), no names, tags or caches.
-        from innergraph.canonical import decode, encode
+        from innergraph.canonical import decode
 
-        return (decode, (encode(self),))
+        return (decode, (self.key(),))
 
     def __str__(self) -> str:
         n, m = len(self.type.param_types), len(self.type.output_types)

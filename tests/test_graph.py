@@ -1,4 +1,4 @@
-"""Unit tests: params, inner-graph nodes, verification errors, the builder's capture."""
+"""Unit tests: params, inner-graph nodes, verification errors, the builder's capture, visibility."""
 
 import pickle
 
@@ -6,6 +6,8 @@ import pytensor.scalar as ps
 import pytensor.tensor as pt
 import pytest
 from pytensor.graph.basic import Constant, NominalVariable, equal_computations
+from pytensor.graph.fg import FunctionGraph
+from pytensor.ifelse import ifelse as vanilla_ifelse
 
 from innergraph import (
     ArityError,
@@ -19,6 +21,7 @@ from innergraph import (
     inner_graph,
     param,
 )
+from innergraph.fold import always_computed, visible_nodes
 from innergraph.graph import scope_leaves, scope_toposort, used_params
 
 dscalar = pt.dscalar().type
@@ -148,3 +151,30 @@ def test_types_and_functions_pickle():
     g = pickle.loads(pickle.dumps(f))
     assert g.type == f.type
     assert equal_computations(list(body_of(g).outputs), list(body_of(f).outputs))
+
+
+def test_a_body_pickles_through_its_cached_canonical_encoding(monkeypatch):
+    import innergraph.canonical
+
+    body = body_of(inner_graph(lambda u: u * 2 + 1, [dscalar]).function)
+    key = body.key()
+
+    def encode_again(_):
+        raise AssertionError("pickling a Body encoded it again")
+
+    monkeypatch.setattr(innergraph.canonical, "encode", encode_again)
+    data = pickle.dumps(body)
+    monkeypatch.undo()
+    again = pickle.loads(data)
+    assert again == body and again is not body and again.key() == key
+
+
+def test_always_computed_leaves_out_the_branches_of_a_lazy_ifelse():
+    x = pt.dscalar("x")
+    cond, taken_only, eager = pt.gt(x, 0), pt.exp(x), pt.log(x)
+    fg = FunctionGraph([x], [vanilla_ifelse(cond, taken_only, x) + eager], clone=False)
+    computed = always_computed(fg)
+    assert taken_only.owner in visible_nodes(fg)
+    assert taken_only.owner not in computed
+    assert cond.owner in computed and eager.owner in computed
+    assert computed < visible_nodes(fg)

@@ -102,6 +102,18 @@ def test_work_the_outer_graph_computes_anyway_is_passed_in():
     np.testing.assert_allclose(fn(-1.0, [0.0, 1.0]), 1.0 + 1 + np.e)
 
 
+def test_work_only_a_lazy_native_branch_computes_stays_inside():
+    shared = pt.exp(b).sum()
+    # the outer graph computes `shared` only when PyTensor's own (lazy) IfElse takes that branch
+    rare = vanilla_ifelse(a < -10, shared, a)
+    out = ifelse(a > 0, shared * 2, (b**2).sum()) + rare
+    fn = pytensor.function([a, b], out, mode=mode("cvm"))
+    bodies = [body for _, body in folded_bodies(fn.maker.fgraph.outputs)]
+    assert any(_computes_exp(n) for body in bodies for n in scope_toposort(body.outputs))
+    np.testing.assert_allclose(fn(1.0, [0.0, 1.0]), 2 * (1 + np.e) + 1.0)
+    np.testing.assert_allclose(fn(-20.0, [0.0, 1.0]), 1.0 + 1 + np.e)
+
+
 def _computes_exp(node):
     import pytensor.scalar as ps
 

@@ -14,8 +14,10 @@ from pytensor.graph.basic import Constant, equal_computations
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import MergeOptimizer, in2out
 from pytensor.tensor.basic import Alloc
+from pytensor.tensor.elemwise import DimShuffle
 from pytensor.tensor.rewriting.basic import constant_folding
 from pytensor.tensor.rewriting.subtensor_lift import local_subtensor_of_alloc
+from pytensor.tensor.subtensor import IncSubtensor
 from pytensor.ifelse import ifelse as native_ifelse
 
 import innergraph
@@ -29,6 +31,7 @@ from innergraph.rewriting.dce import remove_dead_slots
 from innergraph.rewriting.forward import forward_params
 from innergraph.rewriting.licm import hoist_invariants
 from innergraph.rewriting.merge_loops import merge_loops
+from innergraph.rewriting.outer import set_rows_of_expand_dims
 from innergraph.rewriting.lift import lift_native
 from innergraph.rewriting.push_out import push_out_dot_sums, push_out_per_step_outputs, push_out_sequence_work
 from innergraph.rewriting.signature import sharing_rebuilt_functions
@@ -549,3 +552,18 @@ def test_the_tags_of_pytensors_rewrites_turn_ours_off_too(variant):
         (node,) = [n for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, NativeScan)]
         assert ("sin" in str([n.op for n in node.op.fgraph.apply_nodes]).lower()) is sin_in_loop
         np.testing.assert_allclose(fn(0.3, np.linspace(0, 1, 5))[-1], pytensor.function([x0, xs], ys, mode=VANILLA)(0.3, np.linspace(0, 1, 5))[-1])
+
+
+def test_a_one_row_write_of_an_expanded_value_writes_the_row():
+    buf, v = pt.dmatrix("buf"), pt.dvector("v")
+    written = pt.set_subtensor(buf[1:2], v[None])
+    added = pt.inc_subtensor(buf[0:1], (v * 2)[None])
+    values = [[np.arange(12.0).reshape(3, 4), np.ones(4)]]
+    fg = check_rewrite(set_rows_of_expand_dims, [buf, v], [written, added], values=values)
+    writes = [n for n in fg.apply_nodes if isinstance(n.op, IncSubtensor)]
+    assert len(writes) == 2
+    for node in writes:  # each writes its value as it is, into one row
+        value = node.inputs[1]
+        assert value.ndim == 1 and not (value.owner and isinstance(value.owner.op, DimShuffle))
+    # a slice of two rows, or a value not expanded, stays
+    check_rewrite(set_rows_of_expand_dims, [buf, v], [pt.set_subtensor(buf[1:3], pt.stack([v, v]))], values=values, expect_change=False)

@@ -39,8 +39,9 @@ from pytensor.scan.op import Scan as NativeScan
 from innergraph._compat import queried_once
 from innergraph.convert import is_already_rewritten
 from innergraph.fold import fold_inner_graphs
+from innergraph.graph import params
+from innergraph.instantiate import copy_scope
 from innergraph.patching import DispatchPatch, apply_late
-from innergraph.instantiate import instantiate
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse
 from innergraph.ops.scan import Scan, build_native_scan, is_shared
@@ -147,7 +148,8 @@ def _counted(body: Body, compiled: tuple[Callable[..., Any], str | None]) -> tup
 
 def _funcify_body(body: Body) -> tuple[Callable[..., Any], str | None]:
     inputs = [t(name=f"p{i}") for i, t in enumerate(body.param_types)]
-    fgraph = FunctionGraph(inputs, instantiate(body, inputs), clone=True)
+    # one private copy of every node: the rewrites below change the graph in place
+    fgraph = FunctionGraph(inputs, copy_scope(body.outputs, dict(zip(params(body.param_types), inputs))), clone=False)
     input_specs = [In(x, borrow=True, mutable=False) for x in fgraph.inputs]
     add_supervisor_to_fgraph(fgraph=fgraph, input_specs=input_specs, accept_inplace=True)
     body_rewriter(body, "numba").rewrite(fgraph)

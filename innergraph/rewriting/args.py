@@ -164,8 +164,19 @@ def merge_arguments(fgraph: FunctionGraph) -> int:
     return changed
 
 
+def _small_key(c: Constant) -> Any:
+    """A small constant by its type and bytes.
+
+    Cheaper than its signature, which sums the data through a masked array every
+    time one is made. Equal values with different bytes (``0.0`` and ``-0.0``)
+    count as different: they are then outlined, never confused.
+    """
+    data = np.asarray(c.data)
+    return (c.type, data.dtype.str, data.shape, data.tobytes())
+
+
 def _value_constants(body: Body) -> dict[Any, list[Constant]]:
-    """The small constants of ``body``'s scope that only elementwise nodes read, by signature.
+    """The small constants of ``body``'s scope that only elementwise nodes read, by value (`_small_key`).
 
     Such a constant can become a param of its own type without changing any type in
     the body: elementwise output types depend only on the input types.
@@ -175,7 +186,7 @@ def _value_constants(body: Body) -> dict[Any, list[Constant]]:
     for node in scope_toposort(body.outputs):
         for v in node.inputs:
             if isinstance(v, TensorConstant) and not _large(v):
-                key = v.signature()
+                key = _small_key(v)
                 if isinstance(node.op, Elemwise) and key not in other:
                     found.setdefault(key, [])
                     if v not in found[key]:
@@ -184,8 +195,8 @@ def _value_constants(body: Body) -> dict[Any, list[Constant]]:
                     other.add(key)
                     found.pop(key, None)
     for v in body.outputs:  # an output keeps its declared type only as itself
-        if isinstance(v, Constant):
-            found.pop(v.signature(), None)
+        if isinstance(v, TensorConstant) and not _large(v):
+            found.pop(_small_key(v), None)
     return found
 
 
@@ -218,17 +229,17 @@ def outline_constants(fgraph: FunctionGraph) -> int:
             def hole_key(c: Constant) -> Any:
                 if _large(c):
                     return ("large", id(c))  # always outlined: never hash its data
-                key = c.signature()
+                key = _small_key(c)
                 return key if key in values else None
 
             key, holes = template(body, hole_key)
-            stands_for = [[c] if _large(c) else values[c.signature()] for c in holes]
+            stands_for = [[c] if _large(c) else values[_small_key(c)] for c in holes]
             members.append((sig, b, key, holes, stands_for))
     groups: dict[Any, list[tuple[Constant, ...]]] = {}
     for _, _, key, holes, _ in members:
         groups.setdefault(key, []).append(holes)
     outlined = {  # per template, the holes to make arguments: large ones, and values that differ
-        key: {i for i, column in enumerate(zip(*group)) if _large(column[0]) or len({c.signature() for c in column}) > 1}
+        key: {i for i, column in enumerate(zip(*group)) if _large(column[0]) or len({_small_key(c) for c in column}) > 1}
         for key, group in groups.items()
     }
     new: dict[Apply, tuple[Signature, list[Slot], dict[int, dict[Variable, Variable]]]] = {}

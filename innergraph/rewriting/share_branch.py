@@ -5,8 +5,10 @@ When the outer graph computes some of that anyway, the branch should receive the
 value instead. A body node has an *outer twin* when its op applied to its inputs'
 twins (params twin with their arguments, constants with themselves) is a visible
 node of the graph. The largest twinned subexpressions the body uses become new
-params, their twins new arguments. Only visible twins count, so nothing the outer
-function would not compute anyway is moved out of a branch.
+params, their twins new arguments. Only twins every call computes count
+(`innergraph.fold.always_computed`: not those inside a branch of PyTensor's own lazy
+``IfElse``), so nothing the outer function would not compute anyway is moved out of
+a branch.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 
 from innergraph.build import inner_graph
-from innergraph.fold import visible_nodes
+from innergraph.fold import always_computed, visible_nodes
 from innergraph.graph import body_of, params, scope_toposort
 from innergraph.instantiate import substitute
 from innergraph.ops.ifelse import IfElse
@@ -64,7 +66,7 @@ def _inside_twinned(var: Variable, twin: dict[Variable, Variable], outputs: Any)
 def share_branch_work(fgraph: FunctionGraph) -> int:
     """Apply the rewrite to every visible in-graph IfElse; return how many changed."""
     visible = visible_nodes(fgraph)
-    index = {(n.op, tuple(n.inputs)): n for n in visible}
+    index = {(n.op, tuple(n.inputs)): n for n in always_computed(fgraph)}
     changed = 0
     for node in [n for n in visible if isinstance(n.op, IfElse)]:
         cond, then_fn, else_fn, then_args, else_args = node.op.split(node.inputs)

@@ -204,11 +204,7 @@ def rebuild(
         if memo is not None and key in memo:
             functions.append(memo[key])
             continue
-        out_vars = [v for v, _ in outs]
-        if body_replace:
-            out_vars = substitute(out_vars, dict(body_replace))
-        renumber = {v: param(j, v.type) for j, v in enumerate(ps)}
-        new_outs = substitute(out_vars, renumber)
+        new_outs = _renumbered([v for v, _ in outs], dict(body_replace), ps)
         ftype = InnerGraphType([v.type for v in ps], [t for _, t in outs])
         function = InnerGraph(ftype).make_node(*new_outs).outputs[0]
         if folded:
@@ -220,6 +216,21 @@ def rebuild(
     node = form.make(sig.node.op, sig.header, functions, _by_kind(slots), args)
     old = [r for s in _ordered(slots, form.result_order) for r in s.results]
     return node, dict(zip(old, node.outputs, strict=True))
+
+
+def _renumbered(outputs: list[Variable], replace: dict[Variable, Variable], ps: Sequence[Variable]) -> list[Variable]:
+    """``outputs`` with ``replace`` substituted, then ``ps`` renumbered to params ``0..n-1``.
+
+    When the replacement values are leaves (a param, a fresh param, a constant: what
+    the rewrites pass), the two maps compose into one substitution, so the body's
+    nodes are copied once instead of twice (and not at all when nothing moves).
+    """
+    renumber = {v: param(j, v.type) for j, v in enumerate(ps)}
+    if any(v.owner is not None for v in replace.values()):
+        return substitute(substitute(outputs, replace), renumber)
+    combined = {k: renumber.get(v, v) for k, v in replace.items()}
+    combined.update((p, q) for p, q in renumber.items() if p not in combined and p is not q)
+    return substitute(outputs, combined) if combined else outputs
 
 
 def replace_consumer(
