@@ -3,12 +3,11 @@
 A branch body is built with leaf-only capture, so it recomputes everything it needs.
 When the outer graph computes some of that anyway, the branch should receive the
 value instead. A body node has an *outer twin* when its op applied to its inputs'
-twins (params twin with their arguments, constants with themselves) is a visible
-node of the graph. The largest twinned subexpressions the body uses become new
-params, their twins new arguments. Only twins every call computes count
-(`innergraph.fold.always_computed`: not those inside a branch of PyTensor's own lazy
-``IfElse``), so nothing the outer function would not compute anyway is moved out of
-a branch.
+twins (params twin with their arguments, constants with themselves) is a node the
+outer function computes on every call (`innergraph.fold.always_computed`: visible,
+and not inside a branch of PyTensor's own lazy ``IfElse``). The largest twinned
+subexpressions the body uses become new params, their twins new arguments, so
+nothing the outer function would not compute anyway is moved out of a branch.
 """
 
 from __future__ import annotations
