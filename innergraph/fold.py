@@ -9,9 +9,9 @@ hidden node
     Every other node of the graph: it belongs to some body. Hidden nodes are
     rewritten with the outer graph but never executed or destroyed by it.
 always-computed node
-    A visible node that every call of the outer function runs: one not reached
+    A node of a scope that every evaluation of the scope runs: one not reached
     only through a branch of PyTensor's own ``IfElse``, which the VM evaluates
-    lazily.
+    lazily (for the outer function, a visible node that every call runs).
 folding
     Replacing a function variable that a *visible* consumer reads by a `Constant`
     whose data is the `Body`. An inner-graph node over a closed body is a
@@ -56,22 +56,23 @@ def has_inner_graphs(fgraph: FunctionGraph) -> bool:
 
 def visible_nodes(fgraph: FunctionGraph) -> set[Apply]:
     """The nodes the outer function executes (inner-graph nodes excluded)."""
-    return _reachable(fgraph, lambda node: node.inputs)
+    return _reachable(fgraph.outputs, lambda node: node.inputs)
 
 
-def always_computed(fgraph: FunctionGraph) -> set[Apply]:
-    """The visible nodes every call runs: those not reached only through a lazy branch.
+def always_computed(outputs: Sequence[Variable]) -> set[Apply]:
+    """The nodes of ``outputs``' scope that every evaluation runs: none only reached through a lazy branch.
 
     PyTensor's own ``IfElse`` evaluates only the branch it takes (in the VM); the
-    walk follows its condition alone.
+    walk follows its condition alone. For the outer function pass
+    ``fgraph.outputs``; for a body, its outputs.
     """
-    return _reachable(fgraph, lambda node: node.inputs[:1] if isinstance(node.op, LazyIfElse) else node.inputs)
+    return _reachable(outputs, lambda node: node.inputs[:1] if isinstance(node.op, LazyIfElse) else node.inputs)
 
 
-def _reachable(fgraph: FunctionGraph, follow: Callable[[Apply], Sequence[Variable]]) -> set[Apply]:
-    """The nodes reached from the outputs through ``follow(node)``, inner-graph nodes excluded."""
+def _reachable(outputs: Sequence[Variable], follow: Callable[[Apply], Sequence[Variable]]) -> set[Apply]:
+    """The nodes reached from ``outputs`` through ``follow(node)``, inner-graph nodes excluded."""
     seen: set[Apply] = set()
-    stack = [o.owner for o in fgraph.outputs if o.owner is not None]
+    stack = [o.owner for o in outputs if o.owner is not None]
     while stack:
         node = stack.pop()
         if node in seen or isinstance(node.op, InnerGraph):

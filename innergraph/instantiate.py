@@ -29,6 +29,7 @@ __all__ = [
     "copy_scope",
     "fit_arguments",
     "instantiate",
+    "private_fgraph",
     "step_output_shapes",
     "substitute",
     "substitute_shapes",
@@ -63,6 +64,15 @@ def copy_scope(outputs: Sequence[Variable], leaves: Mapping[Variable, Variable] 
         new = node.clone_with_new_inputs([memo.get(v, v) for v in node.inputs], strict=True)
         memo.update(zip(node.outputs, new.outputs, strict=True))
     return [memo.get(o, o) for o in outputs]
+
+
+def private_fgraph(body: Body) -> FunctionGraph:
+    """``body`` as a `FunctionGraph` over fresh inputs (one per param) and a private copy of every node.
+
+    Rewriting the graph in place leaves the body as it is.
+    """
+    inputs = [t(name=f"p{i}") for i, t in enumerate(body.param_types)]
+    return FunctionGraph(inputs, copy_scope(body.outputs, dict(zip(params(body.param_types), inputs))), clone=False)
 
 
 def fit_arguments(function_type_params: Sequence, args: Sequence, *, where: str) -> list[Variable]:

@@ -173,7 +173,7 @@ def test_always_computed_leaves_out_the_branches_of_a_lazy_ifelse():
     x = pt.dscalar("x")
     cond, taken_only, eager = pt.gt(x, 0), pt.exp(x), pt.log(x)
     fg = FunctionGraph([x], [vanilla_ifelse(cond, taken_only, x) + eager], clone=False)
-    computed = always_computed(fg)
+    computed = always_computed(fg.outputs)
     assert taken_only.owner in visible_nodes(fg)
     assert taken_only.owner not in computed
     assert cond.owner in computed and eager.owner in computed

@@ -26,7 +26,6 @@ from typing import Any
 
 from pytensor.compile.aliasing import add_supervisor_to_fgraph, insert_deepcopy
 from pytensor.compile.io import In, Out
-from pytensor.graph.fg import FunctionGraph
 from pytensor.link.numba.dispatch.basic import (
     numba_funcify_and_cache_key,
     numba_njit,
@@ -39,8 +38,7 @@ from pytensor.scan.op import Scan as NativeScan
 from innergraph._compat import queried_once
 from innergraph.convert import is_already_rewritten
 from innergraph.fold import fold_inner_graphs
-from innergraph.graph import params
-from innergraph.instantiate import copy_scope
+from innergraph.instantiate import private_fgraph
 from innergraph.patching import DispatchPatch, apply_late
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse
@@ -147,9 +145,7 @@ def _counted(body: Body, compiled: tuple[Callable[..., Any], str | None]) -> tup
 
 
 def _funcify_body(body: Body) -> tuple[Callable[..., Any], str | None]:
-    inputs = [t(name=f"p{i}") for i, t in enumerate(body.param_types)]
-    # one private copy of every node: the rewrites below change the graph in place
-    fgraph = FunctionGraph(inputs, copy_scope(body.outputs, dict(zip(params(body.param_types), inputs))), clone=False)
+    fgraph = private_fgraph(body)
     input_specs = [In(x, borrow=True, mutable=False) for x in fgraph.inputs]
     add_supervisor_to_fgraph(fgraph=fgraph, input_specs=input_specs, accept_inplace=True)
     body_rewriter(body, "numba").rewrite(fgraph)

@@ -21,7 +21,7 @@ from pytensor.tensor.elemwise import CAReduce, Elemwise
 from innergraph import _compat
 from innergraph.fold import fold_inner_graphs
 from innergraph.graph import is_function, params, scope_toposort
-from innergraph.instantiate import instantiate, substitute
+from innergraph.instantiate import private_fgraph, substitute
 from innergraph.ops.runtime import is_rewritten, mark_rewritten
 from innergraph.types import Body
 
@@ -36,8 +36,7 @@ def fuse_body(body: Body, memo: dict[Body, Body] | None = None) -> Body:
     if not _fusion_may_apply(body):
         memo[body] = body
         return body
-    inputs = [t() for t in body.param_types]
-    fgraph = FunctionGraph(inputs, instantiate(body, inputs), clone=True)
+    fgraph = private_fgraph(body)
     fold_inner_graphs(fgraph, reason="fuse_body")
     _fuse_folded(fgraph, memo)
     _compat.scope_safe_fusion().rewrite(fgraph)

@@ -16,34 +16,21 @@ from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.ifelse import IfElse as NativeIfElse
 
+from innergraph.fold import always_computed
 from innergraph.graph import is_function, scope_toposort
 from innergraph.instantiate import substitute
 from innergraph.rewriting.signature import Slot, consumers, replace_consumer
 
-__all__ = ["eager_nodes", "hoist_invariants"]
+__all__ = ["hoist_invariants"]
 
 LOOP_KINDS = ("scan",)
-
-
-def eager_nodes(outputs: list[Variable]) -> set[Apply]:
-    """Nodes of the scope that run whatever branch a native conditional takes."""
-    eager: set[Apply] = set()
-    stack = [o.owner for o in outputs if o.owner is not None]
-    while stack:
-        node = stack.pop()
-        if node in eager or any(is_function(o) for o in node.outputs):
-            continue
-        eager.add(node)
-        inputs = node.inputs[:1] if isinstance(node.op, NativeIfElse) else node.inputs
-        stack.extend(v.owner for v in inputs if v.owner is not None)
-    return eager
 
 
 def _invariant_targets(outputs: list[Variable], invariant_params: set[Variable]) -> list[Variable]:
     """The largest invariant subexpressions (reading some param) that the body uses."""
     invariant: set[Variable] = set()
     reads_param: set[Variable] = set()
-    eager = eager_nodes(outputs)
+    eager = always_computed(outputs)
     users: list[Apply] = []
     for node in scope_toposort(outputs):
         leafs_ok = all(v in invariant or isinstance(v, Constant) or is_function(v) or v in invariant_params for v in node.inputs)

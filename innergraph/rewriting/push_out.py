@@ -60,9 +60,9 @@ from pytensor.tensor.elemwise import DimShuffle, Elemwise
 from pytensor.tensor.math import Dot
 from pytensor.tensor.subtensor import Subtensor, set_subtensor
 
+from innergraph.fold import always_computed
 from innergraph.graph import is_function, scope_leaves, scope_toposort
 from innergraph.instantiate import substitute
-from innergraph.rewriting.licm import eager_nodes
 from innergraph.rewriting.signature import Signature, Slot, consumers, replace_consumer
 
 __all__ = ["push_out_dot_sums", "push_out_per_step_outputs", "push_out_sequence_work"]
@@ -233,7 +233,7 @@ def _row_wise_targets(outputs: list[Variable], rows: set[Variable], invariant: s
     holds the non-sequence params; nodes computing from those and constants alone
     count as invariant too (they are `hoist_invariants`' to move).
     """
-    eager = eager_nodes(outputs)
+    eager = always_computed(outputs)
     invariant = set(invariant)
     row_wise: set[Variable] = set()
     users: list[Apply] = []

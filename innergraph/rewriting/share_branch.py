@@ -65,7 +65,7 @@ def _inside_twinned(var: Variable, twin: dict[Variable, Variable], outputs: Any)
 def share_branch_work(fgraph: FunctionGraph) -> int:
     """Apply the rewrite to every visible in-graph IfElse; return how many changed."""
     visible = visible_nodes(fgraph)
-    index = {(n.op, tuple(n.inputs)): n for n in always_computed(fgraph)}
+    index = {(n.op, tuple(n.inputs)): n for n in always_computed(fgraph.outputs)}
     changed = 0
     for node in [n for n in visible if isinstance(n.op, IfElse)]:
         cond, then_fn, else_fn, then_args, else_args = node.op.split(node.inputs)
