@@ -31,7 +31,6 @@ from innergraph.rewriting.dce import remove_dead_slots
 from innergraph.rewriting.forward import forward_params
 from innergraph.rewriting.licm import hoist_invariants
 from innergraph.rewriting.merge_loops import merge_loops
-from innergraph.rewriting.outer import set_rows_of_expand_dims
 from innergraph.rewriting.lift import lift_native
 from innergraph.rewriting.push_out import push_out_dot_sums, push_out_per_step_outputs, push_out_sequence_work
 from innergraph.rewriting.signature import sharing_rebuilt_functions
@@ -554,16 +553,28 @@ def test_the_tags_of_pytensors_rewrites_turn_ours_off_too(variant):
         np.testing.assert_allclose(fn(0.3, np.linspace(0, 1, 5))[-1], pytensor.function([x0, xs], ys, mode=VANILLA)(0.3, np.linspace(0, 1, 5))[-1])
 
 
+def _set_rows(fgraph):
+    """The registered ``innergraph_set_rows`` pass; returns how many writes it changed."""
+    from pytensor.compile.mode import optdb
+
+    def expanded():
+        return sum(isinstance(n.op, IncSubtensor) and n.inputs[1].owner is not None and isinstance(n.inputs[1].owner.op, DimShuffle) for n in fgraph.apply_nodes)
+
+    before = expanded()
+    optdb["innergraph_set_rows"].rewrite(fgraph)
+    return before - expanded()
+
+
 def test_a_one_row_write_of_an_expanded_value_writes_the_row():
     buf, v = pt.dmatrix("buf"), pt.dvector("v")
     written = pt.set_subtensor(buf[1:2], v[None])
     added = pt.inc_subtensor(buf[0:1], (v * 2)[None])
     values = [[np.arange(12.0).reshape(3, 4), np.ones(4)]]
-    fg = check_rewrite(set_rows_of_expand_dims, [buf, v], [written, added], values=values)
+    fg = check_rewrite(_set_rows, [buf, v], [written, added], values=values)
     writes = [n for n in fg.apply_nodes if isinstance(n.op, IncSubtensor)]
     assert len(writes) == 2
     for node in writes:  # each writes its value as it is, into one row
         value = node.inputs[1]
         assert value.ndim == 1 and not (value.owner and isinstance(value.owner.op, DimShuffle))
     # a slice of two rows, or a value not expanded, stays
-    check_rewrite(set_rows_of_expand_dims, [buf, v], [pt.set_subtensor(buf[1:3], pt.stack([v, v]))], values=values, expect_change=False)
+    check_rewrite(_set_rows, [buf, v], [pt.set_subtensor(buf[1:3], pt.stack([v, v]))], values=values, expect_change=False)

@@ -17,10 +17,9 @@ and two node rewriters of `innergraph.rewriting.outer` in ``canonicalize``
 (``innergraph_sum_of_one_row``) and ``specialize``
 (``innergraph_merge_slices_of_known_length``), tagged fast_run, innergraph. The
 third, `innergraph.rewriting.outer.local_set_row_of_expand_dims`, is
-``innergraph_set_rows``: one pass over the graph's writes right after
-``specialize`` (`innergraph.rewriting.outer.set_rows_of_expand_dims`; in
-``specialize``, the one change it makes to a small graph cost a second round over
-every node, 3 % of a trivial loop's compilation).
+``innergraph_set_rows``: one walk over the graph right after ``specialize`` (in
+it, the one change it makes to a small graph cost ``specialize`` a second round
+over every node, 3 % of a trivial loop's compilation).
 
 ``innergraph_lift`` converts PyTensor's own Scans (nested ones and those gradients
 created included) into the in-graph form right before PyTensor's first Scan pass
@@ -79,15 +78,15 @@ from typing import Any
 
 from pytensor.compile.mode import optdb
 from pytensor.graph.fg import FunctionGraph
-from pytensor.graph.rewriting.basic import GraphRewriter
+from pytensor.graph.rewriting.basic import GraphRewriter, dfs_rewriter
 from pytensor.graph.rewriting.db import RewriteDatabase
 
 from innergraph.rewriting.fusion import fuse_bodies
 from innergraph.rewriting.lift import fold_bodies, lift_native, lower_consumers
 from innergraph.rewriting.outer import (
     local_merge_slices_of_known_length,
+    local_set_row_of_expand_dims,
     local_sum_of_one_row,
-    set_rows_of_expand_dims,
 )
 from innergraph.rewriting.share import share_native_ops
 from innergraph.rewriting.share_branch import share_branch_work
@@ -136,7 +135,7 @@ _REWRITES: list[tuple[str, Any, float, tuple[str, ...]]] = [
     ("innergraph_branch", FunctionRewriter(share_branch_work), 1.55, ("fast_run", "innergraph")),
     ("innergraph_simplify", ConsumerRewritesDB(), 1.56, ("fast_run", "innergraph")),
     ("innergraph_lower", FunctionRewriter(lower_consumers), 1.59, ("fast_run", "innergraph")),
-    ("innergraph_set_rows", FunctionRewriter(set_rows_of_expand_dims), 2.01, ("fast_run", "innergraph")),
+    ("innergraph_set_rows", dfs_rewriter(local_set_row_of_expand_dims, ignore_newtrees=True), 2.01, ("fast_run", "innergraph")),
     ("innergraph_fold", FunctionRewriter(fold_bodies), 48.5, ("fast_run", "fast_compile", "minimum_compile")),
     ("innergraph_fusion", FunctionRewriter(fuse_bodies), 49.1, ("fast_run", "fusion")),
     ("innergraph_share", FunctionRewriter(share_native_ops), 99, ("fast_run", "innergraph")),

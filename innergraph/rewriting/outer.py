@@ -41,13 +41,7 @@ from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.math import Sum
 from pytensor.tensor.subtensor import IncSubtensor, Subtensor, get_constant_idx, inc_subtensor, set_subtensor
 
-__all__ = [
-    "first_row",
-    "local_merge_slices_of_known_length",
-    "local_set_row_of_expand_dims",
-    "local_sum_of_one_row",
-    "set_rows_of_expand_dims",
-]
+__all__ = ["first_row", "local_merge_slices_of_known_length", "local_set_row_of_expand_dims", "local_sum_of_one_row"]
 
 
 def _constant_slices(node: Apply) -> list[Any] | None:
@@ -117,22 +111,6 @@ def local_set_row_of_expand_dims(fgraph: FunctionGraph, node: Apply) -> list[Var
         return None
     write = set_subtensor if node.op.set_instead_of_inc else inc_subtensor
     return [write(x[start], value)]
-
-
-def set_rows_of_expand_dims(fgraph: FunctionGraph) -> int:
-    """`local_set_row_of_expand_dims` on every write of ``fgraph``, in one pass; return how many changed.
-
-    A loop over the graph's ``IncSubtensor`` nodes: a PyTensor walking rewriter
-    would toposort the whole graph first, which in a small graph costs more than
-    the rewrite.
-    """
-    changed = 0
-    for node in [n for n in fgraph.apply_nodes if isinstance(n.op, IncSubtensor)]:
-        new = local_set_row_of_expand_dims.transform(fgraph, node) if node in fgraph.apply_nodes else None
-        if new:
-            fgraph.replace_all(list(zip(node.outputs, new, strict=True)), reason="innergraph_set_rows")
-            changed += 1
-    return changed
 
 
 @node_rewriter([Sum])
