@@ -364,3 +364,53 @@ def test_lowered_bodies_are_not_canonicalized_twice():
         y = np.exp(y)
         expected.append(y)
     np.testing.assert_allclose(fn(0.4), expected)
+
+
+def test_lowered_scans_query_their_rewriter_once():
+    """The inner compile of a lowered Scan reuses one queried rewriter until the database changes."""
+    from pytensor.compile.mode import Mode, optdb
+    from pytensor.graph.rewriting.basic import GraphRewriter
+
+    from innergraph.convert import LoweredScanMode
+
+    def lowered_mode(linker):
+        x0 = pt.dscalar("x0")
+        ys = pytensor.scan(lambda y: y + 1, outputs_info=[x0], n_steps=4, return_updates=False)
+        fn = pytensor.function([x0], ys, mode=Mode(linker=linker, optimizer="fast_run"))
+        (node,) = [n for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, NativeScan)]
+        np.testing.assert_allclose(fn(0.5), [1.5, 2.5, 3.5, 4.5])
+        return node.op.mode
+
+    mode = lowered_mode("py")
+    assert type(mode) is LoweredScanMode
+    # PyTensor's Scan compiles with a clone of the mode; the clone answers with the same rewriter
+    clone = mode.clone(link_kwargs={"allow_gc": False})
+    assert type(clone) is LoweredScanMode and clone.optimizer is mode.optimizer
+    expected = optdb.query(mode._optimizer)
+    assert [getattr(r, "name", None) for r in mode.optimizer.data] == [getattr(r, "name", None) for r in expected.data]
+
+    class Nothing(GraphRewriter):
+        def apply(self, fgraph):
+            pass
+
+    before, name, nothing = mode.optimizer, "test_lowered_scan_nothing", Nothing()
+    optdb.register(name, nothing, "fast_run", position=48.9)
+    try:  # registering a rewrite invalidates the queried rewriter
+        after = mode.optimizer
+        assert after is not before
+        assert name in [getattr(r, "name", None) for r in after.data]
+    finally:
+        for members in optdb.__db__.values():
+            members.discard(nothing)
+        optdb._names.discard(name)
+        optdb.__position__.pop(name, None)
+        for key in (name, "Nothing"):
+            optdb.__db__.pop(key, None)
+    assert mode.optimizer is not after and name not in [getattr(r, "name", None) for r in mode.optimizer.data]
+    # a mode subclass (a debugging mode) is kept as it is
+    from innergraph.convert import already_rewritten
+
+    class Custom(Mode):
+        pass
+
+    assert type(already_rewritten(Custom(linker="py", optimizer="fast_run"))) is Custom
