@@ -32,8 +32,8 @@ from typing import Any, cast
 
 import pytensor.tensor as pt
 from pytensor.compile.builders import OpFromGraph
-from pytensor.graph.basic import Apply, Variable
 from pytensor.compile.mode import Mode
+from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.op import Op
 from pytensor.ifelse import IfElse as NativeIfElse
@@ -205,8 +205,12 @@ class LoweredScanMode(Mode):
     clone queries the rewrite database again (0.4 ms; a small loop compiles in about
     15). This mode answers with the rewriter queried once per query and state of
     the database (`innergraph._compat.queried_once`), as the Numba conversion of
-    lowered Scans does. Clones are of this class too.
+    lowered Scans does. Clones are of this class too; a pickled one is a plain
+    `Mode`, so a pickled function loads without innergraph.
     """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Mode, (self.provided_linker, self.provided_optimizer))
 
     @property
     def optimizer(self) -> Any:

@@ -368,21 +368,23 @@ def test_lowered_bodies_are_not_canonicalized_twice():
 
 def test_lowered_scans_query_their_rewriter_once():
     """The inner compile of a lowered Scan reuses one queried rewriter until the database changes."""
+    import pickle
+
     from pytensor.compile.mode import Mode, optdb
     from pytensor.graph.rewriting.basic import GraphRewriter
 
     from innergraph.convert import LoweredScanMode
 
-    def lowered_mode(linker):
-        x0 = pt.dscalar("x0")
-        ys = pytensor.scan(lambda y: y + 1, outputs_info=[x0], n_steps=4, return_updates=False)
-        fn = pytensor.function([x0], ys, mode=Mode(linker=linker, optimizer="fast_run"))
-        (node,) = [n for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, NativeScan)]
-        np.testing.assert_allclose(fn(0.5), [1.5, 2.5, 3.5, 4.5])
-        return node.op.mode
-
-    mode = lowered_mode("py")
+    x0 = pt.dscalar("x0")
+    ys = pytensor.scan(lambda y: y + 1, outputs_info=[x0], n_steps=4, return_updates=False)
+    fn = pytensor.function([x0], ys, mode=Mode(linker="py", optimizer="fast_run"))
+    (node,) = [n for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, NativeScan)]
+    np.testing.assert_allclose(fn(0.5), [1.5, 2.5, 3.5, 4.5])
+    mode = node.op.mode
     assert type(mode) is LoweredScanMode
+    # pickled, it is PyTensor's own Mode with the same linker and query
+    unpickled = pickle.loads(pickle.dumps(mode))
+    assert type(unpickled) is Mode and unpickled.provided_optimizer.exclude == mode.provided_optimizer.exclude
     # PyTensor's Scan compiles with a clone of the mode; the clone answers with the same rewriter
     clone = mode.clone(link_kwargs={"allow_gc": False})
     assert type(clone) is LoweredScanMode and clone.optimizer is mode.optimizer
