@@ -204,9 +204,11 @@ class LoweredScanMode(Mode):
     PyTensor's Scan compiles its inner function with a clone of its mode, and every
     clone queries the rewrite database again (0.4 ms; a small loop compiles in about
     15). This mode answers with the rewriter queried once per query and state of
-    the database (`innergraph._compat.queried_once`), as the Numba conversion of
-    lowered Scans does. Clones are of this class too; a pickled one is a plain
-    `Mode`, so a pickled function loads without innergraph.
+    the database (`innergraph._compat.queried_once`). Clones are of this class too,
+    so PyTensor's Numba conversion of a lowered Scan, which queries
+    ``get_mode(op.mode).including("numba").excluding(...)``, is answered the same
+    way; a pickled one is a plain `Mode`, so a pickled function loads without
+    innergraph.
     """
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -222,11 +224,6 @@ class LoweredScanMode(Mode):
         db = cast(Any, self).optdb  # set in Mode.__setstate__, untyped
         key = ("lowered scan", tuple(query.include), tuple(query.require), tuple(query.exclude), query.position_cutoff)
         return queried_once(db, key, lambda: db.query(query))
-
-
-def is_already_rewritten(mode: Any) -> bool:
-    """Whether ``mode`` is one `already_rewritten` made (the mode of a lowered Scan)."""
-    return any(made is mode for _, made in _already_rewritten.values())
 
 
 def _lift_ifelse(op: Any, inputs: Sequence[Variable]) -> list[Variable]:

@@ -388,6 +388,13 @@ def test_lowered_scans_query_their_rewriter_once():
     # PyTensor's Scan compiles with a clone of the mode; the clone answers with the same rewriter
     clone = mode.clone(link_kwargs={"allow_gc": False})
     assert type(clone) is LoweredScanMode and clone.optimizer is mode.optimizer
+    # PyTensor's Numba conversion of a Scan derives its rewriter from clones of the mode too
+    from pytensor.compile.mode import NUMBA
+
+    def numba_rewriter():
+        return mode.including("numba").excluding(*NUMBA._optimizer.exclude).optimizer
+
+    assert numba_rewriter() is numba_rewriter()
     expected = optdb.query(mode._optimizer)
     assert [getattr(r, "name", None) for r in mode.optimizer.data] == [getattr(r, "name", None) for r in expected.data]
 

@@ -18,7 +18,6 @@ Numba's on-disk cache can never confuse two different bodies.
 
 from __future__ import annotations
 
-import copy
 import weakref
 from collections.abc import Callable
 from hashlib import sha256
@@ -35,8 +34,6 @@ from pytensor.link.numba.dispatch.basic import (
 from pytensor.link.numba.cache import compile_numba_function_src
 from pytensor.scan.op import Scan as NativeScan
 
-from innergraph._compat import queried_once
-from innergraph.convert import is_already_rewritten
 from innergraph.fold import fold_inner_graphs
 from innergraph.instantiate import private_fgraph
 from innergraph.patching import DispatchPatch, apply_late
@@ -64,58 +61,15 @@ def funcify_native_scan_once(op: NativeScan, node: Any = None, **kwargs: Any) ->
     because the conversion takes in-place decisions from them.
     """
     if not is_shared(op):  # PyTensor's own nodes are converted exactly as without innergraph
-        return _native_scan_funcify(_with_prepared_rewriter(op), node=node, **kwargs)
+        return _native_scan_funcify(op, node=node, **kwargs)
     key = (tuple(v.type for v in node.inputs), tuple(v.type for v in node.outputs))
     per_op = _funcified.get(id(op))
     if per_op is None:
         per_op = _funcified[id(op)] = {}
         weakref.finalize(op, _funcified.pop, id(op), None)
     if key not in per_op:
-        per_op[key] = _native_scan_funcify(_with_prepared_rewriter(op), node=node, **kwargs)
+        per_op[key] = _native_scan_funcify(op, node=node, **kwargs)
     return per_op[key]
-
-
-class _PreparedMode:
-    """Stands in for a Scan's ``mode`` in PyTensor's Numba conversion of it.
-
-    The conversion rewrites the inner graph with
-    ``get_mode(op.mode).including("numba").excluding(...).optimizer``; this object
-    answers that chain with a rewriter prepared once, so the database is not
-    queried again for every conversion.
-    """
-
-    def __init__(self, rewriter: Any):
-        self.optimizer = rewriter
-
-    def including(self, *tags: str) -> _PreparedMode:
-        return self
-
-    def excluding(self, *tags: str) -> _PreparedMode:
-        return self
-
-
-def _with_prepared_rewriter(op: NativeScan) -> NativeScan:
-    """``op``, or a view of it whose conversion does not query PyTensor's database again.
-
-    Scans innergraph lowered carry a mode of `innergraph.convert.already_rewritten`
-    (their bodies went through canonicalize and stabilize in-graph). PyTensor's
-    conversion queries that mode's rewriter anew for every Scan, which costs as
-    much as rewriting a small body; the view answers with the rewriter queried
-    once. It shares the Op's inner graph, which the conversion rewrites in place,
-    as it would the Op's own. Every other Scan is converted exactly as PyTensor does.
-    """
-    from pytensor.compile.mode import NUMBA
-
-    mode: Any = op.mode
-    if not is_already_rewritten(mode):
-        return op
-
-    def rewriter() -> Any:
-        return mode.including("numba").excluding(*NUMBA._optimizer.exclude).optimizer
-
-    view = copy.copy(op)
-    view.mode = _PreparedMode(queried_once(mode, "numba scan", rewriter))  # type: ignore[assignment]
-    return view
 
 
 apply_late(DispatchPatch(numba_funcify_and_cache_key, NativeScan, funcify_native_scan_once))
