@@ -34,7 +34,7 @@ from pytensor.ifelse import IfElse as LazyIfElse
 
 from innergraph.errors import FreeVariableError, ParamError
 from innergraph.graph import InnerGraph, body_of, is_function, scope_toposort, verify_closed
-from innergraph.instantiate import copy_scope, substitute
+from innergraph.instantiate import NodeTable, copy_scope, substitute
 from innergraph.types import Body
 
 __all__ = [
@@ -150,16 +150,24 @@ def unfold_inner_graphs(fgraph: FunctionGraph, reason: str = "unfold_inner_graph
 
     Each folded body becomes an inner-graph node over a private copy of its nodes,
     so the rewriter sees and rewrites it (the `Body` itself is never mutated).
-    Bodies nested in unfolded ones are unfolded too.
+    Bodies nested in unfolded ones are unfolded too. The copies are made through a
+    `NodeTable` of ``fgraph``: a node that an equal node of the graph or of an
+    earlier copy already computes is not copied again, so what `MergeOptimizer`
+    would merge after the import (bodies built separately reading the same params,
+    the same small constants) is shared from the start.
     """
     total = 0
+    table = NodeTable(fgraph)
     while True:
         replacements: dict[Variable, Variable] = {}
         for node in fgraph.apply_nodes:
             for var in node.inputs:
                 if isinstance(var, Constant) and isinstance(var.data, Body) and var not in replacements:
                     body = var.data
-                    replacements[var] = InnerGraph(body.type).make_node(*copy_scope(body.outputs)).outputs[0]
+                    outputs = copy_scope(body.outputs, table=table)
+                    op = InnerGraph(body.type)
+                    function = table.find(op, outputs) or table.add(op.make_node(*outputs))
+                    replacements[var] = function.outputs[0]
         if not replacements:
             return total
         fgraph.replace_all(list(replacements.items()), reason=reason, import_missing=True)

@@ -15,18 +15,24 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytensor.graph.basic import Variable
+import numpy as np
+from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.op import Op
 from pytensor.graph.traversal import ancestors
+from pytensor.tensor.variable import TensorConstant
 
 from innergraph.errors import ArityError, BodyTypeError
 from innergraph.graph import body_of, params, scope_toposort
 from innergraph.types import Body
 
 __all__ = [
+    "LARGE_CONSTANT",
+    "NodeTable",
     "body_output_shapes",
     "carry_shapes",
     "copy_scope",
+    "small_constant_key",
     "fit_arguments",
     "instantiate",
     "private_fgraph",
@@ -53,15 +59,107 @@ def substitute(outputs: Sequence[Variable], replace: Mapping[Variable, Variable]
     return [memo.get(o, o) for o in outputs]
 
 
-def copy_scope(outputs: Sequence[Variable], leaves: Mapping[Variable, Variable] | None = None) -> list[Variable]:
+#: Tensor constants with more elements than this are large: `NodeTable` never
+#: compares them by value, and call and branch bodies receive them as arguments
+#: rather than inlined (`innergraph.rewriting.args`): compiled bodies would hold
+#: them as globals, which defeats Numba's disk cache.
+LARGE_CONSTANT = 64
+
+
+def small_constant_key(c: Constant) -> Any:
+    """A small constant by its type and bytes.
+
+    Cheaper than its signature, which sums the data through a masked array every
+    time one is made. Equal values with different bytes (``0.0`` and ``-0.0``)
+    count as different: they are never confused, at worst not shared.
+    """
+    data = np.asarray(c.data)
+    return (c.type, data.dtype.str, data.shape, data.tobytes())
+
+
+class NodeTable:
+    """The nodes and small constants of a graph by what they compute, for `copy_scope` to reuse.
+
+    Two nodes compute the same when their Ops are equal and they read the very same
+    variables, which is when `MergeOptimizer` would merge them; two small tensor
+    constants when their `small_constant_key` is equal. A copy made through a table
+    therefore reuses what ``fgraph`` and earlier copies already hold instead of
+    creating duplicates for a merge to remove after they were imported.
+
+    Parameters
+    ----------
+    fgraph
+        The graph whose nodes and constants may be reused, or None.
+    """
+
+    def __init__(self, fgraph: FunctionGraph | None = None):
+        self._fgraph = fgraph
+        self._nodes: dict[tuple[Any, ...], Apply] = {}
+        self._constants: dict[Any, Constant] | None = None
+
+    def constant(self, c: Constant) -> Constant:
+        """The first constant seen equal to ``c`` (``c`` itself if it is the first, or large)."""
+        if not isinstance(c, TensorConstant) or np.size(c.data) > LARGE_CONSTANT:
+            return c
+        if self._constants is None:
+            self._constants = {}
+            for v in self._fgraph.variables if self._fgraph is not None else ():
+                if isinstance(v, TensorConstant) and np.size(v.data) <= LARGE_CONSTANT:
+                    self._constants.setdefault(small_constant_key(v), v)
+        return self._constants.setdefault(small_constant_key(c), c)
+
+    def find(self, op: Op, inputs: Sequence[Variable], output_types: Sequence[Any] | None = None) -> Apply | None:
+        """A node of the table or of the graph that applies ``op`` to exactly ``inputs`` (with ``output_types``)."""
+        found = self._nodes.get((op, *inputs))
+        if found is None:
+            found = self._in_graph(op, inputs)
+        if found is not None and output_types is not None and [o.type for o in found.outputs] != list(output_types):
+            return None
+        return found
+
+    def add(self, node: Apply) -> Apply:
+        """Record ``node``, so that `find` returns it; return it."""
+        self._nodes.setdefault((node.op, *node.inputs), node)
+        return node
+
+    def _in_graph(self, op: Op, inputs: Sequence[Variable]) -> Apply | None:
+        if self._fgraph is None or not inputs:
+            return None
+        clients = self._fgraph.clients
+        fewest = None
+        for v in inputs:
+            uses = clients.get(v)
+            if uses is None:  # a new variable: no node of the graph reads it
+                return None
+            if fewest is None or len(uses) < len(fewest):
+                fewest = uses
+        for client, _ in fewest or ():
+            if client.op == op and len(client.inputs) == len(inputs) and all(
+                a is b for a, b in zip(client.inputs, inputs, strict=True)
+            ):
+                return client
+        return None
+
+
+def copy_scope(
+    outputs: Sequence[Variable], leaves: Mapping[Variable, Variable] | None = None, table: NodeTable | None = None
+) -> list[Variable]:
     """A private copy of one scope's nodes (leaves and nested functions shared).
 
     ``leaves`` maps leaves (params, say) to what the copy reads instead: unlike
     `substitute`, every node is copied, also those that read no replaced leaf.
+    With a ``table``, a node is copied only when the table holds no node that
+    computes the same (`NodeTable`), and small constants are shared with it.
     """
     memo: dict[Variable, Variable] = dict(leaves or {})
     for node in scope_toposort(outputs):
-        new = node.clone_with_new_inputs([memo.get(v, v) for v in node.inputs], strict=True)
+        inputs = [memo.get(v, v) for v in node.inputs]
+        if table is None:
+            new = node.clone_with_new_inputs(inputs, strict=True)
+        else:
+            inputs = [table.constant(v) if isinstance(v, Constant) else v for v in inputs]
+            found = table.find(node.op, inputs, [o.type for o in node.outputs])
+            new = found or table.add(node.clone_with_new_inputs(inputs, strict=True))
         memo.update(zip(node.outputs, new.outputs, strict=True))
     return [memo.get(o, o) for o in outputs]
 

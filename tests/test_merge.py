@@ -9,8 +9,10 @@ from pytensor.compile.mode import Mode, get_mode
 from pytensor.graph.basic import NominalVariable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import MergeOptimizer
+from pytensor.tensor.variable import TensorConstant
 
 from innergraph import body_of, call, graph_stats, inner_graph, param, unfold_inner_graphs
+from innergraph import ifelse as innergraph_ifelse
 from innergraph.graph import scope_toposort, verify_closed
 from innergraph.fold import folded_bodies
 
@@ -102,6 +104,33 @@ def test_body_subexpression_shared_across_bodies_and_with_twins():
     exp1 = [n for n in scope_toposort(b1.outputs) if _is_exp(n)]
     exp2 = [n for n in scope_toposort(b2.outputs) if _is_exp(n)]
     assert len(exp1) == 1 and exp1[0] is exp2[0]  # one `exp(p0)` node serves both bodies
+
+
+def test_unfolding_shares_what_merging_would_merge():
+    # Four branch bodies built separately, each with its own constants: unfolding
+    # them copies each distinct node once and each small constant once, reusing the
+    # outer graph's equal constant, so the merge after it has nothing left to do.
+    x, b = pt.dscalar("x"), pt.dvector("b")
+    positive = x > 0
+    outs = [innergraph_ifelse(positive, (b * x).sum() + i, (b * 2.0).sum()) for i in range(4)]
+    outer_two = pt.constant(2.0)
+    fg = FunctionGraph([x, b], [*outs, b * outer_two], clone=False)
+    bodies = [body for _, body in folded_bodies(fg.outputs)]
+    assert unfold_inner_graphs(fg) == 8
+    n_unfolded = len(fg.apply_nodes)
+    MergeOptimizer().rewrite(fg)
+    assert len(fg.apply_nodes) == n_unfolded  # nothing left to merge
+    then_bodies = [body_of(o.owner.inputs[1]) for o in outs]
+    sums = {n for bd in then_bodies for n in scope_toposort(bd.outputs) if isinstance(n.op, pt.elemwise.CAReduce)}
+    assert len(sums) == 1  # `sum(p0 * p1)` is one node in all four bodies
+    else_functions = {o.owner.inputs[2] for o in outs}
+    assert len(else_functions) == 1  # four equal else bodies: one function variable
+    twos = {v for n in fg.apply_nodes for v in n.inputs if isinstance(v, TensorConstant) and v.type == outer_two.type and v.data == 2}
+    assert twos == {outer_two}
+    for body in bodies:  # the user's bodies are copied, never imported
+        assert not set(scope_toposort(body.outputs)) & set(fg.apply_nodes)
+    fn = pytensor.function([x, b], outs, mode=get_mode("FAST_RUN"))
+    np.testing.assert_allclose(fn(1.5, np.arange(3.0)), [4.5 + i for i in range(4)])
 
 
 def _is_exp(node):

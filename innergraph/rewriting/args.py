@@ -26,6 +26,7 @@ from pytensor.tensor.variable import TensorConstant
 from innergraph.canonical import template
 from innergraph.fold import visible_nodes
 from innergraph.graph import scope_toposort
+from innergraph.instantiate import LARGE_CONSTANT, small_constant_key
 from innergraph.rewriting.signature import Signature, Slot, consumers, replace_consumer
 from innergraph.types import Body
 
@@ -41,10 +42,6 @@ __all__ = [
 
 INPUT_KINDS = ("seq", "non_seq", "arg", "then_arg", "else_arg")
 
-
-#: Constants with more elements than this are passed to bodies, not inlined into them:
-#: compiled bodies (Numba) would hold them as globals, which defeats Numba's disk cache.
-LARGE_CONSTANT = 64
 
 #: The input-slot kind that binds a param of body ``b``, per consumer kind.
 ARGUMENT_KINDS = {"call": ("arg",), "ifelse": ("then_arg", "else_arg")}
@@ -164,19 +161,8 @@ def merge_arguments(fgraph: FunctionGraph) -> int:
     return changed
 
 
-def _small_key(c: Constant) -> Any:
-    """A small constant by its type and bytes.
-
-    Cheaper than its signature, which sums the data through a masked array every
-    time one is made. Equal values with different bytes (``0.0`` and ``-0.0``)
-    count as different: they are then outlined, never confused.
-    """
-    data = np.asarray(c.data)
-    return (c.type, data.dtype.str, data.shape, data.tobytes())
-
-
 def _value_constants(body: Body) -> dict[Any, list[Constant]]:
-    """The small constants of ``body``'s scope that only elementwise nodes read, by value (`_small_key`).
+    """The small constants of ``body``'s scope that only elementwise nodes read, by value (`small_constant_key`).
 
     Such a constant can become a param of its own type without changing any type in
     the body: elementwise output types depend only on the input types.
@@ -186,7 +172,7 @@ def _value_constants(body: Body) -> dict[Any, list[Constant]]:
     for node in scope_toposort(body.outputs):
         for v in node.inputs:
             if isinstance(v, TensorConstant) and not _large(v):
-                key = _small_key(v)
+                key = small_constant_key(v)
                 if isinstance(node.op, Elemwise) and key not in other:
                     found.setdefault(key, [])
                     if v not in found[key]:
@@ -196,7 +182,7 @@ def _value_constants(body: Body) -> dict[Any, list[Constant]]:
                     found.pop(key, None)
     for v in body.outputs:  # an output keeps its declared type only as itself
         if isinstance(v, TensorConstant) and not _large(v):
-            found.pop(_small_key(v), None)
+            found.pop(small_constant_key(v), None)
     return found
 
 
@@ -229,17 +215,17 @@ def outline_constants(fgraph: FunctionGraph) -> int:
             def hole_key(c: Constant) -> Any:
                 if _large(c):
                     return ("large", id(c))  # always outlined: never hash its data
-                key = _small_key(c)
+                key = small_constant_key(c)
                 return key if key in values else None
 
             key, holes = template(body, hole_key)
-            stands_for = [[c] if _large(c) else values[_small_key(c)] for c in holes]
+            stands_for = [[c] if _large(c) else values[small_constant_key(c)] for c in holes]
             members.append((sig, b, key, holes, stands_for))
     groups: dict[Any, list[tuple[Constant, ...]]] = {}
     for _, _, key, holes, _ in members:
         groups.setdefault(key, []).append(holes)
     outlined = {  # per template, the holes to make arguments: large ones, and values that differ
-        key: {i for i, column in enumerate(zip(*group)) if _large(column[0]) or len({_small_key(c) for c in column}) > 1}
+        key: {i for i, column in enumerate(zip(*group)) if _large(column[0]) or len({small_constant_key(c) for c in column}) > 1}
         for key, group in groups.items()
     }
     new: dict[Apply, tuple[Signature, list[Slot], dict[int, dict[Variable, Variable]]]] = {}
