@@ -43,6 +43,22 @@ def test_values_and_gradients_match_vanilla(linker):
             np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
+def test_gradient_through_a_branch_that_reads_an_integer():
+    # the integer argument's own gradient is a float zero (PyTensor refuses integer
+    # gradients): it used to be cast to the argument's dtype and fail
+    k = pt.iscalar("k")
+
+    def build(cond_fn):
+        y = cond_fn(a > 0, pt.exp(b).sum() * k, (b**2).sum() + a)
+        return [y, *pytensor.grad(y, [a, b])]
+
+    fn = pytensor.function([a, b, k], build(ifelse))
+    ref = pytensor.function([a, b, k], build(vanilla_ifelse), mode=VANILLA)
+    for av in (1.5, -0.5):
+        for got, want in zip(fn(av, [1.0, 2.0], 3), ref(av, [1.0, 2.0], 3), strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
 class CountCalls(Op):
     """Identity that records how often it runs."""
 

@@ -194,8 +194,10 @@ def _branch_grads(
     if not kept:
         return result
     # a gradient has its argument's dtype (PyTensor's contract; a float32 argument of a float64 branch)
-    vjp = inner_graph([_cast_like(grads[i], xs[i]) for i in kept], [*xs, *g_dummies], capture="leaves")
-    zeros = inner_graph([pt.zeros_like(xs[i]) for i in kept], [*xs, *g_dummies], capture="leaves")
+    kept_grads = [_cast_like(grads[i], xs[i]) for i in kept]
+    vjp = inner_graph(kept_grads, [*xs, *g_dummies], capture="leaves")
+    zero_grads = [pt.zeros_like(xs[i], dtype=getattr(g.type, "dtype", None)) for i, g in zip(kept, kept_grads, strict=True)]
+    zeros = inner_graph(zero_grads, [*xs, *g_dummies], capture="leaves")
     taken_c, other_c = (vjp, zeros) if taken else (zeros, vjp)
     operands = [*args, *gs]
     applied = IfElse(len(operands) + len(taken_c.captured))(
@@ -213,8 +215,9 @@ def _branch_grads(
 
 
 def _cast_like(grad: Variable, x: Variable) -> Variable:
+    """``grad`` in ``x``'s dtype; an integer ``x``'s gradient stays a float (PyTensor refuses integer gradients)."""
     dtype = getattr(x.type, "dtype", None)
-    if dtype is None or getattr(grad.type, "dtype", dtype) == dtype:
+    if dtype is None or getattr(grad.type, "dtype", dtype) == dtype or dtype in pt.type.discrete_dtypes:
         return grad
     return pt.cast(grad, dtype)
 
