@@ -242,6 +242,22 @@ def test_constants_that_alone_tell_bodies_apart_become_arguments():
     assert then[4] != then[5]
 
 
+def test_outlined_bodies_of_one_template_are_built_once():
+    """Within the fold (`sharing_rebuilt_functions`), consumers whose bodies share a
+    template get one new function object: nothing is left for MergeOptimizer."""
+    big = [pt.constant(np.full(100, float(i))) for i in range(3)]
+    outs = [innergraph.ifelse(x0 > 0, xs.sum() * c + i, (big[i] * xs.sum()).sum()) for i in range(3)]
+
+    def outline_sharing(fgraph):
+        with sharing_rebuilt_functions():
+            return outline_constants(fgraph)
+
+    fg = check_rewrite(merged_then(outline_sharing), [x0, xs, c], outs, values=[[0.5, np.arange(3.0), 2.0], [-0.5, np.arange(3.0), 2.0]])
+    nodes = [o.owner for o in fg.outputs]
+    assert nodes[0].inputs[1] is nodes[1].inputs[1] is nodes[2].inputs[1]  # `p.sum() * p + k`: one constant
+    assert nodes[0].inputs[2] is nodes[1].inputs[2] is nodes[2].inputs[2]  # `(big * p.sum()).sum()`: one constant
+
+
 def test_outlining_passes_large_constants_and_folds_the_new_bodies():
     big = pt.constant(np.arange(100.0))
     y = innergraph.ifelse(x0 > 0, (xs.sum() * big).sum(), c)

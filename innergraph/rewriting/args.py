@@ -229,7 +229,9 @@ def outline_constants(fgraph: FunctionGraph) -> int:
         for key, group in groups.items()
     }
     new: dict[Apply, tuple[Signature, list[Slot], dict[int, dict[Variable, Variable]]]] = {}
+    templates: dict[Apply, dict[int, Any]] = {}
     for sig, b, key, holes, stands_for in members:
+        templates.setdefault(sig.node, {})[b] = key
         for i, const in enumerate(holes):
             if i not in outlined[key]:
                 continue  # the same value in every body of the group: it stays inside
@@ -238,5 +240,8 @@ def outline_constants(fgraph: FunctionGraph) -> int:
             replace.setdefault(b, {}).update(dict.fromkeys(stands_for[i], param))
             slots.append(Slot(ARGUMENT_KINDS[sig.kind or ""][b], (const,), ((b, param),)))
     for sig, slots, replace in new.values():
-        replace_consumer(fgraph, sig, [*sig.slots, *slots], replace=replace, reason="outline_constants", fold=True)
+        # bodies with one template, their holes made params in hole order, are one function
+        replace_consumer(
+            fgraph, sig, [*sig.slots, *slots], replace=replace, reason="outline_constants", fold=True, same_as=templates[sig.node]
+        )
     return len(new)

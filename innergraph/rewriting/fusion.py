@@ -64,10 +64,14 @@ def _fusion_may_apply(body: Body) -> bool:
 
 def _fuse_folded(fgraph: FunctionGraph, memo: dict[Body, Body]) -> int:
     replacements: dict[Variable, Variable] = {}
+    seen: set[Variable] = set()
     for node in fgraph.apply_nodes:
         for var in node.inputs:
-            if isinstance(var, Constant) and isinstance(var.data, Body) and var not in replacements:
-                replacements[var] = Constant(var.type, fuse_body(var.data, memo), name=var.name)
+            if isinstance(var, Constant) and isinstance(var.data, Body) and var not in seen:
+                seen.add(var)
+                fused = fuse_body(var.data, memo)
+                if fused is not var.data:
+                    replacements[var] = Constant(var.type, fused, name=var.name)
     fgraph.replace_all(list(replacements.items()), reason="fuse_bodies", import_missing=True)
     return len(replacements)
 

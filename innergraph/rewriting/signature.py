@@ -172,6 +172,7 @@ def rebuild(
     slots: Sequence[Slot],
     replace: Mapping[int, Mapping[Variable, Variable]] | None = None,
     fold: bool | None = None,
+    same_as: Mapping[int, Any] | None = None,
 ) -> tuple[Apply, dict[Variable, Variable]]:
     """The consumer node with exactly ``slots``, and old results -> new results.
 
@@ -190,6 +191,11 @@ def rebuild(
         Whether the new functions are folded constants rather than inner-graph
         nodes (whose body nodes join the graph when the node is imported). By
         default, as the consumer's own functions are.
+    same_as
+        Per body, a key that stands for the new function: the caller vouches that
+        bodies given equal keys become alpha-equivalent, so within
+        `sharing_rebuilt_functions` the first one's new function serves them all
+        (bodies that differ only in the constants ``replace`` turns into params).
     """
     form = sig.form
     functions = []
@@ -200,7 +206,10 @@ def rebuild(
         ps = [v for s in _ordered(slots, form.param_order) for bb, v in s.params if bb == b]
         outs = [(v, t) for s in _ordered(slots, form.output_order) for (bb, v), t in zip(s.outputs, s.output_types, strict=True) if bb == b]
         body_replace = tuple(replace[b].items()) if replace and replace.get(b) else ()
-        key = (tuple(ps), tuple(outs), tuple((k, _value_key(v)) for k, v in body_replace), folded)
+        if same_as is not None and b in same_as:
+            key: tuple[Any, ...] = ("same as", same_as[b], folded)
+        else:
+            key = (tuple(ps), tuple(outs), tuple((k, _value_key(v)) for k, v in body_replace), folded)
         if memo is not None and key in memo:
             functions.append(memo[key])
             continue
@@ -242,14 +251,15 @@ def replace_consumer(
     replace: Mapping[int, Mapping[Variable, Variable]] | None = None,
     forwarded: Mapping[Variable, Variable] | None = None,
     fold: bool | None = None,
+    same_as: Mapping[int, Any] | None = None,
 ) -> None:
     """Rebuild ``sig``'s node with ``slots`` and replace its results in ``fgraph``.
 
     ``forwarded`` maps results of dropped slots to the outer variables that now
-    stand for them (which may read the node's other results); ``fold`` is as for
-    `rebuild`.
+    stand for them (which may read the node's other results); ``fold`` and
+    ``same_as`` are as for `rebuild`.
     """
-    node, mapping = rebuild(sig, slots, replace, fold)
+    node, mapping = rebuild(sig, slots, replace, fold, same_as)
     kept = {new: old for old, new in mapping.items()}
     if all(v in kept for v in node.outputs):  # no result of a new kind: the shapes are known
         carry_shapes(fgraph, [kept[v] for v in node.outputs], node.outputs)
