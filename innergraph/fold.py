@@ -166,7 +166,9 @@ def unfold_inner_graphs(fgraph: FunctionGraph, reason: str = "unfold_inner_graph
                     body = var.data
                     outputs = copy_scope(body.outputs, table=table)
                     op = InnerGraph(body.type)
-                    function = table.find(op, outputs) or table.add(op.make_node(*outputs))
+                    function = table.find(op, outputs)
+                    if function is None:
+                        function = table.add(op.make_node(*outputs))
                     replacements[var] = function.outputs[0]
         if not replacements:
             return total

@@ -32,10 +32,10 @@ __all__ = [
     "body_output_shapes",
     "carry_shapes",
     "copy_scope",
-    "small_constant_key",
     "fit_arguments",
     "instantiate",
     "private_fgraph",
+    "small_constant_key",
     "step_output_shapes",
     "substitute",
     "substitute_shapes",
@@ -154,12 +154,13 @@ def copy_scope(
     memo: dict[Variable, Variable] = dict(leaves or {})
     for node in scope_toposort(outputs):
         inputs = [memo.get(v, v) for v in node.inputs]
-        if table is None:
-            new = node.clone_with_new_inputs(inputs, strict=True)
-        else:
+        found = None
+        if table is not None:
             inputs = [table.constant(v) if isinstance(v, Constant) else v for v in inputs]
             found = table.find(node.op, inputs, [o.type for o in node.outputs])
-            new = found or table.add(node.clone_with_new_inputs(inputs, strict=True))
+        new = found if found is not None else node.clone_with_new_inputs(inputs, strict=True)
+        if table is not None and found is None:
+            table.add(new)
         memo.update(zip(node.outputs, new.outputs, strict=True))
     return [memo.get(o, o) for o in outputs]
 
