@@ -1,6 +1,9 @@
+from contextlib import contextmanager
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
+from pytensor.graph.rewriting.basic import GraphRewriter
 
 import innergraph  # noqa: F401  (installs the patches for every test)
 
@@ -14,3 +17,31 @@ settings.load_profile("ci")
 @pytest.fixture
 def rng():
     return np.random.default_rng(20261121)
+
+
+class _Nothing(GraphRewriter):
+    """A graph rewriter that changes nothing: registered to watch queries change."""
+
+    def apply(self, fgraph):
+        pass
+
+
+@pytest.fixture
+def registered_nothing():
+    """``with registered_nothing(db, name, *tags, **kwargs) as rewriter``: a do-nothing rewriter registered in ``db`` for the block."""
+
+    @contextmanager
+    def register(db, name, *tags, **kwargs):
+        rewriter = _Nothing()
+        db.register(name, rewriter, *tags, **kwargs)
+        try:
+            yield rewriter
+        finally:
+            for members in db.__db__.values():
+                members.discard(rewriter)
+            db._names.discard(name)
+            db.__position__.pop(name, None)
+            for key in (name, type(rewriter).__name__):
+                db.__db__.pop(key, None)
+
+    return register

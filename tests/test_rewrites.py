@@ -270,30 +270,16 @@ def test_outlining_passes_large_constants_and_folds_the_new_bodies():
     assert not any(isinstance(n.op, InnerGraph) for n in fg.apply_nodes)
 
 
-def test_body_fusion_queries_the_fusion_database_once_per_state():
+def test_body_fusion_queries_the_fusion_database_once_per_state(registered_nothing):
     from pytensor.compile.mode import optdb
-    from pytensor.graph.rewriting.basic import GraphRewriter
 
     from innergraph._compat import scope_safe_fusion
 
     assert scope_safe_fusion() is scope_safe_fusion()
-
-    class Nothing(GraphRewriter):
-        def apply(self, fgraph):
-            pass
-
-    db, before, name, nothing = optdb["elemwise_fusion"], scope_safe_fusion(), "test_body_fusion_nothing", Nothing()
-    db.register(name, nothing, "fusion", position=99)
-    try:  # a rewrite registered in the fusion database reaches body fusion
-        after = scope_safe_fusion()
+    db, before = optdb["elemwise_fusion"], scope_safe_fusion()
+    with registered_nothing(db, "test_body_fusion_nothing", "fusion", position=99) as nothing:
+        after = scope_safe_fusion()  # a rewrite registered in the fusion database reaches body fusion
         assert after is not before and nothing in after.data
-    finally:
-        for members in db.__db__.values():
-            members.discard(nothing)
-        db._names.discard(name)
-        db.__position__.pop(name, None)
-        for key in (name, "Nothing"):
-            db.__db__.pop(key, None)
     assert nothing not in scope_safe_fusion().data
 
 
