@@ -27,6 +27,7 @@ variable whose owner is not scheduled. See ``design/architecture.md``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
@@ -166,10 +167,7 @@ def unfold_inner_graphs(fgraph: FunctionGraph, reason: str = "unfold_inner_graph
                     body = var.data
                     outputs = copy_scope(body.outputs, table=table)
                     op = InnerGraph(body.type)
-                    function = table.find(op, outputs)
-                    if function is None:
-                        function = table.add(op.make_node(*outputs))
-                    replacements[var] = function.outputs[0]
+                    replacements[var] = table.node(op, outputs, partial(op.make_node, *outputs)).outputs[0]
         if not replacements:
             return total
         fgraph.replace_all(list(replacements.items()), reason=reason, import_missing=True)

@@ -12,8 +12,9 @@ would rewrite the nested params too.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import Any, TypeGuard
 
 import numpy as np
 from pytensor.graph.basic import Apply, Constant, Variable
@@ -34,6 +35,8 @@ __all__ = [
     "copy_scope",
     "fit_arguments",
     "instantiate",
+    "is_large_constant",
+    "is_small_tensor_constant",
     "private_fgraph",
     "small_constant_key",
     "step_output_shapes",
@@ -64,6 +67,16 @@ def substitute(outputs: Sequence[Variable], replace: Mapping[Variable, Variable]
 #: rather than inlined (`innergraph.rewriting.args`): compiled bodies would hold
 #: them as globals, which defeats Numba's disk cache.
 LARGE_CONSTANT = 64
+
+
+def is_large_constant(value: Any) -> TypeGuard[Constant]:
+    """Whether ``value`` is a constant with more than `LARGE_CONSTANT` elements."""
+    return isinstance(value, Constant) and np.size(value.data) > LARGE_CONSTANT
+
+
+def is_small_tensor_constant(value: Any) -> TypeGuard[TensorConstant]:
+    """Whether ``value`` is a tensor constant of at most `LARGE_CONSTANT` elements (compared by `small_constant_key`)."""
+    return isinstance(value, TensorConstant) and not is_large_constant(value)
 
 
 def small_constant_key(c: Constant) -> Any:
@@ -98,29 +111,31 @@ class NodeTable:
         self._constants: dict[Any, Constant] | None = None
 
     def constant(self, c: Constant) -> Constant:
-        """The first constant seen equal to ``c`` (``c`` itself if it is the first, or large)."""
-        if not isinstance(c, TensorConstant) or np.size(c.data) > LARGE_CONSTANT:
+        """The first constant seen equal to ``c`` (``c`` itself if it is the first, or not small)."""
+        if not is_small_tensor_constant(c):
             return c
         if self._constants is None:
             self._constants = {}
             for v in self._fgraph.variables if self._fgraph is not None else ():
-                if isinstance(v, TensorConstant) and np.size(v.data) <= LARGE_CONSTANT:
+                if is_small_tensor_constant(v):
                     self._constants.setdefault(small_constant_key(v), v)
         return self._constants.setdefault(small_constant_key(c), c)
 
-    def find(self, op: Op, inputs: Sequence[Variable], output_types: Sequence[Any] | None = None) -> Apply | None:
-        """A node of the table or of the graph that applies ``op`` to exactly ``inputs`` (with ``output_types``)."""
-        found = self._nodes.get((op, *inputs))
+    def node(
+        self, op: Op, inputs: Sequence[Variable], make: Callable[[], Apply], output_types: Sequence[Any] | None = None
+    ) -> Apply:
+        """The node of the table or of the graph that applies ``op`` to exactly ``inputs``, else ``make()``, recorded.
+
+        A found node counts only if its outputs have ``output_types`` (when given).
+        """
+        key = (op, *inputs)
+        found = self._nodes.get(key)
         if found is None:
             found = self._in_graph(op, inputs)
-        if found is not None and output_types is not None and [o.type for o in found.outputs] != list(output_types):
-            return None
+        if found is None or (output_types is not None and [o.type for o in found.outputs] != list(output_types)):
+            found = make()
+        self._nodes.setdefault(key, found)
         return found
-
-    def add(self, node: Apply) -> Apply:
-        """Record ``node``, so that `find` returns it; return it."""
-        self._nodes.setdefault((node.op, *node.inputs), node)
-        return node
 
     def _in_graph(self, op: Op, inputs: Sequence[Variable]) -> Apply | None:
         if self._fgraph is None or not inputs:
@@ -154,13 +169,12 @@ def copy_scope(
     memo: dict[Variable, Variable] = dict(leaves or {})
     for node in scope_toposort(outputs):
         inputs = [memo.get(v, v) for v in node.inputs]
-        found = None
-        if table is not None:
+        if table is None:
+            new = node.clone_with_new_inputs(inputs, strict=True)
+        else:
             inputs = [table.constant(v) if isinstance(v, Constant) else v for v in inputs]
-            found = table.find(node.op, inputs, [o.type for o in node.outputs])
-        new = found if found is not None else node.clone_with_new_inputs(inputs, strict=True)
-        if table is not None and found is None:
-            table.add(new)
+            make = partial(node.clone_with_new_inputs, inputs, strict=True)
+            new = table.node(node.op, inputs, make, [o.type for o in node.outputs])
         memo.update(zip(node.outputs, new.outputs, strict=True))
     return [memo.get(o, o) for o in outputs]
 

@@ -26,7 +26,7 @@ from pytensor.tensor.variable import TensorConstant
 from innergraph.canonical import template
 from innergraph.fold import visible_nodes
 from innergraph.graph import scope_toposort
-from innergraph.instantiate import LARGE_CONSTANT, small_constant_key
+from innergraph.instantiate import LARGE_CONSTANT, is_large_constant, is_small_tensor_constant, small_constant_key
 from innergraph.rewriting.signature import Signature, Slot, consumers, replace_consumer
 from innergraph.types import Body
 
@@ -47,14 +47,10 @@ INPUT_KINDS = ("seq", "non_seq", "arg", "then_arg", "else_arg")
 ARGUMENT_KINDS = {"call": ("arg",), "ifelse": ("then_arg", "else_arg")}
 
 
-def _large(value: Any) -> bool:
-    return isinstance(value, Constant) and np.asarray(value.data).size > LARGE_CONSTANT
-
-
 def inline_constant(slot: Slot) -> Variable | None:
     """The constant an input slot binds, typed as its param, if it binds a small one."""
     (arg,), ((_, p),) = slot.args, slot.params
-    if slot.kind == "seq" or not isinstance(arg, Constant) or _large(arg):
+    if slot.kind == "seq" or not isinstance(arg, Constant) or is_large_constant(arg):
         return None
     try:
         return TensorConstant(p.type, p.type.filter(arg.data))
@@ -97,8 +93,8 @@ def invariant_row(sig: Signature, slot: Slot) -> Variable | None:
 
 def _large_constants(body: Body) -> list[Constant]:
     """The large constants of ``body``'s own scope, in first-use order."""
-    found = [v for n in scope_toposort(body.outputs) for v in n.inputs if isinstance(v, Constant) and _large(v)]
-    found += [v for v in body.outputs if isinstance(v, Constant) and _large(v)]
+    found = [v for n in scope_toposort(body.outputs) for v in n.inputs if is_large_constant(v)]
+    found += [v for v in body.outputs if is_large_constant(v)]
     return list(dict.fromkeys(found))
 
 
@@ -171,7 +167,7 @@ def _value_constants(body: Body) -> dict[Any, list[Constant]]:
     other: set[Any] = set()
     for node in scope_toposort(body.outputs):
         for v in node.inputs:
-            if isinstance(v, TensorConstant) and not _large(v):
+            if is_small_tensor_constant(v):
                 key = small_constant_key(v)
                 if isinstance(node.op, Elemwise) and key not in other:
                     found.setdefault(key, [])
@@ -181,7 +177,7 @@ def _value_constants(body: Body) -> dict[Any, list[Constant]]:
                     other.add(key)
                     found.pop(key, None)
     for v in body.outputs:  # an output keeps its declared type only as itself
-        if isinstance(v, TensorConstant) and not _large(v):
+        if is_small_tensor_constant(v):
             found.pop(small_constant_key(v), None)
     return found
 
@@ -213,19 +209,19 @@ def outline_constants(fgraph: FunctionGraph) -> int:
             values = _value_constants(body)
 
             def hole_key(c: Constant) -> Any:
-                if _large(c):
+                if is_large_constant(c):
                     return ("large", id(c))  # always outlined: never hash its data
                 key = small_constant_key(c)
                 return key if key in values else None
 
             key, holes = template(body, hole_key)
-            stands_for = [[c] if _large(c) else values[small_constant_key(c)] for c in holes]
+            stands_for = [[c] if is_large_constant(c) else values[small_constant_key(c)] for c in holes]
             members.append((sig, b, key, holes, stands_for))
     groups: dict[Any, list[tuple[Constant, ...]]] = {}
     for _, _, key, holes, _ in members:
         groups.setdefault(key, []).append(holes)
     outlined = {  # per template, the holes to make arguments: large ones, and values that differ
-        key: {i for i, column in enumerate(zip(*group)) if _large(column[0]) or len({small_constant_key(c) for c in column}) > 1}
+        key: {i for i, column in enumerate(zip(*group)) if is_large_constant(column[0]) or len({small_constant_key(c) for c in column}) > 1}
         for key, group in groups.items()
     }
     new: dict[Apply, tuple[Signature, list[Slot], dict[int, dict[Variable, Variable]]]] = {}
