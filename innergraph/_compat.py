@@ -21,6 +21,7 @@ from pytensor.graph.op import Op
 __all__ = [
     "Function",
     "HAS_PULLBACK",
+    "InplaceGraphOptimizer",
     "PYTENSOR_VERSION",
     "infer_output_shapes",
     "param_connection_rows",
@@ -42,6 +43,12 @@ try:  # 3.0
     from pytensor.compile.executor import Function
 except ImportError:  # 2.38
     from pytensor.compile.function.types import Function  # type: ignore[no-redef]
+
+
+try:  # 3.0: the in-place passes of Elemwise and Blockwise share a base with the Op class they rewrite
+    from pytensor.tensor.rewriting.elemwise import InplaceGraphOptimizer
+except ImportError:  # 2.38
+    InplaceGraphOptimizer = None  # type: ignore[assignment,misc]
 
 
 _OpClass = TypeVar("_OpClass", bound=type[Op])
@@ -71,8 +78,8 @@ def _optdb_state() -> tuple[int, ...]:
     """Changes when rewrites are registered or removed (``optdb`` and its sub-databases)."""
     from pytensor.compile.mode import optdb
 
-    subs = [optdb[name] for name in sorted(optdb._names)]
-    return (len(optdb.__db__), *(len(getattr(db, "__db__", ())) for db in subs))
+    top = optdb.__db__  # each registered name maps to the set of its one member
+    return (len(top), *(len(getattr(member, "__db__", ())) for name in optdb._names for member in top[name]))
 
 
 def queried_once(source: Any, key: Any, query: Callable[[], Any], state: tuple[int, ...] | None = None) -> Any:

@@ -5,26 +5,27 @@ registers, with PyTensor's Numba dispatchers:
 
 * ``numba_typify`` for `Body`: a folded function variable reaches the jitted code
   as ``None``; consumers read their body from the node at funcify time.
-* ``numba_funcify_and_cache_key`` for `Call`: the body is funcified once per
-  distinct `Body` (merged bodies compile once) and the call jumps into it;
-* the same for the in-graph `Scan`, delegating to PyTensor's own Numba Scan;
-* a lazy `IfElse`: both branch bodies are jitted, exactly one runs per call;
+* ``numba_funcify_and_cache_key`` for `Call`: one generated function with the
+  body's code inline (`innergraph.backends.numba_code`). The body is prepared
+  and its nodes converted once per distinct `Body`, so merged bodies convert once;
+* a lazy `IfElse`: one generated function with both branch bodies inline, one
+  under ``if`` and one under ``else``: exactly one runs per call;
+* the in-graph `Scan`, delegating to PyTensor's own Numba Scan;
 * for PyTensor's own Scan, a memo in front of its conversion
   (`funcify_native_scan_once`), applied as a patch that ``uninstall`` reverts.
 
-The cache key of a call is derived from its body's own Numba cache key, so
+The cache key of a consumer's function is derived from its bodies' own keys, so
 Numba's on-disk cache can never confuse two different bodies.
 """
+
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from hashlib import sha256
 from typing import Any
 
-from pytensor.compile.aliasing import add_supervisor_to_fgraph, insert_deepcopy
-from pytensor.compile.io import In, Out
 from pytensor.link.numba.dispatch.basic import (
     numba_funcify_and_cache_key,
     numba_njit,
@@ -34,13 +35,12 @@ from pytensor.link.numba.dispatch.basic import (
 from pytensor.link.numba.cache import compile_numba_function_src
 from pytensor.scan.op import Scan as NativeScan
 
-from innergraph.fold import fold_inner_graphs
-from innergraph.instantiate import private_fgraph
+from innergraph.backends.numba_code import BodyCode, body_code, prepared_body
 from innergraph.patching import DispatchPatch, apply_late
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse
 from innergraph.ops.scan import Scan, build_native_scan, is_shared
-from innergraph.ops.runtime import body_rewriter, body_value, compile_count
+from innergraph.ops.runtime import body_value, compile_count
 from innergraph.types import Body
 
 __all__ = ["funcify_native_scan_once", "numba_body"]
@@ -80,7 +80,7 @@ def _typify_body(data: Body, **kwargs: Any) -> None:
     return None
 
 
-def _cached_in(body: Body, key: Any, make: Callable[[], tuple[Callable[..., Any], str | None]]) -> tuple[Callable[..., Any], str | None]:
+def _cached_in(body: Body, key: Any, make: Callable[[], Any]) -> Any:
     """``make()``, once per ``body`` and ``key``: consumers of one body share what it made."""
     cached = body.cache.get(key)
     if cached is None:
@@ -88,49 +88,58 @@ def _cached_in(body: Body, key: Any, make: Callable[[], tuple[Callable[..., Any]
     return cached
 
 
-def numba_body(body: Body) -> tuple[Callable[..., Any], str | None]:
-    """The body as a jitted function of its params, and its cache key (cached)."""
-    return _cached_in(body, "numba", lambda: _counted(body, _funcify_body(body)))
+def numba_body_code(body: Body) -> BodyCode:
+    """The body's `BodyCode`: prepared and its nodes converted, once per `Body` (cached)."""
+
+    def make() -> BodyCode:
+        compile_count[(id(body), "numba")] += 1
+        return body_code(prepared_body(body, "numba"))
+
+    return _cached_in(body, "numba", make)
 
 
-def _counted(body: Body, compiled: tuple[Callable[..., Any], str | None]) -> tuple[Callable[..., Any], str | None]:
-    compile_count[(id(body), "numba")] += 1
-    return compiled
-
-
-def _funcify_body(body: Body) -> tuple[Callable[..., Any], str | None]:
-    fgraph = private_fgraph(body)
-    input_specs = [In(x, borrow=True, mutable=False) for x in fgraph.inputs]
-    add_supervisor_to_fgraph(fgraph=fgraph, input_specs=input_specs, accept_inplace=True)
-    body_rewriter(body, "numba").rewrite(fgraph)
-    fold_inner_graphs(fgraph)
-    insert_deepcopy(fgraph, wrapped_inputs=input_specs, wrapped_outputs=[Out(o, borrow=False) for o in fgraph.outputs])
-    return numba_funcify_and_cache_key(
-        fgraph, squeeze_output=len(fgraph.outputs) == 1, fgraph_name="innergraph_body"
-    )
-
-
-def _skip_function_argument(
-    name: str, n_args: int, inner: Callable[..., Any], inner_key: str | None, n_functions: int = 1
-) -> tuple[Callable[..., Any], str | None]:
-    """A jitted ``name(*functions, *args)`` that calls ``inner(*args)``."""
-    args = ", ".join(f"a{i}" for i in range(n_args))
-    functions = ", ".join(f"function{i}" for i in range(n_functions))
-    src = f"def {name}({functions}, {args}):\n    return inner({args})\n"
-    fn = compile_numba_function_src(src, name, {"inner": inner})
-    key = None if inner_key is None else sha256(f"({src}, {inner_key})".encode()).hexdigest()
+def _jitted(name: str, params: Sequence[str], lines: Sequence[str], env: dict[str, Any], keys: Sequence[str | None]) -> tuple[Callable[..., Any], str | None]:
+    """``def name(*params): *lines``, jitted, keyed by its source and the keys of the code it inlines."""
+    src = f"def {name}({', '.join(params)}):\n" + "".join(f"    {line}\n" for line in lines)
+    fn = compile_numba_function_src(src, name, env)
+    key = None if None in keys else sha256(f"({src}, {tuple(keys)})".encode()).hexdigest()
     return numba_njit(fn), key
+
+
+def _names(prefix: str, n: int) -> list[str]:
+    return [f"{prefix}{i}" for i in range(n)]
+
+
+def numba_body(body: Body) -> tuple[Callable[..., Any], str | None]:
+    """The body as a jitted function of its params, and its cache key (cached).
+
+    The consumers of this module inline a body's code instead (`numba_body_code`);
+    this function is for consumers that need the body as a function value.
+    """
+
+    def make() -> tuple[Callable[..., Any], str | None]:
+        code = numba_body_code(body)
+        args = _names("a", code.n_params)
+        body_lines = code.render("b_", args)
+        return _jitted("innergraph_body", args, [*body_lines.lines, f"return {body_lines.returned()}"], body_lines.env, [code.key])
+
+    return _cached_in(body, "numba_function", make)
 
 
 @register_funcify_and_cache_key(Call)
 def numba_funcify_call(op: Call, node: Any = None, **kwargs: Any) -> tuple[Callable[..., Any], str | None]:
+    """A jitted ``(*functions, *args)`` computing the body inline."""
     body = body_value(node.inputs[0])
     n_args = len(node.inputs) - op.n_functions
-    return _cached_in(
-        body,
-        ("numba_call", n_args, op.n_functions),
-        lambda: _skip_function_argument("innergraph_call", n_args, *numba_body(body), op.n_functions),
-    )
+
+    def make() -> tuple[Callable[..., Any], str | None]:
+        code = numba_body_code(body)
+        args = _names("a", n_args)
+        inline = code.render("b_", args)
+        params = [*_names("function", op.n_functions), *args]
+        return _jitted("innergraph_call", params, [*inline.lines, f"return {inline.returned()}"], inline.env, [code.key])
+
+    return _cached_in(body, ("numba_call", n_args, op.n_functions), make)
 
 
 @register_funcify_and_cache_key(Scan)
@@ -146,14 +155,22 @@ def numba_funcify_scan(op: Scan, node: Any = None, **kwargs: Any) -> tuple[Calla
 
     def convert() -> tuple[Callable[..., Any], str | None]:
         native = build_native_scan(body, op)
-        return _counted(body, numba_funcify_and_cache_key(native, node=native.make_node(*node.inputs[1:]), **kwargs))
+        compile_count[(id(body), "numba")] += 1
+        return numba_funcify_and_cache_key(native, node=native.make_node(*node.inputs[1:]), **kwargs)
 
     inner, inner_key = _cached_in(body, key, convert)
-    return _skip_function_argument("innergraph_scan", len(node.inputs) - 1, inner, inner_key)
+    n_args = len(node.inputs) - 1
+    args = _names("a", n_args)
+    return _jitted("innergraph_scan", ["function0", *args], [f"return inner({', '.join(args)})"], {"inner": inner}, [inner_key])
 
 
 @register_funcify_and_cache_key(IfElse)
 def numba_funcify_ifelse(op: IfElse, node: Any = None, **kwargs: Any) -> tuple[Callable[..., Any], str | None]:
+    """A jitted ``(cond, then_function, else_function, *then_args, *else_args)`` that runs one branch.
+
+    Both branch bodies are inlined, one under ``if`` and one under ``else``: the
+    untaken branch is never evaluated.
+    """
     _, then_fn, else_fn, then_args, else_args = op.split(node.inputs)
     then_body, else_body = body_value(then_fn), body_value(else_fn)
     key = ("numba_ifelse", else_body, len(then_args), len(else_args))
@@ -161,18 +178,16 @@ def numba_funcify_ifelse(op: IfElse, node: Any = None, **kwargs: Any) -> tuple[C
 
 
 def _lazy_ifelse(then_body: Body, else_body: Body, n_then: int, n_else: int) -> tuple[Callable[..., Any], str | None]:
-    """A jitted ``(cond, then_function, else_function, *then_args, *else_args)`` that runs one body."""
-    then_inner, then_key = numba_body(then_body)
-    else_inner, else_key = numba_body(else_body)
-    a = ", ".join(f"a{i}" for i in range(n_then))
-    b = ", ".join(f"b{i}" for i in range(n_else))
-    params = ", ".join(p for p in ("cond, then_function, else_function", a, b) if p)
-    src = (
-        f"def innergraph_ifelse({params}):\n"
-        f"    if cond:\n        return then_inner({a})\n"
-        f"    else:\n        return else_inner({b})\n"
-    )
-    fn = compile_numba_function_src(src, "innergraph_ifelse", {"then_inner": then_inner, "else_inner": else_inner})
-    keys = (then_key, else_key)
-    key = None if None in keys else sha256(f"({src}, {keys})".encode()).hexdigest()
-    return numba_njit(fn), key
+    then_code, else_code = numba_body_code(then_body), numba_body_code(else_body)
+    a, b = _names("a", n_then), _names("b", n_else)
+    then_branch, else_branch = then_code.render("t_", a), else_code.render("e_", b)
+    lines = [
+        "if cond:",
+        *(f"    {line}" for line in then_branch.lines),
+        f"    return {then_branch.returned()}",
+        "else:",
+        *(f"    {line}" for line in else_branch.lines),
+        f"    return {else_branch.returned()}",
+    ]
+    params = ["cond", "then_function", "else_function", *a, *b]
+    return _jitted("innergraph_ifelse", params, lines, then_branch.env | else_branch.env, [then_code.key, else_code.key])

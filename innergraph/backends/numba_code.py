@@ -1,0 +1,160 @@
+"""A body as straight-line Python source that a consumer's Numba function inlines.
+
+Terms
+-----
+prepared body
+    The body's private `FunctionGraph` after the default mode's late passes (the
+    in-place decisions, taken on the body alone), with nested consumers folded and
+    outputs copied where they alias a param or each other: what PyTensor does to
+    an outer graph before it converts it.
+body code (`BodyCode`)
+    The prepared body's nodes, each converted by PyTensor's own Numba dispatch
+    (`numba_funcify_ensure_cache`, exactly as PyTensor's `fgraph_to_python` converts
+    the nodes of a function), and the order and wiring of their calls. Made once
+    per `Body`.
+rendering
+    The body code written as assignments under a name prefix, with the consumer's
+    own argument names in place of the params (`BodyCode.render`). A lazy
+    conditional renders both branches into one function, one under ``if`` and one
+    under ``else``; a call renders its body into its own function. Neither needs a
+    function of the body in between, so a consumer costs one generated function,
+    not one per body plus one to dispatch to them.
+
+The cache key of a body code combines its nodes' keys with where they read their
+inputs, as PyTensor keys a converted `FunctionGraph`, so Numba's on-disk cache can
+never confuse two different bodies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from hashlib import sha256
+from typing import Any
+
+from pytensor.compile.aliasing import add_supervisor_to_fgraph, insert_deepcopy
+from pytensor.compile.io import In, Out
+from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.fg import FunctionGraph
+from pytensor.link.numba.dispatch.basic import cache_key_for_constant, numba_funcify_ensure_cache, numba_typify
+
+from innergraph.fold import fold_inner_graphs
+from innergraph.instantiate import private_fgraph
+from innergraph.ops.runtime import body_rewriter
+from innergraph.rewriting.tracks import skipping_untracked
+from innergraph.types import Body
+
+__all__ = ["BodyCode", "Rendering", "body_code", "prepared_body"]
+
+#: A slot names where a value lives: ``p<i>`` a param, ``c<k>`` a constant, ``v<j>`` a node output.
+Slot = str
+
+
+@dataclass(frozen=True)
+class Rendering:
+    """A body code written out: ``lines`` compute the ``outputs`` expressions; ``env`` is what they read."""
+
+    lines: list[str]
+    outputs: list[str]
+    env: dict[str, Any]
+
+    def returned(self) -> str:
+        """The expression a function returning the body's outputs returns (a bare value for one output)."""
+        return self.outputs[0] if len(self.outputs) == 1 else f"({', '.join(self.outputs)},)"
+
+
+@dataclass(frozen=True)
+class BodyCode:
+    """A prepared body's converted nodes and how their calls are wired.
+
+    Attributes
+    ----------
+    n_params
+        How many params the body reads (the arguments a rendering takes).
+    functions
+        The jitted function of each node, in execution order.
+    steps
+        Per node: the slots its outputs are assigned to and the slots it reads.
+    constants
+        The typified value of each constant slot ``c<k>``.
+    outputs
+        The slot of each body output.
+    key
+        Numba cache key of the code, or ``None`` when a node cannot be cached.
+    """
+
+    n_params: int
+    functions: tuple[Callable[..., Any], ...]
+    steps: tuple[tuple[tuple[Slot, ...], tuple[Slot, ...]], ...]
+    constants: tuple[Any, ...]
+    outputs: tuple[Slot, ...]
+    key: str | None
+
+    def render(self, prefix: str, args: Sequence[str]) -> Rendering:
+        """Assignments computing the body from the variables named ``args``, local names starting with ``prefix``."""
+        if len(args) != self.n_params:
+            raise ValueError(f"body code takes {self.n_params} arguments, got {len(args)}: {list(args)}")
+
+        def name(slot: Slot) -> str:
+            return args[int(slot[1:])] if slot[0] == "p" else prefix + slot
+
+        lines = [
+            f"{', '.join(map(name, outs))} = {prefix}f{i}({', '.join(map(name, ins))})"
+            for i, (outs, ins) in enumerate(self.steps)
+        ]
+        env = {f"{prefix}f{i}": fn for i, fn in enumerate(self.functions)}
+        env.update((f"{prefix}c{k}", value) for k, value in enumerate(self.constants))
+        return Rendering(lines, [name(slot) for slot in self.outputs], env)
+
+
+def prepared_body(body: Body, linker: str = "numba") -> FunctionGraph:
+    """A private `FunctionGraph` of ``body`` prepared as PyTensor prepares a function's graph.
+
+    The params are borrowed and immutable (the supervisor keeps in-place rewrites
+    off them), the mode's rewriter for ``linker`` runs (`body_rewriter`; its
+    walking passes only where the body has a node they track), nested
+    consumers are folded, and outputs that alias a param or another output are copied.
+    """
+    fgraph = private_fgraph(body)
+    input_specs = [In(x, borrow=True, mutable=False) for x in fgraph.inputs]
+    add_supervisor_to_fgraph(fgraph=fgraph, input_specs=input_specs, accept_inplace=True)
+    skipping_untracked(body_rewriter(body, linker)).rewrite(fgraph)
+    fold_inner_graphs(fgraph)
+    insert_deepcopy(fgraph, wrapped_inputs=input_specs, wrapped_outputs=[Out(o, borrow=False) for o in fgraph.outputs])
+    return fgraph
+
+
+def body_code(fgraph: FunctionGraph) -> BodyCode:
+    """Convert the nodes of a prepared body (`prepared_body`) and record their wiring."""
+    slots: dict[Variable, Slot] = {p: f"p{i}" for i, p in enumerate(fgraph.inputs)}
+    storage_map: dict[Variable, list[Any]] = {}
+    constants: list[Any] = []
+    keys: list[Any] = []
+
+    def slot(var: Variable) -> Slot:
+        found = slots.get(var)
+        if found is not None:
+            return found
+        if not isinstance(var, Constant):  # a closed body reads nothing else
+            raise ValueError(f"body code: {var} is neither a param, a constant nor computed in the body")
+        storage_map[var] = [var.data]
+        found = slots[var] = f"c{len(constants)}"
+        constants.append(numba_typify(var.data, variable=var, storage=storage_map[var]))
+        keys.append(("constant", cache_key_for_constant(var.data)))
+        return found
+
+    functions: list[Callable[..., Any]] = []
+    steps: list[tuple[tuple[Slot, ...], tuple[Slot, ...]]] = []
+    cacheable = True
+    for node in fgraph.toposort():
+        ins = tuple(slot(v) for v in node.inputs)
+        fn, key = numba_funcify_ensure_cache(node.op, node=node, storage_map=storage_map)
+        cacheable = cacheable and key is not None
+        outs = tuple(f"v{len(slots) + j}" for j in range(len(node.outputs)))
+        slots.update(zip(node.outputs, outs, strict=True))
+        functions.append(fn)
+        steps.append((outs, ins))
+        keys.append((outs, ins, key))
+    outputs = tuple(slot(o) for o in fgraph.outputs)
+    key = sha256(f"(BodyCode, {len(fgraph.inputs)}, {keys}, {outputs})".encode()).hexdigest() if cacheable else None
+    return BodyCode(len(fgraph.inputs), tuple(functions), tuple(steps), tuple(constants), outputs, key)
