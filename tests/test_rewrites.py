@@ -9,7 +9,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
-from pytensor.compile.mode import get_default_mode
+from pytensor.compile.mode import get_default_mode, optdb
 from pytensor.graph.basic import Constant, equal_computations
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import MergeOptimizer, in2out
@@ -605,5 +605,8 @@ def test_a_one_row_write_of_an_expanded_value_writes_the_row():
     for node in writes:  # each writes its value as it is, into one row
         value = node.inputs[1]
         assert value.ndim == 1 and not (value.owner and isinstance(value.owner.op, DimShuffle))
+        assert node.inputs[2].dtype == "uint8"  # the row index already as Numba's mode wants it
+    uint_indices = optdb["local_uint_constant_indices"]
+    assert uint_indices.rewrite(fg)[1] == 0  # ... so that pass finds nothing left to change
     # a slice of two rows, or a value not expanded, stays
     check_rewrite(_set_rows, [buf, v], [pt.set_subtensor(buf[1:3], pt.stack([v, v]))], values=values, expect_change=False)

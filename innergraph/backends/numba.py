@@ -12,7 +12,9 @@ registers, with PyTensor's Numba dispatchers:
   under ``if`` and one under ``else``: exactly one runs per call;
 * the in-graph `Scan`, delegating to PyTensor's own Numba Scan;
 * for PyTensor's own Scan, a memo in front of its conversion
-  (`funcify_native_scan_once`), applied as a patch that ``uninstall`` reverts.
+  (`funcify_native_scan_once`), and for a `FunctionGraph`, its conversion as one
+  `one_conversion` (`funcify_fgraph_as_one_conversion`): patches that ``uninstall``
+  reverts.
 
 The cache key of a consumer's function is derived from its bodies' own keys, so
 Numba's on-disk cache can never confuse two different bodies.
@@ -32,10 +34,11 @@ from pytensor.link.numba.dispatch.basic import (
     numba_typify,
     register_funcify_and_cache_key,
 )
+from pytensor.graph.fg import FunctionGraph
 from pytensor.link.numba.cache import compile_numba_function_src
 from pytensor.scan.op import Scan as NativeScan
 
-from innergraph.backends.numba_code import BodyCode, body_code, prepared_body
+from innergraph.backends.numba_code import BodyCode, body_code, one_conversion, prepared_body
 from innergraph.patching import DispatchPatch, apply_late
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse
@@ -43,7 +46,7 @@ from innergraph.ops.scan import Scan, build_native_scan, is_shared
 from innergraph.ops.runtime import body_value, compile_count
 from innergraph.types import Body
 
-__all__ = ["funcify_native_scan_once", "numba_body"]
+__all__ = ["funcify_fgraph_as_one_conversion", "funcify_native_scan_once", "numba_body", "numba_body_code"]
 
 _native_scan_funcify = numba_funcify_and_cache_key.dispatch(NativeScan)
 _funcified: dict[int, dict[tuple[Any, ...], tuple[Callable[..., Any], str | None]]] = {}
@@ -73,6 +76,22 @@ def funcify_native_scan_once(op: NativeScan, node: Any = None, **kwargs: Any) ->
 
 
 apply_late(DispatchPatch(numba_funcify_and_cache_key, NativeScan, funcify_native_scan_once))
+
+_fgraph_funcify = numba_funcify_and_cache_key.dispatch(FunctionGraph)
+
+
+def funcify_fgraph_as_one_conversion(fgraph: FunctionGraph, **kwargs: Any) -> tuple[Callable[..., Any], str | None]:
+    """PyTensor's Numba conversion of a `FunctionGraph`, as `one_conversion`.
+
+    The bodies its consumers inline then share the conversion of their equal
+    nodes (three ``Sum`` nodes of three branch bodies convert once). Nested
+    graphs (a ``Composite``'s, a Scan's) belong to the outer conversion.
+    """
+    with one_conversion():
+        return _fgraph_funcify(fgraph, **kwargs)
+
+
+apply_late(DispatchPatch(numba_funcify_and_cache_key, FunctionGraph, funcify_fgraph_as_one_conversion))
 
 
 @numba_typify.register(Body)

@@ -20,6 +20,13 @@ rendering
     function of the body in between, so a consumer costs one generated function,
     not one per body plus one to dispatch to them.
 
+conversion
+    One Numba conversion of an outer function's graph (`one_conversion`). Within
+    it, nodes of different bodies that apply an equal Op to inputs of the same
+    types (and the same constants) are converted once: the conversion reads
+    nothing else of a node, which is also what PyTensor's own cache keys assume.
+    The late passes are looked up once per conversion too.
+
 The cache key of a body code combines its nodes' keys with where they read their
 inputs, as PyTensor keys a converted `FunctionGraph`, so Numba's on-disk cache can
 never confuse two different bodies.
@@ -27,27 +34,91 @@ never confuse two different bodies.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from hashlib import sha256
 from typing import Any
 
 from pytensor.compile.aliasing import add_supervisor_to_fgraph, insert_deepcopy
 from pytensor.compile.io import In, Out
-from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.link.numba.dispatch.basic import cache_key_for_constant, numba_funcify_ensure_cache, numba_typify
 
 from innergraph.fold import fold_inner_graphs
 from innergraph.instantiate import private_fgraph
-from innergraph.ops.runtime import body_rewriter
+from innergraph.ops.runtime import body_rewriter, is_rewritten
 from innergraph.rewriting.tracks import skipping_untracked
 from innergraph.types import Body
 
-__all__ = ["BodyCode", "Rendering", "body_code", "prepared_body"]
+__all__ = ["BodyCode", "Rendering", "body_code", "one_conversion", "prepared_body"]
 
 #: A slot names where a value lives: ``p<i>`` a param, ``c<k>`` a constant, ``v<j>`` a node output.
 Slot = str
+
+
+Converted = tuple[Callable[..., Any], str | None]
+
+
+@dataclass
+class _Conversion:
+    """What bodies share within one conversion: converted nodes, and their late passes per kind of body."""
+
+    nodes: dict[tuple[Any, ...], Converted] = field(default_factory=dict)
+    late_passes: dict[tuple[str, bool], Any] = field(default_factory=dict)
+
+
+_current: ContextVar[_Conversion | None] = ContextVar("innergraph_numba_conversion", default=None)
+
+
+@contextmanager
+def one_conversion() -> Iterator[None]:
+    """A conversion: within the block, bodies share the conversion of equal nodes and their late passes.
+
+    `body_code` converts equal nodes of different bodies once, and `prepared_body`
+    looks up the late passes once per linker and kind of body (the rewrite database
+    does not change while a function is converted). Nested blocks belong to the
+    outermost one.
+    """
+    if _current.get() is not None:
+        yield
+        return
+    token = _current.set(_Conversion())
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+def _convert(node: Apply, storage_map: dict[Variable, list[Any]], constant_keys: dict[Variable, str]) -> Converted:
+    """PyTensor's Numba conversion of ``node``, shared with equal nodes in the current conversion."""
+    conversion = _current.get()
+    if conversion is None:
+        return numba_funcify_ensure_cache(node.op, node=node, storage_map=storage_map)
+    signature = (
+        node.op,
+        tuple(v.type for v in node.inputs),
+        tuple(v.type for v in node.outputs),
+        tuple(constant_keys.get(v) for v in node.inputs),
+    )
+    converted = conversion.nodes.get(signature)
+    if converted is None:
+        converted = conversion.nodes[signature] = numba_funcify_ensure_cache(node.op, node=node, storage_map=storage_map)
+    return converted
+
+
+def _late_passes(body: Body, linker: str) -> Any:
+    """`body_rewriter`, walking passes guarded by their tracks; once per kind of body in a conversion."""
+    conversion = _current.get()
+    if conversion is None:
+        return skipping_untracked(body_rewriter(body, linker))
+    key = (linker, is_rewritten(body))
+    found = conversion.late_passes.get(key)
+    if found is None:
+        found = conversion.late_passes[key] = skipping_untracked(body_rewriter(body, linker))
+    return found
 
 
 @dataclass(frozen=True)
@@ -118,7 +189,7 @@ def prepared_body(body: Body, linker: str = "numba") -> FunctionGraph:
     fgraph = private_fgraph(body)
     input_specs = [In(x, borrow=True, mutable=False) for x in fgraph.inputs]
     add_supervisor_to_fgraph(fgraph=fgraph, input_specs=input_specs, accept_inplace=True)
-    skipping_untracked(body_rewriter(body, linker)).rewrite(fgraph)
+    _late_passes(body, linker).rewrite(fgraph)
     fold_inner_graphs(fgraph)
     insert_deepcopy(fgraph, wrapped_inputs=input_specs, wrapped_outputs=[Out(o, borrow=False) for o in fgraph.outputs])
     return fgraph
@@ -128,6 +199,7 @@ def body_code(fgraph: FunctionGraph) -> BodyCode:
     """Convert the nodes of a prepared body (`prepared_body`) and record their wiring."""
     slots: dict[Variable, Slot] = {p: f"p{i}" for i, p in enumerate(fgraph.inputs)}
     storage_map: dict[Variable, list[Any]] = {}
+    constant_keys: dict[Variable, str] = {}
     constants: list[Any] = []
     keys: list[Any] = []
 
@@ -140,7 +212,8 @@ def body_code(fgraph: FunctionGraph) -> BodyCode:
         storage_map[var] = [var.data]
         found = slots[var] = f"c{len(constants)}"
         constants.append(numba_typify(var.data, variable=var, storage=storage_map[var]))
-        keys.append(("constant", cache_key_for_constant(var.data)))
+        constant_keys[var] = cache_key_for_constant(var.data)
+        keys.append(("constant", constant_keys[var]))
         return found
 
     functions: list[Callable[..., Any]] = []
@@ -148,7 +221,7 @@ def body_code(fgraph: FunctionGraph) -> BodyCode:
     cacheable = True
     for node in fgraph.toposort():
         ins = tuple(slot(v) for v in node.inputs)
-        fn, key = numba_funcify_ensure_cache(node.op, node=node, storage_map=storage_map)
+        fn, key = _convert(node, storage_map, constant_keys)
         cacheable = cacheable and key is not None
         outs = tuple(f"v{len(slots) + j}" for j in range(len(node.outputs)))
         slots.update(zip(node.outputs, outs, strict=True))

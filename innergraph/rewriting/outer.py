@@ -6,8 +6,9 @@ one-row slice of the backward loop's result. Neither is wrong, but each costs a
 node per state and hides the single row from the rewrites that follow.
 
 * `local_set_row_of_expand_dims`: ``set/inc_subtensor(x[a:a+1], v[None])`` ->
-  ``set/inc_subtensor(x[a], v)`` (``a`` a constant; an empty slice is a shape error
-  either way).
+  ``set/inc_subtensor(x[a], v)`` (``a`` a constant, written in the smallest unsigned
+  dtype, as PyTensor's Numba and JAX modes would rewrite it next; an empty slice is a
+  shape error either way).
 * `local_sum_of_one_row`: ``x[s].sum(axis=0)`` where the constant slice ``s``
   selects exactly one row of ``x``, whose length the shape feature proves
   constant -> ``x[i]``.
@@ -31,10 +32,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytensor.tensor as pt
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import node_rewriter
+from pytensor.scalar import constant as scalar_constant
 from pytensor.tensor.basic import get_underlying_scalar_constant_value
 from pytensor.tensor.elemwise import DimShuffle
 from pytensor.tensor.exceptions import NotScalarConstantError
@@ -110,7 +113,11 @@ def local_set_row_of_expand_dims(fgraph: FunctionGraph, node: Apply) -> list[Var
     if value is None:
         return None
     write = set_subtensor if node.op.set_instead_of_inc else inc_subtensor
-    return [write(x[start], value)]
+    written: Any = write(x[start], value)
+    # the row as the smallest unsigned constant, as PyTensor's `local_uint_constant_indices`
+    # (Numba, JAX) would rewrite it afterwards: one replacement, not two
+    row = scalar_constant(np.array(start, dtype=np.min_scalar_type(start)))
+    return [written.owner.op(x, value, row)]
 
 
 @node_rewriter([Sum])

@@ -64,6 +64,8 @@ def _inside_twinned(var: Variable, twin: dict[Variable, Variable], outputs: Any)
 
 def share_branch_work(fgraph: FunctionGraph) -> int:
     """Apply the rewrite to every visible in-graph IfElse; return how many changed."""
+    if not any(isinstance(n.op, IfElse) for n in fgraph.apply_nodes):
+        return 0  # most graphs: no conditional, and no walk of the graph spent finding it out
     visible = visible_nodes(fgraph)
     index = {(n.op, tuple(n.inputs)): n for n in always_computed(fgraph.outputs)}
     changed = 0
