@@ -153,3 +153,16 @@ def test_the_conversion_patch_is_reverted_by_uninstall():
     finally:
         innergraph.install()
     assert numba_funcify_and_cache_key.dispatch(FunctionGraph) is backend.funcify_fgraph_as_one_conversion
+
+
+def test_a_body_graph_reading_a_free_variable_is_refused_by_name():
+    from pytensor.graph.fg import FunctionGraph
+
+    from innergraph import FreeVariableError
+    from innergraph.backends.numba_code import body_code
+
+    free = pt.dscalar("free")
+    fg = FunctionGraph([x], [pt.exp(x) * free], clone=False)  # `free` is a graph input body_code is not told of
+    fg.inputs.remove(free)
+    with pytest.raises(FreeVariableError, match="free"):
+        body_code(fg)

@@ -38,7 +38,7 @@ from pytensor.graph.fg import FunctionGraph
 from pytensor.link.numba.cache import compile_numba_function_src
 from pytensor.scan.op import Scan as NativeScan
 
-from innergraph.backends.numba_code import BodyCode, body_code, one_conversion, prepared_body
+from innergraph.backends.numba_code import BodyCode, Converted, body_code, one_conversion, prepared_body
 from innergraph.patching import DispatchPatch, apply_late
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse
@@ -49,10 +49,10 @@ from innergraph.types import Body
 __all__ = ["funcify_fgraph_as_one_conversion", "funcify_native_scan_once", "numba_body", "numba_body_code"]
 
 _native_scan_funcify = numba_funcify_and_cache_key.dispatch(NativeScan)
-_funcified: dict[int, dict[tuple[Any, ...], tuple[Callable[..., Any], str | None]]] = {}
+_funcified: dict[int, dict[tuple[Any, ...], Converted]] = {}
 
 
-def funcify_native_scan_once(op: NativeScan, node: Any = None, **kwargs: Any) -> tuple[Callable[..., Any], str | None]:
+def funcify_native_scan_once(op: NativeScan, node: Any = None, **kwargs: Any) -> Converted:
     """PyTensor's Numba conversion of a native Scan, done once per Op instance and node types.
 
     The Numba linker converts node by node, and PyTensor's conversion of a Scan
@@ -80,7 +80,7 @@ apply_late(DispatchPatch(numba_funcify_and_cache_key, NativeScan, funcify_native
 _fgraph_funcify = numba_funcify_and_cache_key.dispatch(FunctionGraph)
 
 
-def funcify_fgraph_as_one_conversion(fgraph: FunctionGraph, **kwargs: Any) -> tuple[Callable[..., Any], str | None]:
+def funcify_fgraph_as_one_conversion(fgraph: FunctionGraph, **kwargs: Any) -> Converted:
     """PyTensor's Numba conversion of a `FunctionGraph`, as `one_conversion`.
 
     The bodies its consumers inline then share the conversion of their equal
@@ -117,7 +117,9 @@ def numba_body_code(body: Body) -> BodyCode:
     return _cached_in(body, "numba", make)
 
 
-def _jitted(name: str, params: Sequence[str], lines: Sequence[str], env: dict[str, Any], keys: Sequence[str | None]) -> tuple[Callable[..., Any], str | None]:
+def _jitted(
+    name: str, params: Sequence[str], lines: Sequence[str], env: dict[str, Any], keys: Sequence[str | None]
+) -> Converted:
     """``def name(*params): *lines``, jitted, keyed by its source and the keys of the code it inlines."""
     src = f"def {name}({', '.join(params)}):\n" + "".join(f"    {line}\n" for line in lines)
     fn = compile_numba_function_src(src, name, env)
@@ -129,40 +131,41 @@ def _names(prefix: str, n: int) -> list[str]:
     return [f"{prefix}{i}" for i in range(n)]
 
 
-def numba_body(body: Body) -> tuple[Callable[..., Any], str | None]:
+def numba_body(body: Body) -> Converted:
     """The body as a jitted function of its params, and its cache key (cached).
 
     The consumers of this module inline a body's code instead (`numba_body_code`);
     this function is for consumers that need the body as a function value.
     """
 
-    def make() -> tuple[Callable[..., Any], str | None]:
+    def make() -> Converted:
         code = numba_body_code(body)
         args = _names("a", code.n_params)
-        body_lines = code.render("b_", args)
-        return _jitted("innergraph_body", args, [*body_lines.lines, f"return {body_lines.returned()}"], body_lines.env, [code.key])
+        inline = code.render("b_", args)
+        return _jitted("innergraph_body", args, [*inline.lines, f"return {inline.returned()}"], inline.env, [code.key])
 
     return _cached_in(body, "numba_function", make)
 
 
 @register_funcify_and_cache_key(Call)
-def numba_funcify_call(op: Call, node: Any = None, **kwargs: Any) -> tuple[Callable[..., Any], str | None]:
+def numba_funcify_call(op: Call, node: Any = None, **kwargs: Any) -> Converted:
     """A jitted ``(*functions, *args)`` computing the body inline."""
     body = body_value(node.inputs[0])
     n_args = len(node.inputs) - op.n_functions
 
-    def make() -> tuple[Callable[..., Any], str | None]:
+    def make() -> Converted:
         code = numba_body_code(body)
         args = _names("a", n_args)
         inline = code.render("b_", args)
         params = [*_names("function", op.n_functions), *args]
-        return _jitted("innergraph_call", params, [*inline.lines, f"return {inline.returned()}"], inline.env, [code.key])
+        lines = [*inline.lines, f"return {inline.returned()}"]
+        return _jitted("innergraph_call", params, lines, inline.env, [code.key])
 
     return _cached_in(body, ("numba_call", n_args, op.n_functions), make)
 
 
 @register_funcify_and_cache_key(Scan)
-def numba_funcify_scan(op: Scan, node: Any = None, **kwargs: Any) -> tuple[Callable[..., Any], str | None]:
+def numba_funcify_scan(op: Scan, node: Any = None, **kwargs: Any) -> Converted:
     """Delegate to PyTensor's Numba Scan, built once per body, op and outer input types.
 
     PyTensor's Numba Scan rewrites its inner graph in place with in-place decisions
@@ -172,7 +175,7 @@ def numba_funcify_scan(op: Scan, node: Any = None, **kwargs: Any) -> tuple[Calla
     body = body_value(node.inputs[0])
     key = ("numba_scan", op, tuple(v.type for v in node.inputs[1:]))
 
-    def convert() -> tuple[Callable[..., Any], str | None]:
+    def convert() -> Converted:
         native = build_native_scan(body, op)
         compile_count[(id(body), "numba")] += 1
         return numba_funcify_and_cache_key(native, node=native.make_node(*node.inputs[1:]), **kwargs)
@@ -180,11 +183,12 @@ def numba_funcify_scan(op: Scan, node: Any = None, **kwargs: Any) -> tuple[Calla
     inner, inner_key = _cached_in(body, key, convert)
     n_args = len(node.inputs) - 1
     args = _names("a", n_args)
-    return _jitted("innergraph_scan", ["function0", *args], [f"return inner({', '.join(args)})"], {"inner": inner}, [inner_key])
+    lines = [f"return inner({', '.join(args)})"]
+    return _jitted("innergraph_scan", ["function0", *args], lines, {"inner": inner}, [inner_key])
 
 
 @register_funcify_and_cache_key(IfElse)
-def numba_funcify_ifelse(op: IfElse, node: Any = None, **kwargs: Any) -> tuple[Callable[..., Any], str | None]:
+def numba_funcify_ifelse(op: IfElse, node: Any = None, **kwargs: Any) -> Converted:
     """A jitted ``(cond, then_function, else_function, *then_args, *else_args)`` that runs one branch.
 
     Both branch bodies are inlined, one under ``if`` and one under ``else``: the
@@ -196,7 +200,7 @@ def numba_funcify_ifelse(op: IfElse, node: Any = None, **kwargs: Any) -> tuple[C
     return _cached_in(then_body, key, lambda: _lazy_ifelse(then_body, else_body, len(then_args), len(else_args)))
 
 
-def _lazy_ifelse(then_body: Body, else_body: Body, n_then: int, n_else: int) -> tuple[Callable[..., Any], str | None]:
+def _lazy_ifelse(then_body: Body, else_body: Body, n_then: int, n_else: int) -> Converted:
     then_code, else_code = numba_body_code(then_body), numba_body_code(else_body)
     a, b = _names("a", n_then), _names("b", n_else)
     then_branch, else_branch = then_code.render("t_", a), else_code.render("e_", b)

@@ -19,7 +19,6 @@ rendering
     under ``else``; a call renders its body into its own function. Neither needs a
     function of the body in between, so a consumer costs one generated function,
     not one per body plus one to dispatch to them.
-
 conversion
     One Numba conversion of an outer function's graph (`one_conversion`). Within
     it, nodes of different bodies that apply an equal Op to inputs of the same
@@ -47,18 +46,19 @@ from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.link.numba.dispatch.basic import cache_key_for_constant, numba_funcify_ensure_cache, numba_typify
 
+from innergraph.errors import FreeVariableError
 from innergraph.fold import fold_inner_graphs
 from innergraph.instantiate import private_fgraph
 from innergraph.ops.runtime import body_rewriter, is_rewritten
 from innergraph.rewriting.tracks import skipping_untracked
 from innergraph.types import Body
 
-__all__ = ["BodyCode", "Rendering", "body_code", "one_conversion", "prepared_body"]
+__all__ = ["BodyCode", "Converted", "Rendering", "body_code", "one_conversion", "prepared_body"]
 
 #: A slot names where a value lives: ``p<i>`` a param, ``c<k>`` a constant, ``v<j>`` a node output.
 Slot = str
 
-
+#: What PyTensor's conversion of a node gives: the jitted function and its cache key.
 Converted = tuple[Callable[..., Any], str | None]
 
 
@@ -105,7 +105,8 @@ def _convert(node: Apply, storage_map: dict[Variable, list[Any]], constant_keys:
     )
     converted = conversion.nodes.get(signature)
     if converted is None:
-        converted = conversion.nodes[signature] = numba_funcify_ensure_cache(node.op, node=node, storage_map=storage_map)
+        converted = numba_funcify_ensure_cache(node.op, node=node, storage_map=storage_map)
+        conversion.nodes[signature] = converted
     return converted
 
 
@@ -208,7 +209,7 @@ def body_code(fgraph: FunctionGraph) -> BodyCode:
         if found is not None:
             return found
         if not isinstance(var, Constant):  # a closed body reads nothing else
-            raise ValueError(f"body code: {var} is neither a param, a constant nor computed in the body")
+            raise FreeVariableError(f"Numba body code: {var} is neither a param, a constant nor computed in the body")
         storage_map[var] = [var.data]
         found = slots[var] = f"c{len(constants)}"
         constants.append(numba_typify(var.data, variable=var, storage=storage_map[var]))
