@@ -13,7 +13,7 @@ first call
     compiles, or loads from its cache, at this point); the fastest of the rounds.
 steady call
     Per-call time of an already called function (the best of a few timed
-    blocks, ``timeit``-style).
+    blocks, ``timeit``-style; the two variants' blocks alternate).
 warm
     Measured after the case was compiled and called once in the same process
     for *both* variants: PyTensor's compiledir and Numba's cache are on disk, so
@@ -149,13 +149,24 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - start, out
 
 
-def _steady(fn: Any, values: Sequence[Any], budget: float, blocks: int = 3) -> float:
-    once, _ = _timed(lambda: fn(*values))
-    number = max(1, min(10_000, int(budget / blocks / max(once, 1e-7))))
-    best = float("inf")
+def _steady(fns: dict[str, Any], values: Sequence[Any], budget: float, blocks: int = 5) -> dict[str, float]:
+    """Per-call seconds of each function: the best of ``blocks`` timed blocks, interleaved.
+
+    The blocks of the variants alternate (as the compile rounds do), so a change in
+    machine load while one variant is timed hits the other too.
+    """
+
+    def block(fn: Any, n: int) -> float:
+        start = time.perf_counter()
+        for _ in range(n):
+            fn(*values)
+        return (time.perf_counter() - start) / n
+
+    number = {v: max(1, min(10_000, int(budget / blocks / max(block(fn, 1), 1e-7)))) for v, fn in fns.items()}
+    best = dict.fromkeys(fns, float("inf"))
     for _ in range(blocks):
-        elapsed, _ = _timed(lambda: [fn(*values) for _ in range(number)])
-        best = min(best, elapsed / number)
+        for v, fn in fns.items():
+            best[v] = min(best[v], block(fn, number[v]))
     return best
 
 
@@ -188,11 +199,12 @@ def measure_case(case: Case, rounds: int = 5, steady_budget: float = 0.5) -> Cas
             times[v]["compile"].append(elapsed)
             elapsed, results[v] = _timed(lambda: fns[v](*case.values))
             times[v]["first"].append(elapsed)
+    steady = _steady(fns, case.values, steady_budget)
     measured = {
         v: Measurement(
             compile_s=min(times[v]["compile"]),
             first_s=min(times[v]["first"]),
-            steady_s=_steady(fns[v], case.values, steady_budget),
+            steady_s=steady[v],
             stats=graph_stats(fns[v]),
             result=list(results[v]),
         )

@@ -162,7 +162,7 @@ def test_a_body_graph_reading_a_free_variable_is_refused_by_name():
     from innergraph.backends.numba_code import body_code
 
     free = pt.dscalar("free")
-    fg = FunctionGraph([x], [pt.exp(x) * free], clone=False)  # `free` is a graph input body_code is not told of
-    fg.inputs.remove(free)
+    fg = FunctionGraph([x, free], [pt.exp(x) * free], clone=False)
+    fg.inputs.remove(free)  # now neither a param nor a constant of the body
     with pytest.raises(FreeVariableError, match="free"):
         body_code(fg)
