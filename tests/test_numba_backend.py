@@ -140,21 +140,6 @@ def test_bodies_in_one_conversion_share_equal_nodes_and_late_passes(monkeypatch)
         np.testing.assert_allclose(fn(xv, sv), want, rtol=1e-12)
 
 
-def test_the_conversion_patch_is_reverted_by_uninstall():
-    import innergraph
-    from innergraph.backends import numba as backend
-    from pytensor.graph.fg import FunctionGraph
-    from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
-
-    assert numba_funcify_and_cache_key.dispatch(FunctionGraph) is backend.funcify_fgraph_as_one_conversion
-    innergraph.uninstall()
-    try:
-        assert numba_funcify_and_cache_key.dispatch(FunctionGraph) is backend._fgraph_funcify
-    finally:
-        innergraph.install()
-    assert numba_funcify_and_cache_key.dispatch(FunctionGraph) is backend.funcify_fgraph_as_one_conversion
-
-
 def test_a_body_graph_reading_a_free_variable_is_refused_by_name():
     from pytensor.graph.fg import FunctionGraph
 

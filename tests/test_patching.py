@@ -151,15 +151,25 @@ def test_dprint_of_a_built_call_lists_its_folded_body():
     assert "Body(1->1)" in text and "Bodies:" in text and "Tanh" in text
 
 
-def test_the_numba_scan_memo_is_a_patch_uninstall_reverts():
+@pytest.mark.parametrize(
+    "dispatched, patched, original",
+    [
+        ("pytensor.scan.op.Scan", "funcify_native_scan_once", "_native_scan_funcify"),  # the native Scan memo
+        ("pytensor.graph.fg.FunctionGraph", "funcify_fgraph_as_one_conversion", "_fgraph_funcify"),  # one conversion
+    ],
+)
+def test_the_numba_dispatch_patches_are_reverted_by_uninstall(dispatched, patched, original):
+    import importlib
+
     import innergraph.backends.numba as backend  # loads PyTensor's Numba dispatchers and patches them
     from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
-    from pytensor.scan.op import Scan as NativeScan
 
-    assert numba_funcify_and_cache_key.dispatch(NativeScan) is backend.funcify_native_scan_once
+    module, name = dispatched.rsplit(".", 1)
+    cls = getattr(importlib.import_module(module), name)
+    assert numba_funcify_and_cache_key.dispatch(cls) is getattr(backend, patched)
     innergraph.uninstall()
     try:
-        assert numba_funcify_and_cache_key.dispatch(NativeScan) is backend._native_scan_funcify
+        assert numba_funcify_and_cache_key.dispatch(cls) is getattr(backend, original)
     finally:
         innergraph.install()
-    assert numba_funcify_and_cache_key.dispatch(NativeScan) is backend.funcify_native_scan_once
+    assert numba_funcify_and_cache_key.dispatch(cls) is getattr(backend, patched)
