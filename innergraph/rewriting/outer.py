@@ -113,11 +113,11 @@ def local_set_row_of_expand_dims(fgraph: FunctionGraph, node: Apply) -> list[Var
     if value is None:
         return None
     write = set_subtensor if node.op.set_instead_of_inc else inc_subtensor
-    written: Any = write(x[start], value)
+    written: Any = write(x[start], value).owner
     # the row as the smallest unsigned constant, as PyTensor's `local_uint_constant_indices`
     # (Numba, JAX) would rewrite it afterwards: one replacement, not two
     row = scalar_constant(np.array(start, dtype=np.min_scalar_type(start)))
-    return [written.owner.op(x, value, row)]
+    return [written.op(*written.inputs[:2], row)]
 
 
 @node_rewriter([Sum])
