@@ -6,6 +6,7 @@ from hypothesis import HealthCheck, settings
 from pytensor.graph.rewriting.basic import GraphRewriter
 
 import innergraph  # noqa: F401  (installs the patches for every test)
+from innergraph.rewriting.db import unregister
 
 # Property-based tests: deterministic in CI; `--hypothesis-profile=thorough` runs thousands.
 _common = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -37,11 +38,7 @@ def registered_nothing():
         try:
             yield rewriter
         finally:
-            for members in db.__db__.values():
-                members.discard(rewriter)
-            db._names.discard(name)
-            db.__position__.pop(name, None)
-            for key in (name, type(rewriter).__name__):
-                db.__db__.pop(key, None)
+            unregister(db, name, rewriter)
+            db.__db__.pop(type(rewriter).__name__, None)  # the tag PyTensor adds for the class
 
     return register

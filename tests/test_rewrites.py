@@ -271,8 +271,6 @@ def test_outlining_passes_large_constants_and_folds_the_new_bodies():
 
 
 def test_body_fusion_queries_the_fusion_database_once_per_state(registered_nothing):
-    from pytensor.compile.mode import optdb
-
     from innergraph._compat import scope_safe_fusion
 
     assert scope_safe_fusion() is scope_safe_fusion()

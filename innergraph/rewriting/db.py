@@ -92,7 +92,7 @@ from innergraph.rewriting.share import share_native_ops
 from innergraph.rewriting.share_branch import share_branch_work
 from innergraph.rewriting.simplify import CONSUMER_REWRITES, simplify_consumers
 
-__all__ = ["ConsumerRewritesDB", "FunctionRewriter", "register_all", "registered", "unregister_all"]
+__all__ = ["ConsumerRewritesDB", "FunctionRewriter", "register_all", "registered", "unregister", "unregister_all"]
 
 
 class FunctionRewriter(GraphRewriter):
@@ -170,16 +170,25 @@ def register_all() -> None:
             _added_keys.setdefault(id(db), set()).update(set(db.__db__) - before)
 
 
+def unregister(db: RewriteDatabase, name: str, rewriter: Any) -> None:
+    """Remove ``rewriter``, registered as ``name``, from ``db``: under its name and every tag.
+
+    PyTensor's rewrite databases have no removal; the keys of tags left empty stay.
+    """
+    for members in db.__db__.values():
+        members.discard(rewriter)
+    db._names.discard(name)
+    getattr(db, "__position__", {}).pop(name, None)
+    db.__db__.pop(name, None)
+
+
 def unregister_all() -> None:
     """Remove innergraph's rewrites (and the tags only they used) from ``optdb`` and its sub-databases."""
     dbs = {}
     for db, name, rewriter, _, _ in _entries():
         if name not in db._names:
             continue
-        for members in db.__db__.values():
-            members.discard(rewriter)
-        db._names.discard(name)
-        getattr(db, "__position__", {}).pop(name, None)
+        unregister(db, name, rewriter)
         dbs[id(db)] = db
     for key, db in dbs.items():
         for tag in _added_keys.pop(key, set()):
