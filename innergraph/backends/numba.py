@@ -131,6 +131,12 @@ def _names(prefix: str, n: int) -> list[str]:
     return [f"{prefix}{i}" for i in range(n)]
 
 
+def _returning(name: str, code: BodyCode, args: list[str], leading: Sequence[str] = ()) -> Converted:
+    """A jitted ``name(*leading, *args)`` that computes the body inline and returns its outputs."""
+    inline = code.render("b_", args)
+    return _jitted(name, [*leading, *args], [*inline.lines, f"return {inline.returned()}"], inline.env, [code.key])
+
+
 def numba_body(body: Body) -> Converted:
     """The body as a jitted function of its params, and its cache key (cached).
 
@@ -140,9 +146,7 @@ def numba_body(body: Body) -> Converted:
 
     def make() -> Converted:
         code = numba_body_code(body)
-        args = _names("a", code.n_params)
-        inline = code.render("b_", args)
-        return _jitted("innergraph_body", args, [*inline.lines, f"return {inline.returned()}"], inline.env, [code.key])
+        return _returning("innergraph_body", code, _names("a", code.n_params))
 
     return _cached_in(body, "numba_function", make)
 
@@ -154,12 +158,7 @@ def numba_funcify_call(op: Call, node: Any = None, **kwargs: Any) -> Converted:
     n_args = len(node.inputs) - op.n_functions
 
     def make() -> Converted:
-        code = numba_body_code(body)
-        args = _names("a", n_args)
-        inline = code.render("b_", args)
-        params = [*_names("function", op.n_functions), *args]
-        lines = [*inline.lines, f"return {inline.returned()}"]
-        return _jitted("innergraph_call", params, lines, inline.env, [code.key])
+        return _returning("innergraph_call", numba_body_code(body), _names("a", n_args), _names("function", op.n_functions))
 
     return _cached_in(body, ("numba_call", n_args, op.n_functions), make)
 
