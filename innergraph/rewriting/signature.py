@@ -317,14 +317,35 @@ def _split_scan(node: Apply) -> tuple[tuple[Variable, ...], list[Slot]]:
     return (node.inputs[1],), slots
 
 
+def mit_mot_taps_from_zero(in_taps: tuple[int, ...], out_taps: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A mit-mot's taps shifted so that its oldest input tap is 0: the same loop.
+
+    Scan reads and writes tap ``k`` of a mit-mot at row ``step + k - min(in_taps)``
+    of its buffer, so shifting every in and out tap by one amount changes nothing
+    at run time. Every backend is tested on the form PyTensor's gradients build,
+    and one of them is wrong off it: PyTensor 3.0.7's JAX Scan conversion offsets
+    the out taps by their *own* minimum (``ScanInfo.normalized_mit_mot_out_slices``),
+    so in taps ``(-1, 0)`` with out taps ``(0,)`` — what dropping a write-back tap
+    leaves of PyTensor's ``(-1, 0) -> (-1, 0)`` — wrote one row too early under
+    JAX (``design/rewrites.md``, *Mit-mot taps start at 0*). With the oldest in
+    tap at 0 both offsets agree whenever no output is written before the oldest
+    row read, which no Scan gradient does.
+    """
+    low = min(in_taps)
+    if low == 0:
+        return in_taps, out_taps
+    return tuple(t - low for t in in_taps), tuple(t - low for t in out_taps)
+
+
 def _make_scan(op: Scan, header: tuple[Variable, ...], functions: list[Variable], groups: dict[str, list[Slot]], args: list[Variable]) -> Apply:
     from pytensor.scan.op import ScanInfo
 
     g = {k: groups.get(k, []) for k in ("seq", "mit_mot", "mit_sot", "sit_sot", "untraced", "nit_sot", "non_seq", "until")}
+    mit_mot_taps = [mit_mot_taps_from_zero(s.in_taps, s.out_taps) for s in g["mit_mot"]]
     info = ScanInfo(
         n_seqs=len(g["seq"]),
-        mit_mot_in_slices=tuple(s.in_taps for s in g["mit_mot"]),
-        mit_mot_out_slices=tuple(s.out_taps for s in g["mit_mot"]),
+        mit_mot_in_slices=tuple(taps_in for taps_in, _ in mit_mot_taps),
+        mit_mot_out_slices=tuple(taps_out for _, taps_out in mit_mot_taps),
         mit_sot_in_slices=tuple(s.in_taps for s in g["mit_sot"]),
         sit_sot_in_slices=((-1,),) * len(g["sit_sot"]),
         n_nit_sot=len(g["nit_sot"]),
