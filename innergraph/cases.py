@@ -46,6 +46,7 @@ __all__ = [
     "garch",
     "identical_scans",
     "ifelse_heavy",
+    "jax_cases",
     "issue_1669",
     "nested_scan",
     "scan_over_sequences",
@@ -367,7 +368,44 @@ def all_cases() -> list[Case]:
         ifelse_heavy(),
         *(trivial_scan(linker) for linker in ("numba", "cvm", "py")),
         student_t(),
+        *jax_cases(),
     ]
+
+
+def jax_cases() -> list[Case]:
+    """Cases 1, 5 and 6 under the JAX linker (group ``"jax"``): the in-graph consumers' JAX conversions.
+
+    The inputs get the static shapes of the case's values: PyTensor's JAX Scan
+    (vanilla's too) cannot run a loop over a vector of unknown length under ``jit``.
+    """
+    import dataclasses
+
+    cases = [issue_1669(2), ar2(), garch(), ifelse_heavy()]
+    return [
+        dataclasses.replace(
+            case,
+            id=f"{case.id}-jax",
+            group="jax",
+            title=f"{case.title}, JAX linker",
+            build=_with_static_shapes(case),
+            linker="jax",
+        )
+        for case in cases
+    ]
+
+
+def _with_static_shapes(case: Case) -> Callable[[str], Graph]:
+    """``case.build``, its inputs replaced by inputs of the static shapes of ``case.values``."""
+
+    def build(variant: str) -> Graph:
+        inputs, outputs = case.build(variant)
+        fixed = [pt.tensor(v.name, dtype=v.type.dtype, shape=np.shape(value)) for v, value in zip(inputs, case.values, strict=True)]
+        from pytensor.graph.replace import clone_replace
+
+        replaced = clone_replace(outputs, dict(zip(inputs, fixed, strict=True)), rebuild_strict=False)
+        return fixed, list(replaced)
+
+    return build
 
 
 #: Every case, in report order.

@@ -219,7 +219,7 @@ def jit_compile(self: JAXLinker, fn: Callable[..., Any]) -> Callable[..., Any]:
     (the loop itself is still compiled), from that call on.
     """
     jitted = _original_jit_compile(self, fn)
-    if not _has_while_loop(self.fgraph):
+    if self.fgraph is None or not _has_while_loop(self.fgraph):
         return jitted
     current = [jitted]
 
