@@ -326,6 +326,20 @@ def test_a_while_loop_stays_jitted_unless_it_returns_a_trace():
         _run_under_jit(full, 1.5)
 
 
+def test_a_while_loop_in_a_graph_jit_cannot_trace_runs_eagerly():
+    """Without ``fast_run`` the buffer's bounds are not folded to constants: JAX cannot slice with them under jit."""
+    from pytensor.compile.mode import JAX as JAX_MODE
+    from pytensor.graph.rewriting.db import RewriteDatabaseQuery
+
+    jax_only = Mode(linker=JAX.linker, optimizer=RewriteDatabaseQuery(include=["jax"], exclude=JAX_MODE._optimizer.exclude))
+    xs = pytensor.scan(lambda v: (v + 1, until(v > 3)), outputs_info=[pt.zeros(())], n_steps=100, return_updates=False)
+    fn = pytensor.function([], xs, mode=jax_only)
+    with pytest.raises(IndexError, match="static"):
+        _run_under_jit(fn)
+    assert_all_close([fn()], [pytensor.function([], xs, mode=Mode(linker="py", optimizer=None))()])
+    assert list(fn()) == [1.0, 2.0, 3.0, 4.0, 5.0]
+
+
 def _run_under_jit(fn, *args):
     """The compiled function's JAX code, run under ``jax.jit`` (what the JAX linker runs first)."""
     return jax.jit(jax_funcify(fn.maker.fgraph))(*args)

@@ -16,8 +16,8 @@ registers with PyTensor's ``jax_funcify``, reversibly (`DispatchPatch`, removed 
   runtime by the input taps').
 
 and patches ``JAXLinker.jit_compile`` (`jit_compile`): a function holding a while
-loop falls back to running eagerly when ``jax.jit`` cannot know the length of a
-trace the loop returns (`DynamicTraceLength`).
+loop falls back to running eagerly when ``jax.jit`` cannot trace it, e.g. because
+it cannot know the length of a trace the loop returns (`DynamicTraceLength`).
 
 Terms
 -----
@@ -211,12 +211,20 @@ def jax_funcify_native_scan(op: NativeScan, node: Apply | None = None, **kwargs:
 _original_jit_compile = JAXLinker.jit_compile
 
 
+#: What tracing a function under ``jax.jit`` raises when a shape is only known at run time.
+_TRACING_ERRORS = (DynamicTraceLength, IndexError, TypeError)
+
+
 def jit_compile(self: JAXLinker, fn: Callable[..., Any]) -> Callable[..., Any]:
     """``JAXLinker.jit_compile``; for a graph with a while loop, falling back to eager when jit cannot run it.
 
     A while loop's traces are cut to the number of steps it ran, which ``jax.jit``
-    cannot know (`DynamicTraceLength`). Then the function runs eagerly, op by op
-    (the loop itself is still compiled), from that call on.
+    cannot know (`DynamicTraceLength`); shapes computed from them, or from values
+    the outer graph did not fold to constants, make slicing under ``jit`` fail
+    (``IndexError``, ``TypeError``). Then the function runs eagerly, op by op (the
+    loop itself is still one compiled ``while_loop``), from that call on; an error
+    that is not about tracing is raised again by the eager run. Graphs without a
+    while loop get PyTensor's ``jit`` unchanged.
     """
     jitted = _original_jit_compile(self, fn)
     if self.fgraph is None or not _has_while_loop(self.fgraph):
@@ -227,7 +235,7 @@ def jit_compile(self: JAXLinker, fn: Callable[..., Any]) -> Callable[..., Any]:
         if current[0] is jitted:
             try:
                 return jitted(*args)
-            except DynamicTraceLength:
+            except _TRACING_ERRORS:
                 current[0] = fn
         return fn(*args)
 
