@@ -35,7 +35,6 @@ from collections.abc import Callable, Iterator
 from copy import copy
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 from jax import lax
 from pytensor.graph.basic import Apply
