@@ -14,7 +14,8 @@ variant
     construct for vanilla (`pytensor.ifelse.ifelse`, `OpFromGraph`).
 group
     The issue's case number (``"1"`` .. ``"7"``) plus ``"demo"`` for cases only the
-    demonstration needs and ``"jax"`` for cases 1, 5 and 6 under the JAX linker; `CASES` lists every case in report order.
+    demonstration needs and ``"jax"`` for cases 1, 5 and 6 under the JAX linker;
+    `CASES` lists every case in report order.
 
 The builders are plain functions, so the pytest benchmarks (``tests/benchmarks``),
 ``python -m innergraph`` and ``python -m innergraph bench`` measure the very same
