@@ -14,7 +14,7 @@ variant
     construct for vanilla (`pytensor.ifelse.ifelse`, `OpFromGraph`).
 group
     The issue's case number (``"1"`` .. ``"7"``) plus ``"demo"`` for cases only the
-    demonstration needs and ``"jax"`` for cases 1, 5 and 6 under the JAX linker;
+    demonstration needs and ``"jax"`` for cases 1 and 5 under the JAX linker;
     `CASES` lists every case in report order.
 
 The builders are plain functions, so the pytest benchmarks (``tests/benchmarks``),
@@ -374,14 +374,14 @@ def all_cases() -> list[Case]:
 
 
 def jax_cases() -> list[Case]:
-    """Cases 1, 5 and 6 under the JAX linker (group ``"jax"``): the in-graph consumers' JAX conversions.
+    """Cases 1 and 5 under the JAX linker (group ``"jax"``): the lowered Scans' JAX conversions.
 
     The inputs get the static shapes of the case's values: PyTensor's JAX Scan
     (vanilla's too) cannot run a loop over a vector of unknown length under ``jit``.
     """
     import dataclasses
 
-    cases = [issue_1669(2), ar2(), garch(), ifelse_heavy()]
+    cases = [issue_1669(2), ar2(), garch()]
     return [
         dataclasses.replace(
             case,
