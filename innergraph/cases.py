@@ -14,7 +14,8 @@ variant
     construct for vanilla (`pytensor.ifelse.ifelse`, `OpFromGraph`).
 group
     The issue's case number (``"1"`` .. ``"7"``) plus ``"demo"`` for cases only the
-    demonstration needs; `CASES` lists every case in report order.
+    demonstration needs and ``"jax"`` for cases 1 and 5 under the JAX linker;
+    `CASES` lists every case in report order.
 
 The builders are plain functions, so the pytest benchmarks (``tests/benchmarks``),
 ``python -m innergraph`` and ``python -m innergraph bench`` measure the very same
@@ -46,6 +47,7 @@ __all__ = [
     "garch",
     "identical_scans",
     "ifelse_heavy",
+    "jax_cases",
     "issue_1669",
     "nested_scan",
     "scan_over_sequences",
@@ -74,7 +76,7 @@ class Case:
     id
         Short unique name (``"1669-d2"``, ``"seqs-K16"``...), used to select cases.
     group
-        The issue's case number, or ``"demo"``.
+        The issue's case number, ``"demo"`` or ``"jax"``.
     title
         One line saying what is measured.
     build
@@ -367,7 +369,44 @@ def all_cases() -> list[Case]:
         ifelse_heavy(),
         *(trivial_scan(linker) for linker in ("numba", "cvm", "py")),
         student_t(),
+        *jax_cases(),
     ]
+
+
+def jax_cases() -> list[Case]:
+    """Cases 1 and 5 under the JAX linker (group ``"jax"``): the lowered Scans' JAX conversions.
+
+    The inputs get the static shapes of the case's values: PyTensor's JAX Scan
+    (vanilla's too) cannot run a loop over a vector of unknown length under ``jit``.
+    """
+    import dataclasses
+
+    cases = [issue_1669(2), ar2(), garch()]
+    return [
+        dataclasses.replace(
+            case,
+            id=f"{case.id}-jax",
+            group="jax",
+            title=f"{case.title}, JAX linker",
+            build=_with_static_shapes(case),
+            linker="jax",
+        )
+        for case in cases
+    ]
+
+
+def _with_static_shapes(case: Case) -> Callable[[str], Graph]:
+    """``case.build``, its inputs replaced by inputs of the static shapes of ``case.values``."""
+
+    def build(variant: str) -> Graph:
+        inputs, outputs = case.build(variant)
+        fixed = [pt.tensor(v.name, dtype=v.type.dtype, shape=np.shape(value)) for v, value in zip(inputs, case.values, strict=True)]
+        from pytensor.graph.replace import clone_replace
+
+        replaced = clone_replace(outputs, dict(zip(inputs, fixed, strict=True)), rebuild_strict=False)
+        return fixed, list(replaced)
+
+    return build
 
 
 #: Every case, in report order.

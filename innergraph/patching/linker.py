@@ -9,8 +9,8 @@ storage or makes a thunk for them. For a graph compiled through PyTensor's
 rewrite database the fold has already run (before the in-place rewrites) and this
 is a no-op scan of the nodes.
 
-For the Numba linker it also loads innergraph's Numba implementations, which
-PyTensor itself only imports once a Numba function is linked.
+For the Numba and JAX linkers it also loads innergraph's implementations for that
+backend, which PyTensor itself only imports once such a function is linked.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 from pytensor.graph.basic import Apply
 from pytensor.graph.fg import FunctionGraph
 from pytensor.link.basic import Linker
+from pytensor.link.jax.linker import JAXLinker  # (does not import JAX)
 
 from innergraph.fold import fold_inner_graphs
 from innergraph.patching import Patch
@@ -33,6 +34,8 @@ def schedule(self: Linker, fgraph: FunctionGraph) -> list[Apply]:
     """`Linker.schedule`, after folding inner-graph nodes out of ``fgraph``."""
     if _is_numba(self):
         import innergraph.backends.numba  # noqa: F401  (registers the dispatches)
+    elif isinstance(self, JAXLinker):
+        import innergraph.backends.jax  # noqa: F401  (registers the dispatches)
     fold_inner_graphs(fgraph, reason="Linker.schedule")
     return _original_schedule(self, fgraph)
 

@@ -1,0 +1,272 @@
+"""JAX implementations of innergraph's consumers.
+
+Importing this module (the patched linker schedule does, on the first JAX link)
+registers with PyTensor's ``jax_funcify``, reversibly (`DispatchPatch`, removed by
+``innergraph.uninstall``):
+
+* `Call`: its body's JAX function, traced inline where the call is;
+* `IfElse`: ``jax.lax.cond`` over its two branch bodies, so under ``jax.jit`` only
+  the taken branch runs (with a concrete condition, outside ``jit``, a plain ``if``);
+* the in-graph `Scan`: the native Scan built from its body, converted as below;
+* PyTensor's own Scan: while loops, and mit-mots writing before their oldest input
+  tap, run as `innergraph.backends.jax_loop.scan_as_loop` (PyTensor's conversion
+  refuses the first and miscomputes the second); other Scans are PyTensor's
+  ``lax.scan`` conversion, with each mit-mot's taps shifted so its oldest input tap
+  is 0 (PyTensor normalizes a mit-mot's output taps by their own minimum, the
+  runtime by the input taps').
+
+and patches ``JAXLinker.jit_compile`` (`jit_compile`): a function holding a while
+loop falls back to running eagerly when ``jax.jit`` cannot trace it, e.g. because
+it cannot know the length of a trace the loop returns (`DynamicTraceLength`).
+
+Terms
+-----
+body function
+    A `Body` as a JAX function of its params: a private `FunctionGraph` of the
+    body, rewritten by the JAX mode's rewriter (the passes after the fold only, for a
+    body the pipeline already rewrote), converted by PyTensor's ``jax_funcify``.
+    Made once per `Body` (cached on it), so consumers of one merged body share it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from copy import copy
+from typing import Any
+
+import jax.numpy as jnp
+from jax import lax
+from pytensor.graph.basic import Apply
+from pytensor.graph.fg import FunctionGraph
+from pytensor.link.jax.dispatch import jax_funcify
+from pytensor.link.jax.linker import JAXLinker
+from pytensor.scan.op import Scan as NativeScan
+
+from innergraph.backends.jax_loop import DynamicTraceLength, is_traced, needs_loop, scan_as_loop
+from innergraph.fold import fold_inner_graphs
+from innergraph.graph import body_of, is_function, scope_toposort
+from innergraph.instantiate import private_fgraph
+from innergraph.ops.call import Call
+from innergraph.ops.ifelse import IfElse
+from innergraph.ops.runtime import body_value, compile_count, is_rewritten, pipeline_passes
+from innergraph.ops.scan import Scan, build_native_scan
+from innergraph.patching import DispatchPatch, Patch, apply_late
+from innergraph.types import Body
+
+__all__ = [
+    "jax_body",
+    "jax_funcify_call",
+    "jax_funcify_ifelse",
+    "jax_funcify_native_scan",
+    "jax_funcify_scan",
+    "jit_compile",
+    "shifted_mit_mot_taps",
+]
+
+
+def _cached_in(body: Body, key: Any, make: Callable[[], Any]) -> Any:
+    """``make()``, once per ``body`` and ``key``: consumers of one body share what it made."""
+    cached = body.cache.get(key)
+    if cached is None:
+        cached = body.cache[key] = make()
+    return cached
+
+
+def _body_rewriter(body: Body) -> Any:
+    """The JAX mode's rewriter for a body, without the pipeline's passes if it went through them (queried once)."""
+    from pytensor.compile.mode import Mode, get_mode
+
+    from innergraph._compat import queried_once
+
+    query = get_mode("JAX").provided_optimizer
+    rewritten = is_rewritten(body)
+
+    def rewriter() -> Any:
+        mode = Mode(linker="jax", optimizer=query)
+        return mode.excluding(*pipeline_passes()).optimizer if rewritten else mode.optimizer
+
+    return queried_once(query, ("jax", rewritten), rewriter)
+
+
+def jax_body(body: Body) -> Callable[..., tuple[Any, ...]]:
+    """The body function of ``body`` (module docstring): params in, a tuple of outputs out (cached)."""
+
+    def make() -> Callable[..., tuple[Any, ...]]:
+        compile_count[(id(body), "jax")] += 1
+        fgraph = private_fgraph(body)
+        _body_rewriter(body).rewrite(fgraph)
+        fold_inner_graphs(fgraph)
+        return jax_funcify(fgraph, fgraph_name="innergraph_body")
+
+    return _cached_in(body, "jax", make)
+
+
+def _single_or_tuple(outputs: tuple[Any, ...] | list[Any]) -> Any:
+    return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+def jax_funcify_call(op: Call, node: Apply, **kwargs: Any) -> Callable[..., Any]:
+    """``(*functions, *args)`` -> the body's outputs, the body traced inline."""
+    body_fn = jax_body(body_value(node.inputs[0]))
+    n_functions = op.n_functions
+
+    def call(*inputs: Any) -> Any:
+        return _single_or_tuple(body_fn(*inputs[n_functions:]))
+
+    return call
+
+
+def jax_funcify_ifelse(op: IfElse, node: Apply, **kwargs: Any) -> Callable[..., Any]:
+    """``(cond, then_function, else_function, *then_args, *else_args)`` -> the taken branch's outputs.
+
+    Under ``jax.jit`` the condition is traced and ``lax.cond`` runs one branch;
+    each branch's outputs are cast to the node's dtypes, as ``lax.cond`` needs
+    both branches to return the same types (a constant output is a Python scalar).
+    """
+    _, then_fn, else_fn, _, _ = op.split(node.inputs)
+    then_body, else_body = jax_body(body_value(then_fn)), jax_body(body_value(else_fn))
+    dtypes = [out.type.dtype for out in node.outputs]
+    n = op.n_then_args
+
+    def branch(body_fn: Callable[..., tuple[Any, ...]], args: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(jnp.asarray(o, dtype=d) for o, d in zip(body_fn(*args), dtypes, strict=True))
+
+    def ifelse(cond: Any, then_function: Any, else_function: Any, *args: Any) -> Any:
+        operands = (args[:n], args[n:])
+        if not is_traced(cond):
+            outputs = branch(then_body, operands[0]) if cond else branch(else_body, operands[1])
+        else:
+            outputs = lax.cond(
+                jnp.asarray(cond) != 0,
+                lambda ops: branch(then_body, ops[0]),
+                lambda ops: branch(else_body, ops[1]),
+                operands,
+            )
+        return _single_or_tuple(outputs)
+
+    return ifelse
+
+
+def jax_funcify_scan(op: Scan, node: Apply, **kwargs: Any) -> Callable[..., Any]:
+    """``(function, n_steps, *outer)`` -> the native Scan of its body, converted once per body, op and outer types."""
+    body = body_value(node.inputs[0])
+    key = ("jax_scan", op, tuple(v.type for v in node.inputs[1:]))
+
+    def convert() -> Callable[..., Any]:
+        native = build_native_scan(body, op)
+        compile_count[(id(body), "jax")] += 1
+        return jax_funcify(native, node=native.make_node(*node.inputs[1:]), **kwargs)
+
+    inner = _cached_in(body, key, convert)
+
+    def scan(function: Any, *outer: Any) -> Any:
+        return inner(*outer)
+
+    return scan
+
+
+_native_scan_funcify = jax_funcify.dispatch(NativeScan)
+
+
+def shifted_mit_mot_taps(op: NativeScan) -> NativeScan:
+    """``op``, or a copy whose mit-mots' taps are shifted so each one's oldest input tap is 0.
+
+    The runtime offsets a mit-mot's input and output taps by its oldest *input* tap,
+    so shifting both by the same amount changes nothing at run time; PyTensor's JAX
+    conversion offsets the output taps by their own oldest instead, which agrees
+    once the input taps start at 0 and no output tap is older (`needs_loop`
+    sends those elsewhere).
+    """
+    info = op.info
+    shifts = [-min(taps) for taps in info.mit_mot_in_slices]
+    if not any(shifts):
+        return op
+    shifted = copy(op)
+    shifted.info = dataclasses.replace(
+        info,
+        mit_mot_in_slices=tuple(tuple(t + s for t in taps) for taps, s in zip(info.mit_mot_in_slices, shifts, strict=True)),
+        mit_mot_out_slices=tuple(tuple(t + s for t in taps) for taps, s in zip(info.mit_mot_out_slices, shifts, strict=True)),
+    )
+    return shifted
+
+
+def _native_inner(op: NativeScan, **kwargs: Any) -> Callable[..., Any]:
+    """The Scan's inner graph as a JAX function, rewritten as PyTensor's JAX Scan conversion does."""
+    from pytensor.compile.mode import JAX, get_mode
+
+    rewriter = get_mode(op.mode).including("jax").excluding("numba", *JAX._optimizer.exclude).optimizer
+    rewriter(op.fgraph)
+    return jax_funcify(op.fgraph, **kwargs)
+
+
+def jax_funcify_native_scan(op: NativeScan, node: Apply | None = None, **kwargs: Any) -> Callable[..., Any]:
+    """PyTensor's Scan under JAX: `scan_as_loop` where it must, else PyTensor's conversion with shifted mit-mot taps."""
+    if node is not None and needs_loop(op):
+        return scan_as_loop(op, node, _native_inner(op, **kwargs))
+    return _native_scan_funcify(shifted_mit_mot_taps(op), node=node, **kwargs)
+
+
+_original_jit_compile = JAXLinker.jit_compile
+
+
+#: What tracing a function under ``jax.jit`` raises when a shape is only known at run time.
+_TRACING_ERRORS = (DynamicTraceLength, IndexError, TypeError)
+
+
+def jit_compile(self: JAXLinker, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``JAXLinker.jit_compile``; for a graph with a while loop, falling back to eager when jit cannot run it.
+
+    A while loop's traces are cut to the number of steps it ran, which ``jax.jit``
+    cannot know (`DynamicTraceLength`); shapes computed from them, or from values
+    the outer graph did not fold to constants, make slicing under ``jit`` fail
+    (``IndexError``, ``TypeError``). Then the function runs eagerly, op by op (the
+    loop itself is still one compiled ``while_loop``), from that call on; an error
+    that is not about tracing is raised again by the eager run. Graphs without a
+    while loop get PyTensor's ``jit`` unchanged.
+    """
+    jitted = _original_jit_compile(self, fn)
+    if self.fgraph is None or not _has_while_loop(self.fgraph):
+        return jitted
+    current = [jitted]
+
+    def run(*args: Any) -> Any:
+        if current[0] is jitted:
+            try:
+                return jitted(*args)
+            except _TRACING_ERRORS:
+                current[0] = fn
+        return fn(*args)
+
+    return run
+
+
+def _has_while_loop(fgraph: FunctionGraph) -> bool:
+    return any(_is_while(node) for node in _all_nodes(fgraph.apply_nodes))
+
+
+def _is_while(node: Apply) -> bool:
+    op = node.op
+    return (isinstance(op, NativeScan) and op.info.as_while) or (isinstance(op, Scan) and op.layout.info.as_while)
+
+
+def _all_nodes(nodes: Any) -> Iterator[Apply]:
+    """``nodes``, and those of the bodies and native inner graphs they run, recursively."""
+    for node in nodes:
+        yield node
+        for var in node.inputs:
+            if is_function(var):
+                yield from _all_nodes(scope_toposort(body_of(var).outputs))
+        inner = getattr(node.op, "fgraph", None)
+        if isinstance(inner, FunctionGraph):
+            yield from _all_nodes(inner.apply_nodes)
+
+
+for _cls, _funcify in (
+    (Call, jax_funcify_call),
+    (IfElse, jax_funcify_ifelse),
+    (Scan, jax_funcify_scan),
+    (NativeScan, jax_funcify_native_scan),
+):
+    apply_late(DispatchPatch(jax_funcify, _cls, _funcify))
+apply_late(Patch(JAXLinker, "jit_compile", jit_compile))
