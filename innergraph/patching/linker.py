@@ -10,7 +10,10 @@ rewrite database the fold has already run (before the in-place rewrites) and thi
 is a no-op scan of the nodes.
 
 For the Numba linker it also loads innergraph's Numba implementations, which
-PyTensor itself only imports once a Numba function is linked.
+PyTensor itself only imports once a Numba function is linked. Last, it hands
+PyTensor's native Ops to a linker that cannot run innergraph's consumers
+(`innergraph.handover`: decided from the linker's conversion dispatch, after
+innergraph's own implementations for it have loaded).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pytensor.graph.fg import FunctionGraph
 from pytensor.link.basic import Linker
 
 from innergraph.fold import fold_inner_graphs
+from innergraph.handover import hand_over
 from innergraph.patching import Patch
 
 __all__ = ["patches", "schedule"]
@@ -34,6 +38,7 @@ def schedule(self: Linker, fgraph: FunctionGraph) -> list[Apply]:
     if _is_numba(self):
         import innergraph.backends.numba  # noqa: F401  (registers the dispatches)
     fold_inner_graphs(fgraph, reason="Linker.schedule")
+    hand_over(fgraph, self)
     return _original_schedule(self, fgraph)
 
 
