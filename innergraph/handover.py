@@ -109,7 +109,7 @@ class _HandOver:
                 folded = [fold_function(v) if is_function(v) else v for v in consumer.inputs]
                 return self.node(consumer, folded) or list(consumer.outputs)
         if op_class in LOWERERS:
-            inputs = [self.function(cast(Constant, v)) if _is_folded(v) else v for v in inputs]
+            inputs = [self.function(cast(Constant, v)) if _is_folded(v) and self.holds(v.data) else v for v in inputs]  # type: ignore[attr-defined]
             if op_class in self.lower:
                 return HANDOVER_RULES.get(op_class, LOWERERS[op_class])(node.op, inputs)
         if all(a is b for a, b in zip(inputs, node.inputs, strict=True)):
