@@ -1,7 +1,10 @@
 """innergraph: control-flow bodies as real PyTensor graph inputs.
 
 ``import innergraph`` patches PyTensor (see `innergraph.patching`) and registers
-innergraph's rewrites; `uninstall` restores PyTensor exactly.
+innergraph's rewrites; `uninstall` restores PyTensor exactly. Unpickling
+innergraph's objects imports its modules without running this package, so it
+installs nothing (see `innergraph_pickle`); a later ``import innergraph`` runs
+it, reusing those modules, and installs.
 
 Public API
 ----------
@@ -73,4 +76,17 @@ __all__ = [
 
 __version__ = "0.1.0"
 
+
+def _bind_loaded_submodules() -> None:
+    """Bind the submodules that `innergraph_pickle` loaded before this package ran."""
+    import sys
+
+    package = sys.modules[__name__]
+    for name, module in list(sys.modules.items()):
+        parent, _, leaf = name.rpartition(".")
+        if parent == __name__ and module is not None and not hasattr(package, leaf):
+            setattr(package, leaf, module)
+
+
+_bind_loaded_submodules()
 install()

@@ -22,6 +22,8 @@ scope
 
 from __future__ import annotations
 
+import innergraph_pickle
+
 from collections.abc import Collection, Sequence
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -220,6 +222,8 @@ class InnerGraph(Op):
     function_type
         The signature the body implements.
     """
+
+    __reduce_ex__ = innergraph_pickle.reduce  # loads without installing innergraph
 
     __props__ = ("function_type",)
 

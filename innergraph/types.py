@@ -18,6 +18,8 @@ Body
 
 from __future__ import annotations
 
+import innergraph_pickle
+
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,6 +39,8 @@ class InnerGraphType(Type["Body"]):
     output_types
         The types of the body's outputs.
     """
+
+    __reduce_ex__ = innergraph_pickle.reduce  # loads without installing innergraph
 
     __props__ = ("param_types", "output_types")
 
@@ -109,10 +113,9 @@ class Body:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickle through the canonical encoding: deterministic bytes (PyTensor keys
-        # its on-disk Numba cache with them), no names, tags or caches.
-        from innergraph.canonical import decode
-
-        return (decode, (self.key(),))
+        # its on-disk Numba cache with them), no names, tags or caches; loaded
+        # through innergraph_pickle, which does not install innergraph.
+        return (innergraph_pickle.call, ("innergraph.canonical", "decode", self.key()))
 
     def __str__(self) -> str:
         n, m = len(self.type.param_types), len(self.type.output_types)

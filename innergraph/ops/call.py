@@ -12,6 +12,8 @@ exactly when they read the same function variable and the same arguments.
 
 from __future__ import annotations
 
+import innergraph_pickle
+
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -50,6 +52,8 @@ class Call(Op):
     >>> float(y.eval({x: [1.0, 2.0]}))
     5.0
     """
+
+    __reduce_ex__ = innergraph_pickle.reduce  # loads without installing innergraph
 
     __props__ = ("pullback_pattern", "pushforward_pattern", "connection")
     kind = "call"

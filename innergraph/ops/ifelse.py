@@ -13,6 +13,8 @@ condition, branches and arguments are equal and merge.
 
 from __future__ import annotations
 
+import innergraph_pickle
+
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,6 +36,8 @@ __all__ = ["IfElse", "ifelse"]
 @_compat.with_legacy_gradient_names
 class IfElse(Op):
     """``IfElse(n_then_args)(condition, then_fn, else_fn, *then_args, *else_args)``."""
+
+    __reduce_ex__ = innergraph_pickle.reduce  # loads without installing innergraph
 
     __props__ = ("n_then_args",)
     kind = "ifelse"

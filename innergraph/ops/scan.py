@@ -14,6 +14,8 @@ per-step cost is the native one, and bodies that merged compile once.
 
 from __future__ import annotations
 
+import innergraph_pickle
+
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,6 +44,8 @@ class ScanLayout:
     A thin frozen wrapper over PyTensor's own `ScanInfo`, which holds the counts
     and taps; the splits name the groups that consumers and rewrites need.
     """
+
+    __reduce_ex__ = innergraph_pickle.reduce  # loads without installing innergraph
 
     info: ScanInfo
 
@@ -145,6 +149,8 @@ class Scan(Op):
         Carried to the native Scan the consumer runs; not part of equality (as in
         PyTensor's Scan).
     """
+
+    __reduce_ex__ = innergraph_pickle.reduce  # loads without installing innergraph
 
     __props__ = ("layout", "truncate_gradient", "name", "profile", "allow_gc")
     kind = "scan"

@@ -1,7 +1,7 @@
 """Apply and remove innergraph's patches to PyTensor.
 
-One module per PyTensor area patched (`linker`, `printing`); each exposes
-``patches()``, a list of `Patch` records. Parts of PyTensor that load on demand
+One module per PyTensor area patched (`linker`, `printing`, `pickling`); each
+exposes ``patches()``, a list of `Patch` (or `ItemPatch`) records. Parts of PyTensor that load on demand
 (its Numba dispatchers) are patched when they load (`apply_late`, a
 `DispatchPatch`), and unpatched by `uninstall` like the others. `install` is idempotent and `uninstall`
 puts back the very objects it replaced, so PyTensor is restored exactly.
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DispatchPatch", "Patch", "apply_late", "install", "installed", "uninstall"]
+__all__ = ["DispatchPatch", "ItemPatch", "Patch", "apply_late", "install", "installed", "uninstall"]
 
 
 @dataclass
@@ -51,8 +51,29 @@ class DispatchPatch:
         self.dispatcher.register(self.cls, self.original)
 
 
-_applied: list[Patch | DispatchPatch] = []
-_late: list[Patch | DispatchPatch] = []  # patches of on-demand parts, once those have loaded
+@dataclass
+class ItemPatch:
+    """Set ``mapping[key]`` to ``replacement`` (for ``copyreg.dispatch_table``: how a class pickles)."""
+
+    mapping: Any
+    key: Any
+    replacement: Any
+    had: bool = field(default=False, init=False)
+    original: Any = field(default=None, init=False)
+
+    def apply(self) -> None:
+        self.had, self.original = self.key in self.mapping, self.mapping.get(self.key)
+        self.mapping[self.key] = self.replacement
+
+    def revert(self) -> None:
+        if self.had:
+            self.mapping[self.key] = self.original
+        else:
+            del self.mapping[self.key]
+
+
+_applied: list[Patch | DispatchPatch | ItemPatch] = []
+_late: list[Patch | DispatchPatch | ItemPatch] = []  # patches of on-demand parts, once those have loaded
 
 
 def apply_late(patch: Patch | DispatchPatch) -> None:
@@ -72,10 +93,10 @@ def install() -> None:
     """Apply every patch and register innergraph's rewrites (idempotent)."""
     if _applied:
         return
-    from innergraph.patching import linker, printing
+    from innergraph.patching import linker, pickling, printing
     from innergraph.rewriting import db
 
-    for module in (linker, printing):
+    for module in (linker, printing, pickling):
         for patch in module.patches():
             patch.apply()
             _applied.append(patch)

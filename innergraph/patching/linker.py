@@ -9,39 +9,53 @@ storage or makes a thunk for them. For a graph compiled through PyTensor's
 rewrite database the fold has already run (before the in-place rewrites) and this
 is a no-op scan of the nodes.
 
-For the Numba and JAX linkers it also loads innergraph's implementations for that
-backend, which PyTensor itself only imports once such a function is linked.
+Before that it loads what innergraph needs for this kind of linker and PyTensor
+itself loads only on demand (`ON_DEMAND`): the Numba and JAX implementations of the
+consumers, and the patch of DebugMode's check of reverted rewrites. Last, it hands
+PyTensor's native Ops to a linker that cannot run innergraph's consumers
+(`innergraph.handover`: decided from the linker's conversion dispatch, once
+innergraph's own implementations for it have loaded).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
 
 from pytensor.graph.basic import Apply
 from pytensor.graph.fg import FunctionGraph
 from pytensor.link.basic import Linker
-from pytensor.link.jax.linker import JAXLinker  # (does not import JAX)
 
 from innergraph.fold import fold_inner_graphs
+from innergraph.handover import hand_over
 from innergraph.patching import Patch
 
-__all__ = ["patches", "schedule"]
+__all__ = ["ON_DEMAND", "patches", "schedule"]
 
 _original_schedule = Linker.schedule
+
+#: (module and class name of a linker, innergraph module to import on its first link).
+#: Matched by name so that no linker module (and no JAX or Numba) is imported before use.
+ON_DEMAND: tuple[tuple[str, str, str], ...] = (
+    ("pytensor.link.numba.linker", "NumbaLinker", "innergraph.backends.numba"),
+    ("pytensor.link.jax.linker", "JAXLinker", "innergraph.backends.jax"),
+    ("pytensor.compile.debug.debugmode", "_Linker", "innergraph.patching.debugmode"),
+)
 
 
 def schedule(self: Linker, fgraph: FunctionGraph) -> list[Apply]:
     """`Linker.schedule`, after folding inner-graph nodes out of ``fgraph``."""
-    if _is_numba(self):
-        import innergraph.backends.numba  # noqa: F401  (registers the dispatches)
-    elif isinstance(self, JAXLinker):
-        import innergraph.backends.jax  # noqa: F401  (registers the dispatches)
+    _load_on_demand(type(self))
     fold_inner_graphs(fgraph, reason="Linker.schedule")
+    hand_over(fgraph, self)
     return _original_schedule(self, fgraph)
 
 
-def _is_numba(linker: Any) -> bool:
-    return type(linker).__name__ == "NumbaLinker"
+def _load_on_demand(linker_class: type) -> None:
+    """Import the innergraph modules `ON_DEMAND` names for ``linker_class`` or a base class of it."""
+    bases = {(c.__module__, c.__qualname__) for c in linker_class.__mro__}
+    for module, name, needed in ON_DEMAND:
+        if (module, name) in bases:
+            importlib.import_module(needed)
 
 
 def patches() -> list[Patch]:

@@ -165,6 +165,11 @@ def registered() -> list[str]:
 def register_all() -> None:
     for db, name, rewriter, kwargs, tags in _entries():
         if name not in db._names:
+            if name in db.__db__ and not db.__db__[name]:
+                # An empty tag left by a query that excluded this name before install (a mode
+                # unpickled from a lowered Scan, ``excluding("innergraph_lift")``): PyTensor
+                # would refuse the name as "already present".
+                del db.__db__[name]
             before = set(db.__db__)
             db.register(name, rewriter, *tags, **kwargs)
             _added_keys.setdefault(id(db), set()).update(set(db.__db__) - before)

@@ -1,0 +1,22 @@
+"""Pickling patch: a pickled `FunctionGraph` forgets the in-graph forms it went through.
+
+Registers `innergraph.pickling.reduce_function_graph` for `FunctionGraph` in
+``copyreg.dispatch_table`` (PyTensor's own class, which pickles its ``__dict__``),
+so a compiled function whose graph holds only PyTensor's Ops pickles without
+any reference to innergraph and loads in a process that never imports it.
+"""
+
+from __future__ import annotations
+
+import copyreg
+
+from pytensor.graph.fg import FunctionGraph
+
+from innergraph.patching import ItemPatch
+from innergraph.pickling import reduce_function_graph
+
+__all__ = ["patches"]
+
+
+def patches() -> list[ItemPatch]:
+    return [ItemPatch(copyreg.dispatch_table, FunctionGraph, reduce_function_graph)]
