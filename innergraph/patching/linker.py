@@ -10,7 +10,9 @@ rewrite database the fold has already run (before the in-place rewrites) and thi
 is a no-op scan of the nodes.
 
 For the Numba linker it also loads innergraph's Numba implementations, which
-PyTensor itself only imports once a Numba function is linked.
+PyTensor itself only imports once a Numba function is linked; for DebugMode's
+linker, the patch of DebugMode's check of reverted rewrites
+(`innergraph.patching.debugmode`).
 """
 
 from __future__ import annotations
@@ -33,12 +35,18 @@ def schedule(self: Linker, fgraph: FunctionGraph) -> list[Apply]:
     """`Linker.schedule`, after folding inner-graph nodes out of ``fgraph``."""
     if _is_numba(self):
         import innergraph.backends.numba  # noqa: F401  (registers the dispatches)
+    elif _is_debugmode(self):
+        import innergraph.patching.debugmode  # noqa: F401  (patches DebugMode's check of reverts)
     fold_inner_graphs(fgraph, reason="Linker.schedule")
     return _original_schedule(self, fgraph)
 
 
 def _is_numba(linker: Any) -> bool:
     return type(linker).__name__ == "NumbaLinker"
+
+
+def _is_debugmode(linker: Any) -> bool:
+    return type(linker).__module__ == "pytensor.compile.debug.debugmode"
 
 
 def patches() -> list[Patch]:
