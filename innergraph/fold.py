@@ -44,8 +44,10 @@ __all__ = [
     "fold_inner_graphs",
     "fold_scope",
     "folded_bodies",
+    "folded_in_order",
     "has_inner_graphs",
     "unfold_inner_graphs",
+    "visible_in_order",
     "visible_nodes",
 ]
 
@@ -57,6 +59,15 @@ def has_inner_graphs(fgraph: FunctionGraph) -> bool:
 
 def visible_nodes(fgraph: FunctionGraph) -> set[Apply]:
     """The nodes the outer function executes (inner-graph nodes excluded)."""
+    return set(visible_in_order(fgraph))
+
+
+def visible_in_order(fgraph: FunctionGraph) -> list[Apply]:
+    """`visible_nodes` in the order a walk from the outputs (in input order) finds them.
+
+    The order depends on the graph alone, never on hashes or ids: a rewrite that
+    iterates over visible nodes (and replaces some) does so through this.
+    """
     return _reachable(fgraph.outputs, lambda node: node.inputs)
 
 
@@ -67,20 +78,20 @@ def always_computed(outputs: Sequence[Variable]) -> set[Apply]:
     walk follows its condition alone. For the outer function pass
     ``fgraph.outputs``; for a body, its outputs.
     """
-    return _reachable(outputs, lambda node: node.inputs[:1] if isinstance(node.op, LazyIfElse) else node.inputs)
+    return set(_reachable(outputs, lambda node: node.inputs[:1] if isinstance(node.op, LazyIfElse) else node.inputs))
 
 
-def _reachable(outputs: Sequence[Variable], follow: Callable[[Apply], Sequence[Variable]]) -> set[Apply]:
-    """The nodes reached from ``outputs`` through ``follow(node)``, inner-graph nodes excluded."""
-    seen: set[Apply] = set()
-    stack = [o.owner for o in outputs if o.owner is not None]
+def _reachable(outputs: Sequence[Variable], follow: Callable[[Apply], Sequence[Variable]]) -> list[Apply]:
+    """The nodes reached from ``outputs`` through ``follow(node)``, inner-graph nodes excluded, in the order found."""
+    seen: dict[Apply, None] = {}
+    stack = [o.owner for o in reversed(outputs) if o.owner is not None]
     while stack:
         node = stack.pop()
         if node in seen or isinstance(node.op, InnerGraph):
             continue
-        seen.add(node)
-        stack.extend(v.owner for v in follow(node) if v.owner is not None)
-    return seen
+        seen[node] = None
+        stack.extend(v.owner for v in reversed(follow(node)) if v.owner is not None)
+    return list(seen)
 
 
 def fold_inner_graphs(fgraph: FunctionGraph, reason: str = "fold_inner_graphs") -> int:
@@ -91,7 +102,7 @@ def fold_inner_graphs(fgraph: FunctionGraph, reason: str = "fold_inner_graphs") 
     if not has_inner_graphs(fgraph):
         return 0
     replacements: dict[Variable, Variable] = {}
-    for node in visible_nodes(fgraph):
+    for node in visible_in_order(fgraph):
         for var in node.inputs:
             if is_function(var) and not isinstance(var, Constant) and var not in replacements:
                 body = body_of(var)
@@ -128,6 +139,17 @@ def folded_bodies(outputs: Iterable[Variable]) -> list[tuple[Constant, Body]]:
     return [(c, b) for b, c in found.items()]
 
 
+def folded_in_order(fgraph: FunctionGraph) -> list[Constant]:
+    """The folded functions that nodes of ``fgraph`` read, in the order they entered the graph.
+
+    ``fgraph.clients`` keeps that order (``fgraph.apply_nodes`` is a set, whose
+    order follows ids): unfolding them in it gives the same graph on every run.
+    """
+    return [
+        var for var, uses in fgraph.clients.items() if uses and isinstance(var, Constant) and isinstance(var.data, Body)
+    ]
+
+
 def fold_function(function: Variable) -> Variable:
     """``function`` folded into a `Constant` holding its `Body` (unchanged if folded)."""
     if isinstance(function, Constant):
@@ -161,13 +183,11 @@ def unfold_inner_graphs(fgraph: FunctionGraph, reason: str = "unfold_inner_graph
     table = NodeTable(fgraph)
     while True:
         replacements: dict[Variable, Variable] = {}
-        for node in fgraph.apply_nodes:
-            for var in node.inputs:
-                if isinstance(var, Constant) and isinstance(var.data, Body) and var not in replacements:
-                    body = var.data
-                    outputs = copy_scope(body.outputs, table=table)
-                    op = InnerGraph(body.type)
-                    replacements[var] = table.node(op, outputs, partial(op.make_node, *outputs)).outputs[0]
+        for var in folded_in_order(fgraph):
+            body = var.data
+            outputs = copy_scope(body.outputs, table=table)
+            op = InnerGraph(body.type)
+            replacements[var] = table.node(op, outputs, partial(op.make_node, *outputs)).outputs[0]
         if not replacements:
             return total
         fgraph.replace_all(list(replacements.items()), reason=reason, import_missing=True)

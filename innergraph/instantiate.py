@@ -116,8 +116,9 @@ class NodeTable:
             return c
         if self._constants is None:
             self._constants = {}
-            for v in self._fgraph.variables if self._fgraph is not None else ():
-                if is_small_tensor_constant(v):
+            # in the order they entered the graph (``fgraph.variables`` is a set: its order follows ids)
+            for v, uses in self._fgraph.clients.items() if self._fgraph is not None else ():
+                if uses and is_small_tensor_constant(v):
                     self._constants.setdefault(small_constant_key(v), v)
         return self._constants.setdefault(small_constant_key(c), c)
 

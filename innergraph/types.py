@@ -111,6 +111,14 @@ class Body:
             value = self.cache["hash"] = hash(self.key())
         return value
 
+    def __copy__(self) -> Body:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Body:
+        # Immutable once folded, and it carries what was compiled from it: a copy
+        # (DebugMode copies every input value it passes to a node) would compile anew.
+        return self
+
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickle through the canonical encoding: deterministic bytes (PyTensor keys
         # its on-disk Numba cache with them), no names, tags or caches; loaded

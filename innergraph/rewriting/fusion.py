@@ -19,7 +19,7 @@ from pytensor.scalar import Composite
 from pytensor.tensor.elemwise import CAReduce, Elemwise
 
 from innergraph import _compat
-from innergraph.fold import fold_inner_graphs
+from innergraph.fold import fold_inner_graphs, folded_in_order
 from innergraph.graph import is_function, params, scope_toposort
 from innergraph.instantiate import private_fgraph, substitute
 from innergraph.ops.runtime import is_rewritten, mark_rewritten
@@ -64,14 +64,10 @@ def _fusion_may_apply(body: Body) -> bool:
 
 def _fuse_folded(fgraph: FunctionGraph, memo: dict[Body, Body]) -> int:
     replacements: dict[Variable, Variable] = {}
-    seen: set[Variable] = set()
-    for node in fgraph.apply_nodes:
-        for var in node.inputs:
-            if isinstance(var, Constant) and isinstance(var.data, Body) and var not in seen:
-                seen.add(var)
-                fused = fuse_body(var.data, memo)
-                if fused is not var.data:
-                    replacements[var] = Constant(var.type, fused, name=var.name)
+    for var in folded_in_order(fgraph):
+        fused = fuse_body(var.data, memo)
+        if fused is not var.data:
+            replacements[var] = Constant(var.type, fused, name=var.name)
     fgraph.replace_all(list(replacements.items()), reason="fuse_bodies", import_missing=True)
     return len(replacements)
 

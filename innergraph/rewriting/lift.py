@@ -8,6 +8,7 @@ from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import MergeOptimizer
 
 from innergraph.convert import PIPELINE_LIFTS, PIPELINE_LOWERS, lift, lower
+from innergraph.debugmode import forget_hidden
 from innergraph.fold import fold_inner_graphs, folded_bodies, unfold_inner_graphs
 from innergraph.ops.runtime import mark_rewritten
 from innergraph.rewriting.args import outline_constants
@@ -51,6 +52,12 @@ def fold_bodies(fgraph: FunctionGraph) -> int:
     and so do the small constants that alone tell bodies apart
     (`innergraph.rewriting.args`): no later pass could use their values.
     """
+    changed = _fold_bodies(fgraph)
+    forget_hidden(fgraph)  # no body node is imported from here on: DebugMode's linker must not run those it saw
+    return changed
+
+
+def _fold_bodies(fgraph: FunctionGraph) -> int:
     if fgraph not in _lifted:
         return fold_inner_graphs(fgraph, reason="innergraph_fold")
     with sharing_rebuilt_functions():

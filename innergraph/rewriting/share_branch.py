@@ -18,7 +18,7 @@ from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 
 from innergraph.build import inner_graph
-from innergraph.fold import always_computed, visible_nodes
+from innergraph.fold import always_computed, visible_in_order
 from innergraph.graph import body_of, params, scope_toposort
 from innergraph.instantiate import substitute
 from innergraph.ops.ifelse import IfElse
@@ -43,7 +43,8 @@ def _hoisted(function: Variable, args: list[Variable], index: dict[Any, Apply]) 
     """The branch with its twinned subexpressions passed in, or None if there are none."""
     body = body_of(function)
     twin = _twins(function, args, index)
-    used = {v for n in scope_toposort(body.outputs) for v in n.inputs} | set(body.outputs)
+    # in the body's node order: new params must not be numbered by hash order
+    used = dict.fromkeys([*(v for n in scope_toposort(body.outputs) for v in n.inputs), *body.outputs])
     hoist = [v for v in used if v in twin and v.owner is not None and not _inside_twinned(v, twin, body.outputs)]
     if not hoist:
         return None
@@ -66,8 +67,12 @@ def share_branch_work(fgraph: FunctionGraph) -> int:
     """Apply the rewrite to every visible in-graph IfElse; return how many changed."""
     if not any(isinstance(n.op, IfElse) for n in fgraph.apply_nodes):
         return 0  # most graphs: no conditional, and no walk of the graph spent finding it out
-    visible = visible_nodes(fgraph)
-    index = {(n.op, tuple(n.inputs)): n for n in always_computed(fgraph.outputs)}
+    visible = visible_in_order(fgraph)  # an order that depends on the graph alone
+    computed = always_computed(fgraph.outputs)
+    index: dict[Any, Apply] = {}
+    for n in visible:
+        if n in computed:
+            index.setdefault((n.op, tuple(n.inputs)), n)
     changed = 0
     for node in [n for n in visible if isinstance(n.op, IfElse)]:
         cond, then_fn, else_fn, then_args, else_args = node.op.split(node.inputs)
