@@ -5,7 +5,9 @@ Terms
 plain OpFromGraph
     A node whose Op is exactly `OpFromGraph` (no subclass), not in-place, not
     ``inline=True`` and compiled with PyTensor's default settings (no ``mode`` or
-    other `pytensor.function` keyword but ``on_unused_input``). Only those are
+    other `pytensor.function` keyword but ``on_unused_input``), and not one whose
+    compilation raises in PyTensor (an unused input without
+    ``on_unused_input="ignore"`` or ``"warn"``). Only those are
     lifted here: subclasses stand for Ops with a fixed signature that rewrites
     and dispatches match by class (PyTensor PR #2067); ``inline=True`` Ops are
     inlined by PyTensor itself (``inline_ofg_expansion``, -0.01, before this
@@ -19,7 +21,9 @@ compile-time lift
 
 helpful lift
     A node is lifted only when the in-graph form can do something the native
-    Op cannot (`gains`): an output nobody reads (dead), an inner input the body
+    Op cannot (`gains`): an output nobody reads (dead; or read only as an
+    unused input of another lifted OpFromGraph, as the Op PyTensor builds for
+    a pullback reads the outputs it rarely needs), an inner input the body
     does not read (unused), an argument that is a constant or given twice, an
     output that returns an input, or another application of an OpFromGraph
     with the same inner graph (one body, compiled once). Otherwise the node
@@ -72,7 +76,20 @@ def is_plain(op: Any) -> bool:
         and not op.destroy_map
         and not op.is_inline
         and _NEUTRAL_KWARGS.issuperset(op.kwargs)
+        and not (_unused_inputs(op) and _unused_inputs_raise(op))
     )
+
+
+def _unused_inputs(op: OpFromGraph) -> bool:
+    clients = op.fgraph.clients
+    return any(not clients.get(inp) for inp in op.inner_inputs)
+
+
+def _unused_inputs_raise(op: OpFromGraph) -> bool:
+    """Whether compiling the Op's inner graph raises on its unused inputs, as PyTensor's does by default."""
+    from pytensor import config
+
+    return (op.kwargs.get("on_unused_input") or config.on_unused_input) == "raise"
 
 
 def gains(fgraph: FunctionGraph, node: Apply, repeated: Counter[Any]) -> bool:
@@ -81,15 +98,26 @@ def gains(fgraph: FunctionGraph, node: Apply, repeated: Counter[Any]) -> bool:
     ``repeated`` counts the applications of each inner graph (``op._frozen_fgraph``).
     """
     op: OpFromGraph = node.op
-    inner_clients = op.fgraph.clients
     return (
         repeated[op._frozen_fgraph] > 1
-        or any(not fgraph.clients.get(out) for out in node.outputs)
-        or any(not inner_clients.get(inp) for inp in op.inner_inputs)
+        or any(_dead(fgraph, out) for out in node.outputs)
+        or _unused_inputs(op)
         or any(isinstance(arg, Constant) for arg in node.inputs)
         or len(set(node.inputs)) < len(node.inputs)
         or any(out in op.inner_inputs for out in op.inner_outputs)
     )
+
+
+def _dead(fgraph: FunctionGraph, var: Variable) -> bool:
+    """Whether only unused inputs of lifted OpFromGraphs read ``var`` (a pullback's ``outputs``, say)."""
+    return all(
+        is_plain(client.op) and all(not client.op.fgraph.clients.get(inner) for inner in _inner_inputs_of(client, var))
+        for client, _ in fgraph.clients.get(var, [])
+    )
+
+
+def _inner_inputs_of(node: Apply, var: Variable) -> list[Variable]:
+    return [inner for inner, outer in zip(node.op.inner_inputs, node.inputs, strict=True) if outer is var]
 
 
 def helpful_lifts(fgraph: FunctionGraph) -> set[tuple[Any, ...]]:
