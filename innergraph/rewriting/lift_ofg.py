@@ -24,9 +24,9 @@ helpful lift
     Op cannot (`gains`): an output nobody reads (dead; or read only as an
     unused input of another lifted OpFromGraph, as the Op PyTensor builds for
     a pullback reads the outputs it rarely needs), an inner input the body
-    does not read (unused), an argument that is a constant or given twice, an
-    output that returns an input, or another application of an OpFromGraph
-    with the same inner graph (one body, compiled once). Otherwise the node
+    does not read (unused), an argument that is a small constant (inlined) or
+    given twice, an output that returns an input, or another application of an
+    OpFromGraph with the same inner graph (one body, compiled once). Otherwise the node
     stays native: it compiles exactly as in PyTensor, and the graph the user
     gets still holds the OpFromGraph.
 
@@ -46,14 +46,14 @@ from contextvars import ContextVar
 from typing import Any
 
 from pytensor.compile.builders import OpFromGraph
-from pytensor.graph.basic import Apply, Constant, Variable
+from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import MergeOptimizer
 
 from innergraph.convert import PIPELINE_LIFTS, lift, lift_graph
 from innergraph.fold import unfold_inner_graphs
 from innergraph.graph import InnerGraph
-from innergraph.instantiate import copy_scope
+from innergraph.instantiate import copy_scope, is_small_tensor_constant
 from innergraph.ops.call import Call
 from innergraph.rewriting.lift import mark_lifted, was_lifted
 from innergraph.types import InnerGraphType
@@ -102,7 +102,7 @@ def gains(fgraph: FunctionGraph, node: Apply, repeated: Counter[Any]) -> bool:
         repeated[op._frozen_fgraph] > 1
         or any(_dead(fgraph, out) for out in node.outputs)
         or _unused_inputs(op)
-        or any(isinstance(arg, Constant) for arg in node.inputs)
+        or any(is_small_tensor_constant(arg) for arg in node.inputs)
         or len(set(node.inputs)) < len(node.inputs)
         or any(out in op.inner_inputs for out in op.inner_outputs)
     )
