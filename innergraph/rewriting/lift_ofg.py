@@ -92,15 +92,16 @@ def _unused_inputs_raise(op: OpFromGraph) -> bool:
     return (op.kwargs.get("on_unused_input") or config.on_unused_input) == "raise"
 
 
-def gains(fgraph: FunctionGraph, node: Apply, repeated: Counter[Any]) -> bool:
+def gains(fgraph: FunctionGraph, node: Apply, plain: set[Apply], repeated: Counter[Any]) -> bool:
     """Whether lifting ``node`` (a plain OpFromGraph of ``fgraph``) lets the pipeline improve it.
 
-    ``repeated`` counts the applications of each inner graph (``op._frozen_fgraph``).
+    ``plain`` holds the plain OpFromGraph nodes of ``fgraph``; ``repeated`` counts the
+    applications of each inner graph (``op._frozen_fgraph``).
     """
     op: OpFromGraph = node.op
     return (
         repeated[op._frozen_fgraph] > 1
-        or any(_dead(fgraph, out) for out in node.outputs)
+        or any(_dead(fgraph, out, plain) for out in node.outputs)
         or _unused_inputs(op)
         or any(is_small_tensor_constant(arg) for arg in node.inputs)
         or len(set(node.inputs)) < len(node.inputs)
@@ -108,10 +109,10 @@ def gains(fgraph: FunctionGraph, node: Apply, repeated: Counter[Any]) -> bool:
     )
 
 
-def _dead(fgraph: FunctionGraph, var: Variable) -> bool:
-    """Whether only unused inputs of lifted OpFromGraphs read ``var`` (a pullback's ``outputs``, say)."""
+def _dead(fgraph: FunctionGraph, var: Variable, plain: set[Apply]) -> bool:
+    """Whether only unused inputs of plain OpFromGraphs read ``var`` (a pullback's ``outputs``, say)."""
     return all(
-        is_plain(client.op) and all(not client.op.fgraph.clients.get(inner) for inner in _inner_inputs_of(client, var))
+        client in plain and all(not client.op.fgraph.clients.get(inner) for inner in _inner_inputs_of(client, var))
         for client, _ in fgraph.clients.get(var, [])
     )
 
@@ -122,9 +123,9 @@ def _inner_inputs_of(node: Apply, var: Variable) -> list[Variable]:
 
 def helpful_lifts(fgraph: FunctionGraph) -> set[tuple[Any, ...]]:
     """``(op, *inputs)`` of the plain OpFromGraph nodes of ``fgraph`` whose lift `gains`."""
-    plain = [node for node in fgraph.apply_nodes if is_plain(node.op)]
+    plain = {node for node in fgraph.apply_nodes if is_plain(node.op)}
     repeated = Counter(node.op._frozen_fgraph for node in plain)
-    return {(node.op, *node.inputs) for node in plain if gains(fgraph, node, repeated)}
+    return {(node.op, *node.inputs) for node in plain if gains(fgraph, node, plain, repeated)}
 
 
 def lift_plain_ofg(op: Any, inputs: Sequence[Variable]) -> list[Variable] | None:
@@ -147,20 +148,24 @@ def lift_plain_ofg(op: Any, inputs: Sequence[Variable]) -> list[Variable] | None
 
 
 def lift_op_from_graphs(fgraph: FunctionGraph) -> int:
-    """Lift the plain OpFromGraphs of ``fgraph`` (nested ones included), to a fixpoint.
+    """Lift the plain OpFromGraphs of ``fgraph`` whose lift `gains` (nested ones included), to a fixpoint.
 
     When ``innergraph_lift`` ran on the graph, the Scans that lifted bodies contain
-    are lifted too, so both passes leave every body as nodes of the graph.
+    are lifted too, so both passes leave every body as nodes of the graph. A graph
+    with nothing to gain is left as it is, after one walk over its nodes.
     """
-    if not any(type(node.op) is OpFromGraph for node in fgraph.apply_nodes):
+    wanted = helpful_lifts(fgraph)
+    if not wanted:
         return 0
     classes = {OpFromGraph} | (PIPELINE_LIFTS if was_lifted(fgraph) else set())
     mark_lifted(fgraph)
     total = 0
     token = _functions.set({})
     try:
-        while changed := unfold_inner_graphs(fgraph, reason="innergraph_lift_ofg") + _lift_round(fgraph, classes):
-            total += changed
+        while wanted and (lifted := _lift_round(fgraph, classes, wanted)):
+            total += lifted
+            unfold_inner_graphs(fgraph, reason="innergraph_lift_ofg")  # the lifted bodies' nested calls and loops
+            wanted = helpful_lifts(fgraph)
     finally:
         _functions.reset(token)
     if total > 1:
@@ -168,8 +173,8 @@ def lift_op_from_graphs(fgraph: FunctionGraph) -> int:
     return total
 
 
-def _lift_round(fgraph: FunctionGraph, classes: set[type]) -> int:
-    token = _wanted.set(helpful_lifts(fgraph))
+def _lift_round(fgraph: FunctionGraph, classes: set[type], wanted: set[tuple[Any, ...]]) -> int:
+    token = _wanted.set(wanted)
     try:
         return lift(fgraph, classes, {OpFromGraph: lift_plain_ofg})
     finally:
