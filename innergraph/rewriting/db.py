@@ -32,6 +32,12 @@ PyTensor's second Scan pass (``scan_eqopt2``, 1.6: save-memory, merging,
 in-place), which — like PyTensor's own tests — expects native Scans. A merged
 body becomes one native Op, compiled once. ``mode.excluding("innergraph")`` gives vanilla behaviour back.
 
+``innergraph_lift_ofg`` (`innergraph.rewriting.lift_ofg`) lifts PyTensor's plain
+``OpFromGraph`` nodes into calls right after, when that gains something (a dead
+output, an unused input, a constant or repeated argument, a repeated inner graph);
+``mode.excluding("innergraph_lift_ofg")`` keeps them native. See
+``design/opfromgraph.md``.
+
 ``innergraph_branch`` (`innergraph.rewriting.share_branch`) passes work a lazy
 branch shares with the outer graph into the branch as an argument, after
 canonicalize and stabilize made both sides canonical.
