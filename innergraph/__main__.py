@@ -78,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
         "--cases",
         nargs="+",
         metavar="CASE",
-        help="run only these cases: a case number ('1'..'7', 'demo', 'jax'), a case id or an id pattern such as 'seqs-*' "
+        help="run only these cases: a case number ('1'..'7', 'ofg', 'jax', 'demo'), a case id or an id pattern such as 'seqs-*' "
         "(default: all; --list shows the ids)",
     )
     bench.add_argument("--list", action="store_true", help="list the cases and exit")

@@ -13,9 +13,10 @@ variant
     builder (`innergraph.ifelse`, `innergraph.call`) builds PyTensor's own
     construct for vanilla (`pytensor.ifelse.ifelse`, `OpFromGraph`).
 group
-    The issue's case number (``"1"`` .. ``"7"``) plus ``"demo"`` for cases only the
-    demonstration needs and ``"jax"`` for cases 1 and 5 under the JAX linker;
-    `CASES` lists every case in report order.
+    The issue's case number (``"1"`` .. ``"7"``), ``"ofg"`` for PyTensor's own
+    `OpFromGraph` lifted by the pipeline, ``"jax"`` for cases 1 and 5 under the JAX
+    linker, plus ``"demo"`` for cases only the demonstration needs; `CASES` lists
+    every case in report order.
 
 The builders are plain functions, so the pytest benchmarks (``tests/benchmarks``),
 ``python -m innergraph`` and ``python -m innergraph bench`` measure the very same
@@ -50,9 +51,11 @@ __all__ = [
     "jax_cases",
     "issue_1669",
     "nested_scan",
+    "ofg_unused_output",
     "scan_over_sequences",
     "select",
     "student_t",
+    "student_t_ofg",
     "trivial_scan",
 ]
 
@@ -356,6 +359,52 @@ def student_t(k: int = 8) -> Case:
     return Case(f"student-t-K{k}", "demo", title, build, values, params={"K": k})
 
 
+# OpFromGraph lifted by the pipeline ----------------------------------------------------
+
+
+def student_t_ofg(k: int = 8) -> Case:
+    """`student_t` with an `OpFromGraph` per call site in both variants: the pipeline's lift at work.
+
+    Both variants build the same graph (PyTensor's own construct); innergraph lifts
+    the OpFromGraphs (one body, compiled once), vanilla keeps them.
+    """
+
+    def build(variant: str) -> Graph:
+        mu, sigma = pt.dscalar("mu"), pt.dscalar("sigma")
+        data = [pt.dvector(f"x{i}") for i in range(k)]
+        terms = []
+        for x in data:
+            xs, m, s = pt.dvector(), pt.dscalar(), pt.dscalar()
+            terms.append(OpFromGraph([xs, m, s], [student_t_logp(xs, m, s)])(x, mu, sigma))
+        logp = pt.add(*terms)
+        return [*data, mu, sigma], [logp, *_grad(logp, [mu, sigma])]
+
+    base = student_t(k)
+    title = f"Student-t log-likelihood over K={k} data sets + gradient, OpFromGraph in both variants"
+    return Case(f"student-t-ofg-K{k}", "ofg", title, build, base.values, params={"K": k})
+
+
+def ofg_unused_output(size: int = 200) -> Case:
+    """A plain `OpFromGraph` returning a cheap and an expensive output, of which only the cheap one is used.
+
+    PyTensor issue #697: vanilla computes the unused output (a ``size`` x ``size``
+    matrix product and its ``tanh``) on every call; innergraph lifts the Op and
+    drops it.
+    """
+
+    def build(variant: str) -> Graph:
+        a, b = pt.dmatrix("a"), pt.dmatrix("b")
+        p, q = pt.dmatrix(), pt.dmatrix()
+        op = OpFromGraph([p, q], [(p * q).sum(axis=0), pt.tanh(p @ q)])
+        used, _ = op(a, b)
+        return [a, b], [used]
+
+    rng = np.random.default_rng(8)
+    values = [rng.normal(size=(size, size)), rng.normal(size=(size, size))]
+    title = f"OpFromGraph with an unused output ({size}x{size} product), PyTensor #697"
+    return Case("ofg-unused", "ofg", title, build, values, params={"size": size})
+
+
 def all_cases() -> list[Case]:
     """Every benchmark case, in report order (cases 1-7, then the demonstration's)."""
     return [
@@ -369,6 +418,8 @@ def all_cases() -> list[Case]:
         ifelse_heavy(),
         *(trivial_scan(linker) for linker in ("numba", "cvm", "py")),
         student_t(),
+        student_t_ofg(),
+        ofg_unused_output(),
         *jax_cases(),
     ]
 

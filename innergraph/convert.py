@@ -85,9 +85,10 @@ def lift_graph(outputs: Sequence[Variable], only: Container[Apply] | None = None
 
     Nothing is mutated: nodes downstream of a lifted node are rebuilt, the rest shared.
     The new consumers read their functions folded, like every graph built outside
-    the rewrite pipeline (see ``design/architecture.md``).
+    the rewrite pipeline (see ``design/architecture.md``). Within `lift` (a lift rule
+    lifting a body's nested nodes), the rules are those `lift` was given.
     """
-    return fold_scope(_rewrite_graph(outputs, LIFTERS, only))
+    return fold_scope(_rewrite_graph(outputs, _active_lifters.get() or LIFTERS, only))
 
 
 def lower_graph(outputs: Sequence[Variable]) -> list[Variable]:
@@ -95,9 +96,19 @@ def lower_graph(outputs: Sequence[Variable]) -> list[Variable]:
     return _rewrite_graph(outputs, LOWERERS)
 
 
-def lift(fgraph: FunctionGraph, only: Container[type] | None = None) -> int:
-    """Lift the native nodes of ``fgraph`` (of the classes in ``only``, default all)."""
-    return _rewrite_fgraph(fgraph, _subset(LIFTERS, only), "innergraph.lift")
+def lift(fgraph: FunctionGraph, only: Container[type] | None = None, rules: dict[type, Rule] | None = None) -> int:
+    """Lift the native nodes of ``fgraph`` (of the classes in ``only``, default all).
+
+    ``rules`` adds or replaces rules of `LIFTERS` for this call (the pipeline's own
+    `OpFromGraph` policy). The bodies lifted meanwhile lift their nested nodes with
+    the same rules.
+    """
+    chosen = _subset({**LIFTERS, **(rules or {})}, only)
+    token = _active_lifters.set(chosen)
+    try:
+        return _rewrite_fgraph(fgraph, chosen, "innergraph.lift")
+    finally:
+        _active_lifters.reset(token)
 
 
 def lower(fgraph: FunctionGraph, only: Container[type] | None = None) -> int:
@@ -111,6 +122,10 @@ def _subset(rules: dict[type, Rule], only: Container[type] | None) -> dict[type,
 
 #: Native Scan Op -> the function its body became, within one `_rewrite_fgraph`.
 _lifted_bodies: ContextVar[dict[Any, Variable] | None] = ContextVar("innergraph_lifted_bodies", default=None)
+
+
+#: The rules `lift` applies, so that the nested nodes of the bodies it lifts follow them too.
+_active_lifters: ContextVar[dict[type, Rule] | None] = ContextVar("innergraph_active_lifters", default=None)
 
 
 def _rewrite_fgraph(fgraph: FunctionGraph, rules: dict[type, Rule], reason: str) -> int:

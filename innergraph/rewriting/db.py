@@ -4,6 +4,7 @@
 name                           position  tags
 =============================  ========  ==================================================
 ``innergraph_lift``            0.04      fast_run, innergraph
+``innergraph_lift_ofg``        0.041     fast_run, innergraph
 ``innergraph_branch``          1.55      fast_run, innergraph
 ``innergraph_simplify``        1.56      fast_run, innergraph
 ``innergraph_lower``           1.59      fast_run, innergraph
@@ -30,6 +31,12 @@ alpha-equivalent bodies. ``innergraph_lower`` converts them back just before
 PyTensor's second Scan pass (``scan_eqopt2``, 1.6: save-memory, merging,
 in-place), which — like PyTensor's own tests — expects native Scans. A merged
 body becomes one native Op, compiled once. ``mode.excluding("innergraph")`` gives vanilla behaviour back.
+
+``innergraph_lift_ofg`` (`innergraph.rewriting.lift_ofg`) lifts PyTensor's plain
+``OpFromGraph`` nodes into calls right after, when that gains something (a dead
+output, an unused input, a constant or repeated argument, a repeated inner graph);
+``mode.excluding("innergraph_lift_ofg")`` keeps them native. See
+``design/opfromgraph.md``.
 
 ``innergraph_branch`` (`innergraph.rewriting.share_branch`) passes work a lazy
 branch shares with the outer graph into the branch as an argument, after
@@ -83,6 +90,7 @@ from pytensor.graph.rewriting.db import RewriteDatabase
 
 from innergraph.rewriting.fusion import fuse_bodies
 from innergraph.rewriting.lift import fold_bodies, lift_native, lower_consumers
+from innergraph.rewriting.lift_ofg import lift_op_from_graphs
 from innergraph.rewriting.outer import (
     local_merge_slices_of_known_length,
     local_set_row_of_expand_dims,
@@ -132,6 +140,7 @@ class ConsumerRewritesDB(RewriteDatabase):
 
 _REWRITES: list[tuple[str, Any, float, tuple[str, ...]]] = [
     ("innergraph_lift", FunctionRewriter(lift_native), 0.04, ("fast_run", "innergraph")),
+    ("innergraph_lift_ofg", FunctionRewriter(lift_op_from_graphs), 0.041, ("fast_run", "innergraph")),
     ("innergraph_branch", FunctionRewriter(share_branch_work), 1.55, ("fast_run", "innergraph")),
     ("innergraph_simplify", ConsumerRewritesDB(), 1.56, ("fast_run", "innergraph")),
     ("innergraph_lower", FunctionRewriter(lower_consumers), 1.59, ("fast_run", "innergraph")),

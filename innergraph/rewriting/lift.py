@@ -14,10 +14,20 @@ from innergraph.ops.runtime import mark_rewritten
 from innergraph.rewriting.args import outline_constants
 from innergraph.rewriting.signature import sharing_rebuilt_functions
 
-__all__ = ["fold_bodies", "lift_native", "lower_consumers"]
+__all__ = ["fold_bodies", "lift_native", "lower_consumers", "mark_lifted", "was_lifted"]
 
 #: Graphs ``lift_native`` ran on: their bodies were rewritten with the outer graph.
 _lifted: weakref.WeakSet[FunctionGraph] = weakref.WeakSet()
+
+
+def mark_lifted(fgraph: FunctionGraph) -> None:
+    """Record that a lift pass ran on ``fgraph``: its bodies go through the pipeline with it."""
+    _lifted.add(fgraph)
+
+
+def was_lifted(fgraph: FunctionGraph) -> bool:
+    """Whether ``lift_native`` (or another lift pass) ran on ``fgraph``."""
+    return fgraph in _lifted
 
 
 def lift_native(fgraph: FunctionGraph) -> int:

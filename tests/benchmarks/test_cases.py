@@ -129,3 +129,12 @@ def test_untaken_solves_never_run_under_innergraph():
         theirs(*case.values)  # PyTensor issue #501: Numba's IfElse evaluates both branches
     taken = (case.values[0], case.values[1], np.float64(-1.0))  # the solves are taken, and allowed to run
     np.testing.assert_allclose(ours(*taken), theirs(*taken), rtol=1e-10)
+
+
+def test_the_pipeline_lifts_plain_opfromgraphs(compiled):
+    ours, theirs = stats(compiled, "ofg-unused", "innergraph"), stats(compiled, "ofg-unused", "vanilla")
+    assert (ours["unused_outputs"], theirs["unused_outputs"]) == (0, 1)  # PyTensor #697
+    assert ours["total_nodes"] < theirs["total_nodes"]
+    ours, theirs = stats(compiled, "student-t-ofg-K8", "innergraph"), stats(compiled, "student-t-ofg-K8", "vanilla")
+    assert ours["consumers"]["call"] == theirs["consumers"]["call"] == 16  # 8 call sites and their pullbacks
+    assert ours["bodies"] == 2 and ours["unused_outputs"] == ours["unused_params"] == 0

@@ -1,0 +1,325 @@
+"""The pipeline lifts plain OpFromGraphs (``innergraph_lift_ofg``): importing innergraph is enough.
+
+Every test builds PyTensor's own `OpFromGraph` and compiles it with the default
+pipeline; the reference is the same graph compiled with innergraph uninstalled.
+"""
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from pytensor.compile.builders import OpFromGraph
+from pytensor.compile.mode import Mode
+from pytensor.graph.basic import equal_computations
+from pytensor.graph.fg import FunctionGraph
+from pytensor.link.vm import VMLinker
+from pytensor.scan.op import Scan as NativeScan
+
+import innergraph
+from innergraph import graph_stats
+from innergraph.graph import body_of
+from innergraph.ops import runtime
+from innergraph.ops.call import Call
+from innergraph.rewriting.lift_ofg import lift_op_from_graphs
+from innergraph.types import Body
+
+x, y = pt.dvector("x"), pt.dvector("y")
+X = np.linspace(0.1, 1.0, 5)
+Y = np.linspace(-1.0, 2.0, 5)
+SAMPLE = (X, Y, Y, X)  # the arguments every test calls its functions with
+PYTHON_VM = VMLinker(use_cloop=False, c_thunks=False)  # Scan gradients need a VM; this one compiles no C
+
+
+def modes(linker):
+    mode = Mode(linker=linker, optimizer="fast_run")
+    return mode, mode.excluding("innergraph")
+
+
+def compile_both(inputs, outputs, linker="cvm"):
+    """The graph compiled with innergraph, and with PyTensor alone (innergraph uninstalled).
+
+    Uninstalled, because ``excluding("innergraph")`` only reaches the outer graph:
+    a native Scan or OpFromGraph compiles its inner graph with its own mode. The
+    reference is called once while uninstalled, so its inner functions are
+    compiled then (an OpFromGraph compiles its own on its first call).
+    """
+    ours = pytensor.function(inputs, outputs, mode=modes(linker)[0])
+    innergraph.uninstall()
+    try:
+        vanilla = pytensor.function(inputs, outputs, mode=Mode(linker=linker, optimizer="fast_run"))
+        vanilla(*SAMPLE[: len(inputs)])
+    finally:
+        innergraph.install()
+    return ours, vanilla
+
+
+def assert_same_values(f, g, *args):
+    got, want = f(*args), g(*args)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+def nodes_of(fn, cls, exact=True):
+    return [n for n in fn.maker.fgraph.apply_nodes if (type(n.op) is cls if exact else isinstance(n.op, cls))]
+
+
+def body_params(call_node):
+    return body_of(call_node.inputs[0]).param_types
+
+
+def two_output_ofg(cls=OpFromGraph, **kwargs):
+    """A cheap output and an expensive one (an outer product and its tanh)."""
+    p, q = pt.dvector("p"), pt.dvector("q")
+    return cls([p, q], [pt.exp(p) * q, pt.tanh(pt.outer(p, q)).sum(axis=0)], **kwargs)
+
+
+# Dead outputs, under every linker ------------------------------------------------------
+
+
+@pytest.fixture(scope="module", params=["py", "cvm", "numba"])
+def dead_output(request):
+    used, _ = two_output_ofg()(x, y)
+    return compile_both([x, y], [used], linker=request.param)
+
+
+def test_a_dead_output_is_gone_with_values_as_vanilla(dead_output):
+    ours, vanilla = dead_output
+    assert graph_stats(vanilla)["unused_outputs"] == 1
+    stats = graph_stats(ours)
+    assert stats["unused_outputs"] == 0 and stats["consumers"]["call"] == 1
+    (node,) = nodes_of(ours, Call)
+    assert len(node.outputs) == 1 and not nodes_of(ours, OpFromGraph)
+    assert_same_values(ours, vanilla, X, Y)
+
+
+# Unused inputs, constant and repeated arguments ---------------------------------------------
+
+
+def test_an_unused_input_is_dropped():
+    p, q, r = pt.dvectors("p", "q", "r")
+    out = OpFromGraph([p, q, r], [p * q + 1], on_unused_input="ignore")(x, y, x + y)
+    ours, vanilla = compile_both([x, y], [out])
+    (node,) = nodes_of(ours, Call)
+    assert len(body_params(node)) == 2 and graph_stats(ours)["unused_params"] == 0
+    assert graph_stats(vanilla)["unused_params"] == 1
+    assert_same_values(ours, vanilla, X, Y)
+
+
+def test_an_unused_input_pytensor_refuses_is_refused_as_in_vanilla():
+    from pytensor.compile.rebuild import UnusedInputError
+
+    p, q = pt.dvectors("p", "q")
+    out = OpFromGraph([p, q], [p * 2])(x, y)
+    for mode in modes("py"):
+        with pytest.raises(UnusedInputError, match="not part of the computational graph"):
+            pytensor.function([x, y], out, mode=mode)(X, Y)
+
+
+def test_a_constant_argument_is_inlined_and_a_repeated_one_passed_once():
+    p, q, r = pt.dvectors("p", "q", "r")
+    op = OpFromGraph([p, q, r], [pt.exp(p) * q - r])
+    out = op(x, x, pt.constant(np.full(5, 2.0)))
+    ours, vanilla = compile_both([x], [out])
+    (node,) = nodes_of(ours, Call)
+    assert node.inputs[1:] == [ours.maker.fgraph.inputs[0]]  # one argument left: x
+    assert_same_values(ours, vanilla, X)
+
+
+# Merging -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def two_equal_ofgs():
+    def helper():  # built twice, with other variable names each time
+        u, v = pt.dvector(), pt.dvector()
+        return OpFromGraph([u, v], [pt.tanh(u) * v + u])
+
+    a, b = helper(), helper()
+    assert a is not b and a == b
+    before = sum(runtime.compile_count.values())
+    fns = compile_both([x, y], [a(x, y) + b(y, x)])
+    return fns, sum(runtime.compile_count.values()) - before
+
+
+def test_two_applications_of_equal_ofgs_share_one_body_compiled_once(two_equal_ofgs):
+    (ours, vanilla), compiled = two_equal_ofgs
+    stats = graph_stats(ours)
+    assert stats["consumers"]["call"] == 2 and stats["bodies"] == 1
+    first, second = nodes_of(ours, Call)
+    assert first.inputs[0] is second.inputs[0]
+    assert compiled == 1
+    assert graph_stats(vanilla)["consumers"]["call"] == 2
+    assert_same_values(ours, vanilla, X, Y)
+
+
+# Gradients, with and without overrides ---------------------------------------------------------
+
+
+def scaled_pullback(inputs, outputs, cotangents):
+    p, q = inputs
+    g, _ = cotangents
+    return [g * q * 3.0, g * 5.0]
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"pullback": scaled_pullback}], ids=["plain", "pullback"])
+def test_gradients_keep_their_values(kwargs):
+    used, _ = two_output_ofg(**kwargs)(x, y)
+    cost = used.sum()
+    grads = pytensor.grad(cost, [x, y])
+    ours, vanilla = compile_both([x, y], [cost, *grads])
+    assert not nodes_of(ours, OpFromGraph)  # the forward Op and the pullback's Op are lifted
+    assert all(n.op == Call() for n in nodes_of(ours, Call))  # compile-time calls carry no override
+    assert_same_values(ours, vanilla, X, Y)
+
+
+def test_pushforward_override_keeps_its_values():
+    def jvp(inputs, tangents):
+        return [tangents[0] * 11.0 + tangents[1], tangents[1]]
+
+    used, _ = two_output_ofg(pushforward=jvp)(x, y)
+    tx, ty = pt.dvector("tx"), pt.dvector("ty")
+    (out,) = pytensor.gradient.pushforward([used], [x, y], [tx, ty], use_op_pushforward=True)
+    ours, vanilla = compile_both([x, y, tx, ty], [used, out])
+    assert graph_stats(ours)["unused_outputs"] == 0
+    assert_same_values(ours, vanilla, X, Y, Y, X)
+
+
+@pytest.fixture(scope="module")
+def gradient_numba():
+    used, _ = two_output_ofg()(x, y)
+    cost = (used**2).sum()
+    return compile_both([x, y], [cost, *pytensor.grad(cost, [x, y])], linker="numba")
+
+
+def test_gradients_under_numba(gradient_numba):
+    ours, vanilla = gradient_numba
+    # Vanilla's pullback Op reads both outputs (as inputs it does not use): both are computed.
+    assert graph_stats(vanilla)["unused_params"] > 0 and not nodes_of(vanilla, Call)
+    stats = graph_stats(ours)
+    assert stats["unused_outputs"] == stats["unused_params"] == 0
+    assert sorted(len(n.outputs) for n in nodes_of(ours, Call)) == [1, 2]  # the forward call, the pullback call
+    assert_same_values(ours, vanilla, X, Y)
+
+
+# What stays native ---------------------------------------------------------------------------
+
+
+class Fixed(OpFromGraph):
+    """Stands for an Op with a fixed signature (AllocDiag, Einsum, ...)."""
+
+
+def test_subclasses_are_untouched():
+    used, _ = two_output_ofg(Fixed)(x, y)
+    ours, vanilla = compile_both([x, y], [used])
+    assert len(nodes_of(ours, Fixed)) == 1 and not nodes_of(ours, Call)
+    assert graph_stats(ours)["unused_outputs"] == 1
+    assert_same_values(ours, vanilla, X, Y)
+
+
+def test_in_place_and_custom_mode_ofgs_are_untouched():
+    in_place = two_output_ofg(destroy_map={0: [0]})
+    custom = two_output_ofg(mode="FAST_COMPILE")
+    fg = FunctionGraph([x, y], [in_place(x, y)[0], custom(x, y)[0]], clone=False)
+    assert lift_op_from_graphs(fg) == 0
+    assert [type(n.op) for n in fg.toposort()] == [OpFromGraph, OpFromGraph]
+    ours, vanilla = compile_both([x, y], [custom(x, y)[0]])
+    assert nodes_of(ours, OpFromGraph) and not nodes_of(ours, Call)
+    assert_same_values(ours, vanilla, X, Y)
+
+
+def test_an_ofg_the_lift_would_not_improve_stays_native():
+    p, q = pt.dvector("p"), pt.dvector("q")
+    both = OpFromGraph([p, q], [p + q, p * q])(x, y)
+    ours, vanilla = compile_both([x, y], both)
+    assert len(nodes_of(ours, OpFromGraph)) == 1 and not nodes_of(ours, Call)
+    assert_same_values(ours, vanilla, X, Y)
+
+
+def test_inline_ofgs_are_inlined_as_in_vanilla():
+    used, _ = two_output_ofg(inline=True)(x, y)
+    ours, vanilla = compile_both([x, y], [used])
+    assert not nodes_of(ours, OpFromGraph, exact=False) and not nodes_of(ours, Call)
+    assert [type(n.op) for n in ours.maker.fgraph.toposort()] == [type(n.op) for n in vanilla.maker.fgraph.toposort()]
+    assert_same_values(ours, vanilla, X, Y)
+    # Without PyTensor's inlining, an inline Op stays what it is, as in vanilla.
+    kept = pytensor.function([x, y], [used], mode=Mode(linker="cvm", optimizer="fast_run").excluding("inline_ofg_expansion"))
+    assert nodes_of(kept, OpFromGraph) and not nodes_of(kept, Call)
+
+
+@pytest.mark.parametrize("tag", ["innergraph_lift_ofg", "innergraph"])
+def test_the_off_switch(tag):
+    used, _ = two_output_ofg()(x, y)
+    fn = pytensor.function([x, y], [used], mode=Mode(linker="cvm", optimizer="fast_run").excluding(tag))
+    assert nodes_of(fn, OpFromGraph) and not nodes_of(fn, Call)
+    assert graph_stats(fn)["unused_outputs"] == 1
+
+
+# Nesting ---------------------------------------------------------------------------------------
+
+
+def scan_over_an_ofg():
+    op = two_output_ofg()
+
+    def step(row, acc):
+        used, _ = op(row, acc)
+        return used
+
+    ys = pytensor.scan(step, sequences=[pt.outer(x, y)], outputs_info=[y], return_updates=False)
+    return ys[-1].sum()
+
+
+def test_an_ofg_in_a_scan_body_under_numba():
+    ours, vanilla = compile_both([x, y], [scan_over_an_ofg()], linker="numba")
+    (scan,) = nodes_of(ours, NativeScan)
+    (call,) = [n for n in scan.op.fgraph.apply_nodes if isinstance(n.op, Call)]
+    assert len(call.outputs) == 1
+    (native,) = [n for s in nodes_of(vanilla, NativeScan) for n in s.op.fgraph.apply_nodes if isinstance(n.op, OpFromGraph)]
+    assert len(native.outputs) == 2
+    assert_same_values(ours, vanilla, X, Y)
+
+
+def test_an_ofg_in_a_scan_body():
+    cost = scan_over_an_ofg()
+    ours, vanilla = compile_both([x, y], [cost, *pytensor.grad(cost, [x, y])])
+    inner = [n for s in nodes_of(ours, NativeScan) for n in s.op.fgraph.apply_nodes]
+    assert any(isinstance(n.op, Call) for n in inner) and not any(type(n.op) is OpFromGraph for n in inner)
+    ours_stats, vanilla_stats = graph_stats(ours), graph_stats(vanilla)
+    assert ours_stats["unused_outputs"] == ours_stats["unused_params"] == 0 < vanilla_stats["unused_params"]
+    calls = [n for n in inner if isinstance(n.op, Call)]
+    assert sorted(len(n.outputs) for n in calls) == [1, 2]  # the step's call lost its dead output
+    assert_same_values(ours, vanilla, X, Y)
+
+
+def test_a_scan_and_an_ofg_in_an_ofg_body():
+    p, q = pt.dvector("p"), pt.dvector("q")
+    ys = pytensor.scan(
+        lambda acc, w: pt.sin(acc) * w,
+        outputs_info=[p],
+        non_sequences=[q],
+        n_steps=3,
+        return_updates=False,
+        mode=modes(PYTHON_VM)[0],  # no C compilation, here or in the reference: this test stays fast
+    )
+    nested, _ = two_output_ofg()(ys[-1], q)
+    op = OpFromGraph([p, q], [nested.sum(), pt.tanh(pt.outer(p, q)).sum()])
+    used, _ = op(x, y)
+    ours, vanilla = compile_both([x, y], [used, *pytensor.grad(used, [x, y])], linker=PYTHON_VM)
+    assert not nodes_of(ours, OpFromGraph)
+    bodies = [c.data for c in ours.maker.fgraph.variables if isinstance(getattr(c, "data", None), Body)]
+    assert bodies and graph_stats(ours)["unused_outputs"] == 0 < graph_stats(vanilla)["unused_outputs"]
+    assert_same_values(ours, vanilla, X, Y)
+
+
+# Determinism -------------------------------------------------------------------------------------
+
+
+def test_compiling_twice_gives_the_same_graph():
+    def build():
+        used, _ = two_output_ofg()(x, y)
+        helper = OpFromGraph([x], [pt.exp(x) + 1])
+        return [used + helper(x) + helper(y)]
+
+    ours, _ = modes("cvm")
+    first, second = (pytensor.function([x, y], build(), mode=ours).maker.fgraph for _ in range(2))
+    assert [str(n.op) for n in first.toposort()] == [str(n.op) for n in second.toposort()]
+    assert equal_computations(first.outputs, second.outputs, first.inputs, second.inputs)
