@@ -9,7 +9,12 @@ numbers under ``cvm``.
 
 Profiles: ``ci`` (the default) runs a few programs per linker (Numba and JAX compile
 slowly); ``--hypothesis-profile=thorough`` runs `THOROUGH` programs in all (>= 2,000).
+With ``INNERGRAPH_DIFFERENTIAL_LOG=path`` every program's outcome is appended to ``path``
+(one line each: linker, outcome, seconds, order, errors), to follow a long run.
 """
+
+import os
+import time
 
 import pytest
 from hypothesis import event, given, settings
@@ -27,13 +32,28 @@ def examples(linker):
     return (THOROUGH if thorough else CI)[linker]
 
 
+def log(line):
+    path = os.environ.get("INNERGRAPH_DIFFERENTIAL_LOG")
+    if path:
+        with open(path, "a") as file:
+            file.write(line + "\n")
+
+
 @pytest.mark.parametrize("linker", LINKERS)
 def test_innergraph_gives_vanilla_numbers(linker):
     @settings(max_examples=examples(linker))
     @given(programs(), st.integers(0, 2**16))
     def check(program, seed):
-        for outcome in check_against_vanilla(program, [linker], seed=seed):
+        start = time.perf_counter()
+        try:
+            outcomes = check_against_vanilla(program, [linker], seed=seed)
+        except Exception as error:
+            log(f"{linker}\tFAILED\t{time.perf_counter() - start:.1f}\t{program.order}\t{str(error)[:300]!r}")
+            raise
+        for outcome in outcomes:
             event(outcome.kind, f"{outcome.error} / {outcome.our_error}" if outcome.error else "")
+            log(f"{linker}\t{outcome.kind}\t{time.perf_counter() - start:.1f}\t{program.order}\t"
+                f"{outcome.error} / {outcome.our_error}")
 
     check()
 
