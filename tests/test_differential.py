@@ -20,7 +20,8 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from innergraph.testing.programs import LINKERS, check_against_vanilla, programs
+from innergraph.testing.programs import LINKERS, Leaf, Loop, Program, State, check_against_vanilla, programs
+from innergraph.testing.recipes import Param, Recipe, Step
 
 #: Programs per linker under the ``ci`` profile and under ``thorough``.
 CI = {"py": 6, "cvm": 6, "numba": 3, "jax": 4}
@@ -56,6 +57,31 @@ def test_innergraph_gives_vanilla_numbers(linker):
                 f"{outcome.error} / {outcome.our_error}")
 
     check()
+
+
+# y <- y/2 + tanh(sin(y * a) + y)/2 for 4 steps from y0 = a; the second derivative of the
+# result takes PyTensor's Scan gradient of a Scan gradient: a mit-mot whose in taps include
+# a negative one. Under JAX this gave another number than vanilla (the reason for this file).
+SCALAR = Param("float64", (), ())
+SIN_LOOP = Program(
+    inputs=(((), ()),),
+    expr=Loop(
+        sequences=(),
+        states=(State(init=0, taps=(-1,)),),
+        non_sequences=((0, True),),
+        bodies=(Leaf(Recipe((SCALAR, SCALAR), (Step("mul", (0, 1)), Step("exp", (2,)), Step("add", (3, 0))), (4,),
+                            (((), ()),) * 5), (0, 1)),),
+        n_steps=4, explicit_n_steps=True, stop=None, threshold=0.0, summed=(False,), result=0, last=True,
+        all_live=False,
+    ),
+    order=2,
+)
+
+
+@pytest.mark.parametrize("linker", LINKERS)
+def test_the_second_derivative_of_a_loop(linker):
+    (outcome,) = check_against_vanilla(SIN_LOOP, [linker], seed=3)
+    assert outcome.kind == "equal"
 
 
 def test_the_thorough_profile_runs_at_least_2000_programs():

@@ -141,12 +141,14 @@ class Program:
 
 def build_program(program: Program) -> tuple[list[Variable], list[Variable]]:
     """Fresh input variables and the outputs: the value, its cost's derivatives of order 1..``order``."""
-    inputs = [pt.tensor(dtype="float64", shape=static, name=f"x{i}") for i, (static, _) in enumerate(program.inputs)]
+    inputs: list[Variable] = [
+        pt.tensor(dtype="float64", shape=static, name=f"x{i}") for i, (static, _) in enumerate(program.inputs)
+    ]
     value = _build(program.expr, list(inputs))
-    outputs = [value]
+    outputs: list[Variable] = [value]
     cost = value.sum()
     for _ in range(program.order):
-        grads = pytensor.grad(cost, inputs, disconnected_inputs="ignore", null_gradients="return")
+        grads: Any = pytensor.grad(cost, inputs, disconnected_inputs="ignore", null_gradients="return")
         outputs.extend(grads)
         cost = pt.add(*[g.sum() for g in grads])
     return inputs, outputs
@@ -452,19 +454,24 @@ def check_against_vanilla(
             if isinstance(ours, BaseException):
                 outcomes.append(Outcome(linker, "both_failed", _brief(theirs), _brief(ours)))
                 continue
-            _compare(ours, reference, f"{where} (vanilla raised {theirs!r}; compared with vanilla "
+            _compare(ours, reference, _output_names(program), f"{where} (vanilla raised {theirs!r}; compared with vanilla "
                      f"under {reference_linker!r})", rtol, atol)
             outcomes.append(Outcome(linker, "vanilla_failed", _brief(theirs)))
             continue
         if isinstance(ours, BaseException):
             raise AssertionError(f"{where}, vanilla ran but innergraph raised {ours!r}") from ours
-        _compare(ours, theirs, where, rtol, atol)
+        _compare(ours, theirs, _output_names(program), where, rtol, atol)
         outcomes.append(Outcome(linker, "equal"))
     return outcomes
 
 
-def _compare(ours: list[np.ndarray], theirs: list[np.ndarray], where: str, rtol: float, atol: float) -> None:
-    names = ["value"] + [f"derivative output {k}" for k in range(1, len(theirs))]
+def _output_names(program: Program) -> list[str]:
+    """``value``, then ``derivative k wrt xi`` (the order of `build_program`'s outputs)."""
+    n = len(program.inputs)
+    return ["value"] + [f"derivative {k} wrt x{i}" for k in range(1, program.order + 1) for i in range(n)]
+
+
+def _compare(ours: list[np.ndarray], theirs: list[np.ndarray], names: list[str], where: str, rtol: float, atol: float) -> None:
     for name, got, want in zip(names, ours, theirs, strict=True):
         try:
             np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
