@@ -24,7 +24,7 @@ from innergraph.testing.programs import LINKERS, Leaf, Loop, Program, State, che
 from innergraph.testing.recipes import Param, Recipe, Step
 
 #: Programs per linker under the ``ci`` profile and under ``thorough``.
-CI = {"py": 6, "cvm": 6, "numba": 3, "jax": 4}
+CI = {"py": 10, "cvm": 10, "numba": 5, "jax": 10}
 THOROUGH = {"py": 500, "cvm": 600, "numba": 400, "jax": 500}
 
 
@@ -49,7 +49,7 @@ def test_innergraph_gives_vanilla_numbers(linker):
         try:
             outcomes = check_against_vanilla(program, [linker], seed=seed)
         except Exception as error:
-            log(f"{linker}\tFAILED\t{time.perf_counter() - start:.1f}\t{program.order}\t{str(error)[:300]!r}")
+            log(f"{linker}\tFAILED\t{time.perf_counter() - start:.1f}\t{program.order}\t{str(error)!r}")
             raise
         for outcome in outcomes:
             event(outcome.kind, f"{outcome.error} / {outcome.our_error}" if outcome.error else "")

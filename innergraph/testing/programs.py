@@ -29,7 +29,7 @@ pipeline (``mode_for(linker)``) and as vanilla PyTensor (``mode_for(linker).excl
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -365,16 +365,26 @@ def _vanilla() -> Iterator[None]:
 class Outcome:
     """What happened under one linker.
 
-    ``kind`` is ``"equal"`` (both ran, same numbers), ``"both_failed"`` (vanilla raised
-    ``error``, innergraph raised ``our_error``; the classes may differ) or
-    ``"vanilla_failed"`` (vanilla raised ``error``; innergraph ran and gave the numbers
-    vanilla gives under the reference linker).
+    ``kind`` is one of
+
+    ``"equal"``
+        both ran and gave the same numbers;
+    ``"both_failed"``
+        vanilla raised ``error`` and innergraph raised ``our_error`` (the classes may
+        differ: `same_failure`);
+    ``"vanilla_failed"``
+        vanilla raised ``error``; innergraph ran and gave the numbers vanilla gives under
+        the linker ``reference``;
+    ``"unchecked"``
+        vanilla raised ``error`` under every linker tried, innergraph ran: nothing to
+        compare with.
     """
 
     linker: str
     kind: str
     error: str = ""
     our_error: str = ""
+    reference: str = ""
 
     @property
     def same_failure(self) -> bool:
@@ -386,18 +396,16 @@ def _brief(error: BaseException) -> str:
     return f"{type(error).__name__}({str(error)[:120]!r})"
 
 
-def _run(program: Program, mode: Mode, values: list[np.ndarray], vanilla: bool) -> list[np.ndarray] | BaseException:
-    try:
-        if vanilla:
-            with _vanilla():
-                inputs, outputs = build_program(program)
-                fn = pytensor.function(inputs, outputs, mode=mode.excluding("innergraph"), on_unused_input="ignore")
-                return [np.asarray(v) for v in fn(*values)]
+def _run(program: Program, linker: str, values: list[np.ndarray], vanilla: bool) -> list[np.ndarray] | Exception:
+    """The outputs' values, or the exception compiling or running raised (building must not raise)."""
+    with _vanilla() if vanilla else nullcontext():
         inputs, outputs = build_program(program)
-        fn = pytensor.function(inputs, outputs, mode=mode, on_unused_input="ignore")
-        return [np.asarray(v) for v in fn(*values)]
-    except Exception as error:  # noqa: BLE001 - a failure is an outcome to compare
-        return error
+        mode = mode_for(linker).excluding("innergraph") if vanilla else mode_for(linker)
+        try:
+            fn = pytensor.function(inputs, outputs, mode=mode, on_unused_input="ignore")
+            return [np.asarray(v) for v in fn(*values)]
+        except Exception as error:  # noqa: BLE001 - a failure is an outcome to compare
+            return error
 
 
 def check_against_vanilla(
@@ -407,7 +415,7 @@ def check_against_vanilla(
     seed: int = 0,
     rtol: float = 1e-7,
     atol: float = 1e-9,
-    reference_linker: str = "cvm",
+    references: Sequence[str] = ("cvm", "py", "numba"),
 ) -> list[Outcome]:
     """Compile ``program`` with and without innergraph under each linker; fail on any difference.
 
@@ -421,9 +429,10 @@ def check_against_vanilla(
         Seed of the input values (`sample_inputs`).
     rtol, atol
         Tolerances of `numpy.testing.assert_allclose` (float64 arithmetic, reordered).
-    reference_linker
+    references
         When vanilla cannot compile or run the program under a linker but innergraph can,
-        innergraph's numbers are compared with vanilla's under this linker.
+        innergraph's numbers are compared with vanilla's under the first of these linkers
+        where vanilla runs.
 
     Returns
     -------
@@ -434,35 +443,38 @@ def check_against_vanilla(
     ------
     AssertionError
         When innergraph gives other numbers than vanilla or fails where vanilla runs; the
-        message names the linker and both outcomes. (Where both fail, the outcome records
-        both errors: `Outcome.same_failure` says whether the classes agree.)
-    ValueError
-        When vanilla cannot run ``program`` under ``reference_linker`` either: the
-        program itself is invalid (a defect of the generator, not of innergraph).
+        message names the linker, the output and both values (or the error).
     """
     values = sample_inputs(program, seed)
+    names = _output_names(program)
     outcomes = []
     for linker in linkers:
-        theirs = _run(program, mode_for(linker), values, vanilla=True)
-        ours = _run(program, mode_for(linker), values, vanilla=False)
+        theirs = _run(program, linker, values, vanilla=True)
+        ours = _run(program, linker, values, vanilla=False)
         where = f"under the {linker!r} linker"
-        if isinstance(theirs, BaseException):
-            reference = _run(program, mode_for(reference_linker), values, vanilla=True)
-            if isinstance(reference, BaseException):
-                raise ValueError(f"{program!r} does not run in vanilla PyTensor under {reference_linker!r} "
-                                 f"({reference!r}): not a valid program") from reference
-            if isinstance(ours, BaseException):
-                outcomes.append(Outcome(linker, "both_failed", _brief(theirs), _brief(ours)))
-                continue
-            _compare(ours, reference, _output_names(program), f"{where} (vanilla raised {theirs!r}; compared with vanilla "
-                     f"under {reference_linker!r})", rtol, atol)
-            outcomes.append(Outcome(linker, "vanilla_failed", _brief(theirs)))
-            continue
-        if isinstance(ours, BaseException):
-            raise AssertionError(f"{where}, vanilla ran but innergraph raised {ours!r}") from ours
-        _compare(ours, theirs, _output_names(program), where, rtol, atol)
-        outcomes.append(Outcome(linker, "equal"))
+        if not isinstance(theirs, Exception):
+            if isinstance(ours, Exception):
+                raise AssertionError(f"{where}, vanilla ran but innergraph raised {ours!r}") from ours
+            _compare(ours, theirs, names, where, rtol, atol)
+            outcomes.append(Outcome(linker, "equal"))
+        elif isinstance(ours, Exception):
+            outcomes.append(Outcome(linker, "both_failed", _brief(theirs), _brief(ours)))
+        else:
+            outcomes.append(_against_references(program, linker, ours, theirs, values, references, names, rtol, atol))
     return outcomes
+
+
+def _against_references(program: Program, linker: str, ours: list[np.ndarray], theirs: Exception,
+                        values: list[np.ndarray], references: Sequence[str], names: list[str],
+                        rtol: float, atol: float) -> Outcome:
+    for reference in (r for r in references if r != linker):
+        numbers = _run(program, reference, values, vanilla=True)
+        if isinstance(numbers, Exception):
+            continue
+        where = f"under the {linker!r} linker (vanilla raised {theirs!r}; compared with vanilla under {reference!r})"
+        _compare(ours, numbers, names, where, rtol, atol)
+        return Outcome(linker, "vanilla_failed", _brief(theirs), reference=reference)
+    return Outcome(linker, "unchecked", _brief(theirs))
 
 
 def _output_names(program: Program) -> list[str]:
