@@ -302,8 +302,9 @@ def _loops(scope: list[Shape], depth: int) -> Any:
                 states.append(State(draw(st.sampled_from(long_enough)), taps))
         n_nit_sots = draw(st.integers(0 if states else 1, 2))
         at_least = 0 if sequences or states else 1  # the step must have something to compute from
+        # (unique: pytensor.scan rejects a variable passed twice as a non-sequence)
         non_sequences = tuple((v, draw(st.booleans()))
-                              for v in draw(st.lists(st.sampled_from(list(idx)), min_size=at_least, max_size=2)))
+                              for v in draw(st.lists(st.sampled_from(list(idx)), min_size=at_least, max_size=2, unique=True)))
         step_scope = [_row(scope[v]) for v, taps in sequences for _ in taps]
         for s in states:
             step_scope += [scope[s.init] if s.taps == (-1,) else _row(scope[s.init])] * len(s.taps)
