@@ -49,7 +49,7 @@ def test_innergraph_gives_vanilla_numbers(linker):
         try:
             outcomes = check_against_vanilla(program, [linker], seed=seed)
         except Exception as error:
-            log(f"{linker}\tFAILED\t{time.perf_counter() - start:.1f}\t{program.order}\t{str(error)!r}")
+            log(f"{linker}\tFAILED\t{time.perf_counter() - start:.1f}\t{program.order}\t{str(error)!r}\t{program!r}")
             raise
         for outcome in outcomes:
             event(outcome.kind, f"{outcome.error} / {outcome.our_error}" if outcome.error else "")
