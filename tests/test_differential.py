@@ -24,7 +24,7 @@ from innergraph.testing.programs import LINKERS, Leaf, Loop, Program, State, che
 from innergraph.testing.recipes import Param, Recipe, Step
 
 #: Programs per linker under the ``ci`` profile and under ``thorough``.
-CI = {"py": 6, "cvm": 5, "numba": 4, "jax": 8}
+CI = {"py": 4, "cvm": 4, "numba": 4, "jax": 8}
 THOROUGH = {"py": 500, "cvm": 600, "numba": 400, "jax": 500}
 
 
