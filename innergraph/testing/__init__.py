@@ -9,6 +9,11 @@
 `check_inner_graph_op`
     Checks a consumer against laws 1, 2, 4 and 5, pickling, ``infer_shape`` and
     gradients. See ``design/testing.md``.
+`innergraph.testing.programs` / `check_against_vanilla`
+    Random user programs written with plain PyTensor (scan of every state kind,
+    ifelse, OpFromGraph, nested; derivatives up to third order), compiled with
+    innergraph and as vanilla PyTensor under the py, cvm, numba and jax linkers,
+    and compared (``tests/test_differential.py``).
 `check_rewrite`
     Applies a graph rewrite and checks values and gradients before and after on
     random inputs (``design/rewrites.md``).
@@ -18,6 +23,8 @@ The strategies need hypothesis (the ``test`` extra).
 
 from innergraph.testing.assertions import alpha_equivalent, assert_alpha_equivalent, assert_not_alpha_equivalent
 from innergraph.testing.kit import OpCase, check_inner_graph_op
+from innergraph.testing.programs import check_against_vanilla
 from innergraph.testing.rewrites import check_rewrite
 
-__all__ = ["OpCase", "alpha_equivalent", "assert_alpha_equivalent", "assert_not_alpha_equivalent", "check_inner_graph_op", "check_rewrite"]
+__all__ = ["OpCase", "alpha_equivalent", "assert_alpha_equivalent", "assert_not_alpha_equivalent", "check_against_vanilla",
+           "check_inner_graph_op", "check_rewrite"]

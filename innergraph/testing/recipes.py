@@ -39,6 +39,7 @@ __all__ = [
     "mutate",
     "mutations",
     "recipes",
+    "recipes_over",
     "sample_arguments",
 ]
 
@@ -387,3 +388,8 @@ def mutations() -> Any:
     from hypothesis import strategies as st
 
     return st.tuples(st.sampled_from(MUTATIONS), st.integers(0, 7))
+
+
+def recipes_over(params: tuple[Param, ...], max_steps: int = 6, nesting: int = 0) -> Any:
+    """Hypothesis strategy of recipes whose params are ``params`` (e.g. values already in scope)."""
+    return _steps(params, max_steps, nesting)
