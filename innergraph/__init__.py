@@ -35,7 +35,7 @@ from innergraph.graph import InnerGraph, body_of, is_function, param, params
 from innergraph.instantiate import instantiate, substitute
 from innergraph.ops.call import Call, call
 from innergraph.ops.ifelse import ifelse
-from innergraph.patching import install, installed, uninstall
+from innergraph.patching import install, installed, uninstall, uninstalled
 from innergraph.stats import graph_stats
 from innergraph.types import Body, InnerGraphType
 
@@ -71,6 +71,7 @@ __all__ = [
     "substitute",
     "unfold_inner_graphs",
     "uninstall",
+    "uninstalled",
     "visible_nodes",
 ]
 

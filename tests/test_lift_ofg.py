@@ -44,12 +44,9 @@ def compile_both(inputs, outputs, linker="cvm"):
     compiled then (an OpFromGraph compiles its own on its first call).
     """
     ours = pytensor.function(inputs, outputs, mode=modes(linker)[0])
-    innergraph.uninstall()
-    try:
+    with innergraph.uninstalled():
         vanilla = pytensor.function(inputs, outputs, mode=Mode(linker=linker, optimizer="fast_run"))
         vanilla(*SAMPLE[: len(inputs)])
-    finally:
-        innergraph.install()
     return ours, vanilla
 
 

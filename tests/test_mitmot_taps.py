@@ -32,8 +32,10 @@ def _mit_mot_scan(in_taps, out_taps):
 
 
 def _run(in_taps, out_taps, mode):
+    """Run with PyTensor alone (innergraph's JAX backend shifts native Scans' taps too)."""
     buffer, out = _mit_mot_scan(in_taps, out_taps)
-    return pytensor.function([buffer], out, mode=get_mode(mode).excluding("innergraph"))(np.arange(1.0, 5.0))
+    with innergraph.uninstalled():
+        return pytensor.function([buffer], out, mode=mode)(np.arange(1.0, 5.0))
 
 
 def test_shifting_every_tap_keeps_the_loop():

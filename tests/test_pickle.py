@@ -145,7 +145,9 @@ def test_in_graph_functions_load_and_run_without_installing(compiled, report):
 
 
 def test_import_innergraph_after_loading_still_installs(report):
-    assert report["after_import"] == {"installed": True, "rewrites": 10}
+    from innergraph.rewriting import db
+
+    assert report["after_import"] == {"installed": True, "rewrites": len(db.registered())}
 
 
 def test_what_each_pickle_imports(compiled):

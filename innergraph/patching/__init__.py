@@ -11,10 +11,12 @@ removed together with the patches (see `innergraph.rewriting.db`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DispatchPatch", "ItemPatch", "Patch", "apply_late", "install", "installed", "uninstall"]
+__all__ = ["DispatchPatch", "ItemPatch", "Patch", "apply_late", "install", "installed", "uninstall", "uninstalled"]
 
 
 @dataclass
@@ -113,3 +115,26 @@ def uninstall() -> None:
     while _applied:
         _applied.pop().revert()
     db.unregister_all()
+
+
+@contextmanager
+def uninstalled() -> Iterator[None]:
+    """PyTensor exactly as without innergraph for the block; reinstalled after if it was installed.
+
+    ``mode.excluding("innergraph")`` leaves innergraph's patches in place and reaches
+    only the outer graph (a native Scan or OpFromGraph compiles its inner graph with
+    its own mode). Comparing with vanilla PyTensor means compiling, and for a native
+    OpFromGraph first calling, the reference inside this block.
+
+    Examples
+    --------
+    >>> with innergraph.uninstalled():
+    ...     reference = pytensor.function(inputs, outputs)
+    """
+    was = installed()
+    uninstall()
+    try:
+        yield
+    finally:
+        if was:
+            install()

@@ -28,8 +28,8 @@ pipeline (``mode_for(linker)``) and as vanilla PyTensor (``mode_for(linker).excl
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +42,7 @@ from pytensor.graph.basic import Variable
 from pytensor.ifelse import ifelse
 from pytensor.scan.utils import until as scan_until
 
+from innergraph.patching import uninstalled
 from innergraph.testing.recipes import Param, Recipe, build_outputs, recipes_over
 
 __all__ = [
@@ -348,20 +349,6 @@ def mode_for(linker: str) -> Mode:
     raise ValueError(f"mode_for: unknown linker {linker!r} (expected one of {LINKERS})")
 
 
-@contextmanager
-def _vanilla() -> Iterator[None]:
-    """PyTensor exactly as without innergraph for the block (reinstalled after, if it was installed)."""
-    from innergraph.patching import install, installed, uninstall
-
-    was = installed()
-    uninstall()
-    try:
-        yield
-    finally:
-        if was:
-            install()
-
-
 @dataclass(frozen=True)
 class Outcome:
     """What happened under one linker.
@@ -399,7 +386,7 @@ def _brief(error: BaseException) -> str:
 
 def _run(program: Program, linker: str, values: list[np.ndarray], vanilla: bool) -> list[np.ndarray] | Exception:
     """The outputs' values, or the exception compiling or running raised (building must not raise)."""
-    with _vanilla() if vanilla else nullcontext():
+    with uninstalled() if vanilla else nullcontext():
         inputs, outputs = build_program(program)
         mode = mode_for(linker).excluding("innergraph") if vanilla else mode_for(linker)
         try:
