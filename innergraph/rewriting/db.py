@@ -83,6 +83,7 @@ from pytensor.graph.rewriting.db import RewriteDatabase
 
 from innergraph.rewriting.fusion import fuse_bodies
 from innergraph.rewriting.lift import fold_bodies, lift_native, lower_consumers
+from innergraph.rewriting.lift_ifelse import lift_native_ifelse
 from innergraph.rewriting.outer import (
     local_merge_slices_of_known_length,
     local_set_row_of_expand_dims,
@@ -136,6 +137,7 @@ _REWRITES: list[tuple[str, Any, float, tuple[str, ...]]] = [
     ("innergraph_simplify", ConsumerRewritesDB(), 1.56, ("fast_run", "innergraph")),
     ("innergraph_lower", FunctionRewriter(lower_consumers), 1.59, ("fast_run", "innergraph")),
     ("innergraph_set_rows", dfs_rewriter(local_set_row_of_expand_dims, ignore_newtrees=True), 2.01, ("fast_run", "innergraph")),
+    ("innergraph_lift_ifelse", FunctionRewriter(lift_native_ifelse), 48.4, ("fast_run", "innergraph", "ifelse")),
     ("innergraph_fold", FunctionRewriter(fold_bodies), 48.5, ("fast_run", "fast_compile", "minimum_compile")),
     ("innergraph_fusion", FunctionRewriter(fuse_bodies), 49.1, ("fast_run", "fusion")),
     ("innergraph_share", FunctionRewriter(share_native_ops), 99, ("fast_run", "innergraph")),
