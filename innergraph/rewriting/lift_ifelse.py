@@ -17,10 +17,11 @@ branch-only node
     become the body's arguments (shared, not recomputed); ownerless variables are
     captured as leaves; constants stay inside.
 work
-    A branch-only node whose Op is not in `CHEAP_OPS` (views, shapes, allocation,
-    elementwise arithmetic) nor a native ``IfElse`` (which only selects among
-    nodes the walk also sees): a reduction, a product, a solve, an ``Assert``, a
-    loop, any other Op.
+    A branch-only node other than a view, shape arithmetic, an allocation
+    (`CHEAP_OPS`), elementwise arithmetic of one instruction per element
+    (`CHEAP_SCALAR_OPS`) or a native ``IfElse`` (which only selects among nodes
+    the walk also sees): a transcendental function, a division, a reduction, a
+    product, a solve, an ``Assert``, a loop, any other Op.
     A group is lifted only when one of its branches has work: otherwise the
     native node runs the same nodes as the in-graph one would, and it stays (as
     PyTensor's own tests expect to find it).
@@ -37,16 +38,13 @@ nothing: the VM already evaluates PyTensor's IfElse lazily (or was built with
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
+
+import pytensor.scalar.basic as ps
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.ifelse import IfElse as NativeIfElse
-from pytensor.tensor.basic import (
-    Alloc,
-    AllocEmpty,
-    MakeVector,
-    ScalarFromTensor,
-    TensorFromScalar,
-)
+from pytensor.tensor.basic import Alloc, AllocEmpty, MakeVector, ScalarFromTensor, TensorFromScalar
 from pytensor.tensor.elemwise import DimShuffle, Elemwise
 from pytensor.tensor.shape import Shape, Shape_i
 from pytensor.tensor.subtensor import Subtensor
@@ -59,13 +57,20 @@ from innergraph.instantiate import substitute
 from innergraph.ops.ifelse import IfElse
 from innergraph.types import InnerGraphType
 
-__all__ = ["CHEAP_OPS", "lift_native_ifelse", "linker_runs_ifelse_natively"]
+__all__ = ["CHEAP_OPS", "CHEAP_SCALAR_OPS", "lift_native_ifelse", "linker_runs_ifelse_natively"]
 
 #: Ops whose branch-only nodes alone do not make a lift worthwhile: views, shape
-#: arithmetic, allocations (PyTensor's own gradients put them in branches) and
-#: elementwise arithmetic, which the outer graph fuses into its loops.
+#: arithmetic and allocations (PyTensor's own gradients put them in branches).
 CHEAP_OPS: tuple[type, ...] = (
-    Subtensor, DimShuffle, Shape, Shape_i, Alloc, AllocEmpty, MakeVector, ScalarFromTensor, TensorFromScalar, Elemwise,
+    Subtensor, DimShuffle, Shape, Shape_i, Alloc, AllocEmpty, MakeVector, ScalarFromTensor, TensorFromScalar,
+)
+
+#: Scalar ops of an ``Elemwise`` that cost about as much as writing its output
+#: (the allocation the branch does anyway): one arithmetic or logical instruction
+#: per element. ``exp``, ``log``, division, powers and the rest are work.
+CHEAP_SCALAR_OPS: tuple[type, ...] = (
+    ps.Add, ps.Sub, ps.Mul, ps.Neg, ps.Identity, ps.Cast, ps.Second, ps.Switch, ps.LogicalComparison,
+    ps.AND, ps.OR, ps.XOR, ps.Invert, ps.Abs, ps.Maximum, ps.Minimum,
 )
 
 
@@ -172,8 +177,21 @@ def _branch(outputs: list[Variable], always: set[Apply]) -> tuple[list[Apply], l
 
 
 def _is_work(node: Apply) -> bool:
-    """A native conditional only selects: what it selects among is walked as branch nodes too."""
-    return not isinstance(node.op, CHEAP_OPS) and type(node.op) is not NativeIfElse
+    """Whether ``node`` is work (see the module docstring).
+
+    A native conditional only selects: what it selects among is walked as branch
+    nodes too.
+    """
+    op = node.op
+    if isinstance(op, Elemwise):
+        return not _cheap_scalar(op.scalar_op)
+    return not isinstance(op, CHEAP_OPS) and type(op) is not NativeIfElse
+
+
+def _cheap_scalar(op: Any) -> bool:
+    if isinstance(op, ps.Composite):
+        return all(_cheap_scalar(n.op) for n in op.fgraph.toposort())
+    return isinstance(op, CHEAP_SCALAR_OPS)
 
 
 def _lift_group(fgraph: FunctionGraph, group: list[Apply]) -> bool:
@@ -226,7 +244,7 @@ def _resolve_same_condition(outputs: list[Variable], cond_param: Variable, taken
             if type(node.op) is NativeIfElse and node.inputs[0] is cond_param:
                 n = node.op.n_outs
                 chosen = node.inputs[1 : 1 + n] if taken else node.inputs[1 + n :]
-                replace.update(zip(node.outputs, (o.type.filter_variable(c) for c in chosen), strict=True))
+                replace.update((o, o.type.filter_variable(c)) for o, c in zip(node.outputs, chosen, strict=True))
         if not replace:
             return outputs
         outputs = substitute(outputs, replace)
