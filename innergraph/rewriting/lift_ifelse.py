@@ -29,10 +29,10 @@ work
 The pass runs late (``innergraph_lift_ifelse``, 48.4): after canonicalize,
 stabilize and specialize rewrote the branches together with the outer graph, so
 what "work" means is judged on the graph that will run, and just before
-``innergraph_fold`` marks the new bodies rewritten. Under a ``VMLinker`` it does
-nothing: the VM already evaluates PyTensor's IfElse lazily (or was built with
-``lazy=False``, an explicit request for eager evaluation). See
-``design/lift_ifelse.md``.
+``innergraph_fold`` marks the new bodies rewritten. It lifts only for linkers
+that run PyTensor's IfElse eagerly and can run the in-graph conditional
+(`lift_applies`): not under a ``VMLinker``, which evaluates it lazily already.
+See ``design/lift_ifelse.md``.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from innergraph.instantiate import substitute
 from innergraph.ops.ifelse import IfElse
 from innergraph.types import InnerGraphType
 
-__all__ = ["CHEAP_OPS", "CHEAP_SCALAR_OPS", "lift_native_ifelse", "linker_runs_ifelse_natively"]
+__all__ = ["CHEAP_OPS", "CHEAP_SCALAR_OPS", "lift_applies", "lift_native_ifelse"]
 
 #: Ops whose branch-only nodes alone do not make a lift worthwhile: views, shape
 #: arithmetic and allocations (PyTensor's own gradients put them in branches).
@@ -74,22 +74,37 @@ CHEAP_SCALAR_OPS: tuple[type, ...] = (
 )
 
 
-def linker_runs_ifelse_natively() -> bool:
-    """Whether the mode being compiled links with a `VMLinker` (lazy, or eager on request).
+def lift_applies() -> bool:
+    """Whether the linker of the mode being compiled should get lifted conditionals.
+
+    Not a `VMLinker`: the VM evaluates PyTensor's IfElse lazily already (or was
+    built with ``lazy=False``, an explicit request for eager evaluation). Not a
+    JIT linker innergraph has no conditional implementation for: Numba has one
+    (`innergraph.backends.numba`); JAX once ``innergraph.backends.jax`` exists;
+    MLX and PyTorch do not. The Python-thunk linkers (``py``, ``c``, ``c|py``)
+    run the in-graph conditional's own thunk.
 
     PyTensor compiles with ``config.mode`` set to the `Mode` whose rewriter runs
     (``pytensor.compile.maker.FunctionMaker.prepare_fgraph``); outside a
     compilation it is the default mode.
     """
+    from importlib.util import find_spec
+
     from pytensor import config
     from pytensor.compile.mode import get_mode
+    from pytensor.link.basic import JITLinker
     from pytensor.link.vm import VMLinker
 
     try:
         linker = get_mode(config.mode).linker
-    except Exception:  # an unknown mode name: the default linker decides
+    except Exception:  # an unknown mode name: leave the graph as it is
         return False
-    return isinstance(linker, VMLinker)
+    if isinstance(linker, VMLinker):
+        return False
+    if isinstance(linker, JITLinker):
+        backend = {"NumbaLinker": "numba", "JAXLinker": "jax"}.get(type(linker).__name__)
+        return backend is not None and find_spec(f"innergraph.backends.{backend}") is not None
+    return True
 
 
 def lift_native_ifelse(fgraph: FunctionGraph) -> int:
@@ -99,7 +114,7 @@ def lift_native_ifelse(fgraph: FunctionGraph) -> int:
     native conditional on the same condition is resolved inside the outer body
     (``cond_merge_ifs_true``/``_false``) and others are lifted with it.
     """
-    if not any(type(n.op) is NativeIfElse for n in fgraph.apply_nodes) or linker_runs_ifelse_natively():
+    if not any(type(n.op) is NativeIfElse for n in fgraph.apply_nodes) or not lift_applies():
         return 0
     declined: set[Apply] = set()
     lifted = 0
