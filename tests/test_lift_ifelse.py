@@ -241,14 +241,19 @@ def test_branches_of_different_static_shapes():
     assert fn(-1.0, [0.0, 0.0], [1.0, 2.0, 3.0])[1] == 3
 
 
-def test_ifelse_in_a_scan_body_is_lazy():
-    def step(xt):
-        guarded = Assert("untaken step branch ran")(pt.exp(xt), pt.gt(xt, 100))
-        return ifelse(xt > 0, xt * 2, guarded)
+def test_ifelse_in_a_scan_body_is_lifted():
+    def step(xt, acc):
+        guarded = Assert("untaken step branch ran")(pt.exp(acc) * xt, pt.gt(acc, 1e6))
+        return ifelse(xt > 0, acc + xt, guarded)
 
-    ys = pytensor.scan(step, sequences=[x], return_updates=False)
+    init = pt.constant(0.0, dtype="float64")
+    ys = pytensor.scan(step, sequences=[x], outputs_info=[init], return_updates=False)
     fn = pytensor.function([x], ys, mode=mode("numba"))
-    np.testing.assert_allclose(fn([1.0, 2.0]), [2.0, 4.0])
+    np.testing.assert_allclose(fn([1.0, 2.0]), [1.0, 3.0])
+    (loop,) = [n for n in fn.maker.fgraph.apply_nodes if type(n.op).__name__ == "Scan"]
+    inner = loop.op.fgraph.toposort()
+    assert any(isinstance(n.op, IfElse) for n in inner)  # lifted with the Scan's body
+    assert not any(type(n.op) is NativeIfElse for n in inner)
 
 
 def _printed(fn):

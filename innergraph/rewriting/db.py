@@ -43,6 +43,12 @@ tags of the PyTensor Scan rewrites it stands in for, so a mode excluding
 ``scan_pushout`` (say) excludes innergraph's counterparts too. See
 ``design/rewrites.md``.
 
+``innergraph_lift_ifelse`` (`innergraph.rewriting.lift_ifelse`, 48.4) lifts
+PyTensor's own IfElse into the lazy in-graph conditional where a branch holds
+work and the linker would run the native node eagerly; late, so that the
+branches were rewritten with the outer graph and "work" is judged on the graph
+that runs. It also answers to the ``ifelse`` tag.
+
 ``innergraph_share`` (`innergraph.rewriting.share`) runs after every pass that
 rebuilds native Scan Ops and makes nodes with equal Ops share one instance again,
 so a merged body compiles once.
