@@ -58,7 +58,7 @@ def test_uninstall_restores_pytensor_exactly_and_install_is_idempotent():
     assert patched_state() == (linker_patch.schedule, printing_patch.debugprint, printing_patch.debugprint, True)
     from innergraph.rewriting import db
 
-    assert len(db.registered()) == 10  # 8 graph passes in optdb, 2 node rewriters in canonicalize/specialize
+    assert len(db.registered()) == 11  # 9 graph passes in optdb, 2 node rewriters in canonicalize/specialize
     innergraph.uninstall()
     try:
         assert patched_state() == (
