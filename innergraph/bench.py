@@ -237,6 +237,7 @@ TARGETS = (
     Target("compile ratio <= 0.5 on case 2 at K = 16", "compile_s", 0.5, lambda c: c.id == "seqs-K16"),
     Target("steady ratio <= 1.05 (all but case 6)", "steady_s", 1.05, lambda c: c.group != "6"),
     Target("steady ratio far below 1 on case 6 (<= 0.1)", "steady_s", 0.1, lambda c: c.group == "6"),
+    Target("steady ratio <= 0.05 on plain pytensor.ifelse", "steady_s", 0.05, lambda c: c.id == "ifelse-plain"),
     Target("strictly fewer total nodes on case 1", "total_nodes", 1.0, lambda c: c.group == "1", strict=True),
 )
 

@@ -268,19 +268,22 @@ def garch(n: int = 1000) -> Case:
 # Case 6 ------------------------------------------------------------------------------
 
 
-def ifelse_heavy(size: int = 500, n_conditionals: int = 4, guard: bool = False) -> Case:
+def ifelse_heavy(size: int = 500, n_conditionals: int = 4, guard: bool = False, plain: bool = False) -> Case:
     """Conditionals whose untaken branch solves a ``size`` x ``size`` system.
 
     The then branch (cheap) is taken for the benchmark's inputs. innergraph builds
     the conditionals with `innergraph.ifelse`, vanilla with `pytensor.ifelse.ifelse`;
     both are compiled with the Numba linker, where PyTensor's IfElse evaluates both
-    branches (PyTensor issue #501). With ``guard=True`` every expensive branch
+    branches (PyTensor issue #501). With ``plain=True`` both variants build them
+    with `pytensor.ifelse.ifelse` (case ``ifelse-plain``: the pipeline lifts them,
+    ``innergraph_lift_ifelse``). With ``guard=True`` every expensive branch
     first asserts that it is allowed to run (it never is, for the given inputs):
     evaluating it raises ``AssertionError`` — timing-free evidence of laziness.
     """
 
     def build(variant: str) -> Graph:
-        cond_fn: Callable[..., Any] = innergraph.ifelse if variant == "innergraph" else vanilla_ifelse
+        in_graph = variant == "innergraph" and not plain
+        cond_fn: Callable[..., Any] = innergraph.ifelse if in_graph else vanilla_ifelse
         a, b, x = pt.dmatrix("A"), pt.dvector("b"), pt.dscalar("x")
         outs = []
         for i in range(n_conditionals):
@@ -294,6 +297,9 @@ def ifelse_heavy(size: int = 500, n_conditionals: int = 4, guard: bool = False) 
 
     rng = np.random.default_rng(7)
     values = [rng.normal(size=(size, size)), rng.normal(size=size), np.float64(1.5)]
+    if plain:
+        title = f"{n_conditionals} plain pytensor.ifelse, untaken branch a {size}x{size} solve (lifted vs IfElse)"
+        return Case("ifelse-plain", "6", title, build, values, params={"size": size})
     title = f"{n_conditionals} conditionals, untaken branch a {size}x{size} solve (innergraph.ifelse vs IfElse)"
     return Case("ifelse", "6", title, build, values, params={"size": size})
 
@@ -416,6 +422,7 @@ def all_cases() -> list[Case]:
         ar2(),
         garch(),
         ifelse_heavy(),
+        ifelse_heavy(plain=True),
         *(trivial_scan(linker) for linker in ("numba", "cvm", "py")),
         student_t(),
         student_t_ofg(),

@@ -101,9 +101,12 @@ def test_untaken_branch_work_is_not_done(lazy_fn):
 def test_vanilla_numba_is_eager_where_innergraph_is_lazy():
     x = pt.dscalar("x")
     guarded = Assert("else ran")(x * 2, pt.lt(x, -100))
-    vanilla = pytensor.function([x], vanilla_ifelse(pt.gt(x, 0), pt.sqrt(x), guarded), mode=mode("numba"))
+    out = vanilla_ifelse(pt.gt(x, 0), pt.sqrt(x), guarded)
+    vanilla = pytensor.function([x], out, mode=mode("numba").excluding("innergraph"))
     with pytest.raises(AssertionError):
         vanilla(4.0)  # PyTensor issue #501: both branches run
+    lifted = pytensor.function([x], out, mode=mode("numba"))  # innergraph_lift_ifelse makes it lazy
+    assert lifted(4.0) == 2.0
 
 
 def test_work_the_outer_graph_computes_anyway_is_passed_in():
@@ -173,9 +176,16 @@ def test_lift_and_lower_native_ifelse():
         assert lifted(av, [1.0, 2.0]) == ref(av, [1.0, 2.0]) == lowered(av, [1.0, 2.0])
 
 
-def test_native_ifelse_is_not_lifted_by_the_pipeline():
-    fn = pytensor.function([a, b], program(vanilla_ifelse), mode=get_default_mode())
-    assert any(type(n.op).__module__ == "pytensor.ifelse" for n in fn.maker.fgraph.apply_nodes)
+def test_native_ifelse_is_lifted_only_where_that_changes_what_runs():
+    # Numba runs PyTensor's IfElse eagerly: lifted (tests/test_lift_ifelse.py); a VM
+    # runs it lazily already, and the lift's tag turns it off
+    def natives(fn):
+        return [n for n in fn.maker.fgraph.apply_nodes if type(n.op).__module__ == "pytensor.ifelse"]
+
+    out = program(vanilla_ifelse)
+    assert not natives(pytensor.function([a, b], out, mode=get_default_mode()))
+    assert natives(pytensor.function([a, b], out, mode=mode("cvm")))
+    assert natives(pytensor.function([a, b], out, mode=get_default_mode().excluding("innergraph_lift_ifelse")))
 
 
 def test_ifelse_signature_and_errors():

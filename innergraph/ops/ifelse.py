@@ -108,7 +108,8 @@ class IfElse(Op):
                 result.append(tuple(t_shape))
                 continue
             # Pick the taken branch's dimensions lazily: a conditional over shape bodies.
-            lazy = ifelse(cond, list(t_shape), list(e_shape))
+            # (dims as int64: a static dim is an int8 constant, a symbolic one int64)
+            lazy = ifelse(cond, [pt.cast(d, "int64") for d in t_shape], [pt.cast(d, "int64") for d in e_shape])
             result.append(tuple(_as_list(lazy)))
         return result
 

@@ -50,6 +50,12 @@ tags of the PyTensor Scan rewrites it stands in for, so a mode excluding
 ``scan_pushout`` (say) excludes innergraph's counterparts too. See
 ``design/rewrites.md``.
 
+``innergraph_lift_ifelse`` (`innergraph.rewriting.lift_ifelse`, 48.4) lifts
+PyTensor's own IfElse into the lazy in-graph conditional where a branch holds
+work and the linker would run the native node eagerly; late, so that the
+branches were rewritten with the outer graph and "work" is judged on the graph
+that runs. It also answers to the ``ifelse`` tag.
+
 ``innergraph_share`` (`innergraph.rewriting.share`) runs after every pass that
 rebuilds native Scan Ops and makes nodes with equal Ops share one instance again,
 so a merged body compiles once.
@@ -90,6 +96,7 @@ from pytensor.graph.rewriting.db import RewriteDatabase
 
 from innergraph.rewriting.fusion import fuse_bodies
 from innergraph.rewriting.lift import fold_bodies, lift_native, lower_consumers
+from innergraph.rewriting.lift_ifelse import lift_native_ifelse
 from innergraph.rewriting.lift_ofg import lift_op_from_graphs
 from innergraph.rewriting.outer import (
     local_merge_slices_of_known_length,
@@ -145,6 +152,7 @@ _REWRITES: list[tuple[str, Any, float, tuple[str, ...]]] = [
     ("innergraph_simplify", ConsumerRewritesDB(), 1.56, ("fast_run", "innergraph")),
     ("innergraph_lower", FunctionRewriter(lower_consumers), 1.59, ("fast_run", "innergraph")),
     ("innergraph_set_rows", dfs_rewriter(local_set_row_of_expand_dims, ignore_newtrees=True), 2.01, ("fast_run", "innergraph")),
+    ("innergraph_lift_ifelse", FunctionRewriter(lift_native_ifelse), 48.4, ("fast_run", "innergraph", "ifelse")),
     ("innergraph_fold", FunctionRewriter(fold_bodies), 48.5, ("fast_run", "fast_compile", "minimum_compile")),
     ("innergraph_fusion", FunctionRewriter(fuse_bodies), 49.1, ("fast_run", "fusion")),
     ("innergraph_share", FunctionRewriter(share_native_ops), 99, ("fast_run", "innergraph")),

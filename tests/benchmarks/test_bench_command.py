@@ -37,7 +37,7 @@ def test_splice_replaces_only_the_marked_section():
 
 def test_select_by_group_and_id():
     assert [c.id for c in select(["1"])] == ["1669-d2", "1669-d3"]
-    assert [c.id for c in select(["seqs-K16", "6"])] == ["seqs-K16", "ifelse"]
+    assert [c.id for c in select(["seqs-K16", "6"])] == ["seqs-K16", "ifelse", "ifelse-plain"]
     assert [c.id for c in select(["same-*"])] == ["same-5ops", "same-50ops", "same-500ops"]
     with pytest.raises(ValueError, match="no benchmark case matches 'nope'"):
         select(["nope"])

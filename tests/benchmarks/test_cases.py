@@ -120,8 +120,9 @@ def test_identical_scans_merge_into_one(compiled, n_ops):
         assert stats(compiled, f"same-{n_ops}ops", variant)["consumers"]["scan"] == 1
 
 
-def test_untaken_solves_never_run_under_innergraph():
-    case = ifelse_heavy(size=50, guard=True)  # every solve first asserts it may run: it may not
+@pytest.mark.parametrize("plain", [False, True], ids=["innergraph.ifelse", "pytensor.ifelse"])
+def test_untaken_solves_never_run_under_innergraph(plain):
+    case = ifelse_heavy(size=50, guard=True, plain=plain)  # every solve first asserts it may run: it may not
     ours = pytensor.function(*case.build("innergraph"), mode=mode_for(case, "innergraph"))
     theirs = pytensor.function(*case.build("vanilla"), mode=mode_for(case, "vanilla"))
     assert np.isfinite(ours(*case.values))

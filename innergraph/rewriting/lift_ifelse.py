@@ -1,0 +1,265 @@
+"""Lift PyTensor's own ``IfElse`` into the lazy in-graph conditional, where that changes what runs.
+
+Terms
+-----
+group
+    Native ``IfElse`` nodes on the same condition variable, none an ancestor of
+    another. A group becomes one in-graph conditional: its branches are the
+    members' branches side by side (what PyTensor's ``CondMerge`` and
+    ``cond_merge_random_op`` would do).
+always-computed node
+    A node every call runs once the group is lazy: reached from the graph outputs
+    without entering a group member's branch inputs (`innergraph.fold._reachable`
+    with the members' branches blocked).
+branch-only node
+    A node reached from a branch input of the group that is not always computed:
+    it becomes part of that branch's body. The always-computed variables it reads
+    become the body's arguments (shared, not recomputed); ownerless variables are
+    captured as leaves; constants stay inside.
+work
+    A branch-only node other than a view, shape arithmetic, an allocation
+    (`CHEAP_OPS`), elementwise arithmetic of one instruction per element
+    (`CHEAP_SCALAR_OPS`) or a native ``IfElse`` (which only selects among nodes
+    the walk also sees): a transcendental function, a division, a reduction, a
+    product, a solve, an ``Assert``, a loop, any other Op.
+    A group is lifted only when one of its branches has work: otherwise the
+    native node runs the same nodes as the in-graph one would, and it stays (as
+    PyTensor's own tests expect to find it).
+
+The pass runs late (``innergraph_lift_ifelse``, 48.4): after canonicalize,
+stabilize and specialize rewrote the branches together with the outer graph, so
+what "work" means is judged on the graph that will run, and just before
+``innergraph_fold`` marks the new bodies rewritten. It lifts only for linkers
+that run PyTensor's IfElse eagerly and can run the in-graph conditional
+(`lift_applies`): not under a ``VMLinker``, which evaluates it lazily already.
+See ``design/lift_ifelse.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytensor.scalar.basic as ps
+from pytensor.graph.basic import Apply, Constant, Variable
+from pytensor.graph.fg import FunctionGraph
+from pytensor.ifelse import IfElse as NativeIfElse
+from pytensor.tensor.basic import Alloc, AllocEmpty, MakeVector, ScalarFromTensor, TensorFromScalar
+from pytensor.tensor.elemwise import DimShuffle, Elemwise
+from pytensor.tensor.shape import Shape, Shape_i
+from pytensor.tensor.subtensor import Subtensor
+
+from innergraph.build import inner_graph
+from innergraph.convert import lift_graph
+from innergraph.fold import fold_function
+from innergraph.graph import InnerGraph, body_of, is_function, param, scope_toposort
+from innergraph.instantiate import substitute
+from innergraph.ops.ifelse import IfElse
+from innergraph.types import InnerGraphType
+
+__all__ = ["CHEAP_OPS", "CHEAP_SCALAR_OPS", "lift_applies", "lift_native_ifelse"]
+
+#: Ops whose branch-only nodes alone do not make a lift worthwhile: views, shape
+#: arithmetic and allocations (PyTensor's own gradients put them in branches).
+CHEAP_OPS: tuple[type, ...] = (
+    Subtensor, DimShuffle, Shape, Shape_i, Alloc, AllocEmpty, MakeVector, ScalarFromTensor, TensorFromScalar,
+)
+
+#: Scalar ops of an ``Elemwise`` that cost about as much as writing its output
+#: (the allocation the branch does anyway): one arithmetic or logical instruction
+#: per element. ``exp``, ``log``, division, powers and the rest are work.
+CHEAP_SCALAR_OPS: tuple[type, ...] = (
+    ps.Add, ps.Sub, ps.Mul, ps.Neg, ps.Identity, ps.Cast, ps.Second, ps.Switch, ps.LogicalComparison,
+    ps.AND, ps.OR, ps.XOR, ps.Invert, ps.Abs, ps.Maximum, ps.Minimum,
+)
+
+
+def lift_applies() -> bool:
+    """Whether the linker of the mode being compiled should get lifted conditionals.
+
+    Not a `VMLinker`: the VM evaluates PyTensor's IfElse lazily already (or was
+    built with ``lazy=False``, an explicit request for eager evaluation). Not a
+    JIT linker innergraph has no conditional implementation for: Numba has one
+    (`innergraph.backends.numba`); JAX once ``innergraph.backends.jax`` exists;
+    MLX and PyTorch do not. The Python-thunk linkers (``py``, ``c``, ``c|py``)
+    run the in-graph conditional's own thunk.
+
+    PyTensor compiles with ``config.mode`` set to the `Mode` whose rewriter runs
+    (``pytensor.compile.maker.FunctionMaker.prepare_fgraph``); outside a
+    compilation it is the default mode.
+    """
+    from importlib.util import find_spec
+
+    from pytensor import config
+    from pytensor.compile.mode import get_mode
+    from pytensor.link.basic import JITLinker
+    from pytensor.link.vm import VMLinker
+
+    try:
+        linker = get_mode(config.mode).linker
+    except Exception:  # an unknown mode name: leave the graph as it is
+        return False
+    if isinstance(linker, VMLinker):
+        return False
+    if isinstance(linker, JITLinker):
+        backend = {"NumbaLinker": "numba", "JAXLinker": "jax"}.get(type(linker).__name__)
+        return backend is not None and find_spec(f"innergraph.backends.{backend}") is not None
+    return True
+
+
+def lift_native_ifelse(fgraph: FunctionGraph) -> int:
+    """Lift each group of native ``IfElse`` nodes whose branches have work; return how many groups.
+
+    Groups are taken outermost first (last in topological order), so a nested
+    native conditional on the same condition is resolved inside the outer body
+    (``cond_merge_ifs_true``/``_false``) and others are lifted with it.
+    """
+    if not any(type(n.op) is NativeIfElse for n in fgraph.apply_nodes) or not lift_applies():
+        return 0
+    declined: set[Apply] = set()
+    lifted = 0
+    while True:
+        natives = [n for n in fgraph.toposort() if type(n.op) is NativeIfElse and n not in declined]
+        if not natives:
+            return lifted
+        group = _group(natives)
+        if _lift_group(fgraph, group):
+            lifted += 1
+        else:
+            declined.update(group)
+
+
+def _group(natives: list[Apply]) -> list[Apply]:
+    """The last native conditional and the earlier ones on its condition that it does not read."""
+    last = natives[-1]
+    group = [last]
+    above = _ancestor_nodes(last.inputs)
+    for node in reversed(natives[:-1]):
+        if node.inputs[0] is last.inputs[0] and node not in above:
+            group.append(node)
+            above |= _ancestor_nodes(node.inputs)
+    return group[::-1]
+
+
+def _ancestor_nodes(variables: Sequence[Variable]) -> set[Apply]:
+    seen: set[Apply] = set()
+    stack = [v.owner for v in variables if v.owner is not None]
+    while stack:
+        node = stack.pop()
+        if node in seen or isinstance(node.op, InnerGraph):
+            continue
+        seen.add(node)
+        stack.extend(v.owner for v in node.inputs if v.owner is not None)
+    return seen
+
+
+def _always_computed(fgraph: FunctionGraph, group: list[Apply]) -> set[Apply]:
+    members = set(group)
+    seen: set[Apply] = set()
+    stack = [o.owner for o in fgraph.outputs if o.owner is not None]
+    while stack:
+        node = stack.pop()
+        if node in seen or isinstance(node.op, InnerGraph):
+            continue
+        seen.add(node)
+        follow = node.inputs[:1] if node in members else node.inputs
+        stack.extend(v.owner for v in follow if v.owner is not None)
+    return seen
+
+
+def _branch(outputs: list[Variable], always: set[Apply]) -> tuple[list[Apply], list[Variable]]:
+    """The branch-only nodes computing ``outputs`` and the always-computed variables they read."""
+    nodes: list[Apply] = []
+    cut: dict[Variable, None] = {}
+    seen: set[Apply] = set()
+
+    def stops(v: Variable) -> bool:
+        return v.owner is None or isinstance(v, Constant) or is_function(v) or v.owner in always
+
+    stack = list(reversed(outputs))
+    while stack:
+        var = stack.pop()
+        if stops(var):
+            if var.owner is not None and var.owner in always:
+                cut[var] = None
+            continue
+        if var.owner in seen:
+            continue
+        seen.add(var.owner)
+        nodes.append(var.owner)
+        stack.extend(reversed(var.owner.inputs))
+    return nodes, list(cut)
+
+
+def _is_work(node: Apply) -> bool:
+    """Whether ``node`` is work (see the module docstring).
+
+    A native conditional only selects: what it selects among is walked as branch
+    nodes too.
+    """
+    op = node.op
+    if isinstance(op, Elemwise):
+        return not _cheap_scalar(op.scalar_op)
+    return not isinstance(op, CHEAP_OPS) and type(op) is not NativeIfElse
+
+
+def _cheap_scalar(op: Any) -> bool:
+    if isinstance(op, ps.Composite):
+        return all(_cheap_scalar(n.op) for n in op.fgraph.toposort())
+    return isinstance(op, CHEAP_SCALAR_OPS)
+
+
+def _lift_group(fgraph: FunctionGraph, group: list[Apply]) -> bool:
+    cond = group[0].inputs[0]
+    always = _always_computed(fgraph, group)
+    pairs: dict[tuple[Variable, Variable], int] = {}  # (then, else) -> output index: cond_remove_identical
+    targets: list[int] = []
+    for node in group:
+        n = node.op.n_outs
+        for k in range(n):
+            targets.append(pairs.setdefault((node.inputs[1 + k], node.inputs[1 + n + k]), len(pairs)))
+    then_outs, else_outs = [p[0] for p in pairs], [p[1] for p in pairs]
+    then_nodes, then_cut = _branch(then_outs, always)
+    else_nodes, else_cut = _branch(else_outs, always)
+    if not any(_is_work(n) for n in (*then_nodes, *else_nodes)):
+        return False
+    then_fn, then_args = _body(then_outs, then_cut, cond, taken=True)
+    else_fn, else_args = _body(else_outs, else_cut, cond, taken=False)
+    new = IfElse(len(then_args)).make_node(cond, then_fn, else_fn, *then_args, *else_args).outputs
+    old = [o for node in group for o in node.outputs]
+    replacements = [(o, o.type.filter_variable(new[i])) for o, i in zip(old, targets, strict=True)]
+    fgraph.replace_all(replacements, reason="innergraph_lift_ifelse", import_missing=True)
+    return True
+
+
+def _body(outputs: list[Variable], cut: list[Variable], cond: Variable, taken: bool) -> tuple[Variable, list[Variable]]:
+    """A branch as a folded function over ``cut`` (and captured leaves), with its arguments.
+
+    Inside the body, a native conditional on the group's condition is known to take
+    this branch (``cond_merge_ifs_true``/``_false``); other native conditionals are
+    lifted with the leaf-only capture of `innergraph.ifelse`.
+    """
+    closure = inner_graph(outputs, cut, capture="leaves")
+    body = body_of(closure.function)
+    inner_outs = list(body.outputs)
+    if cond in cut:
+        cond_param = param(cut.index(cond), cond.type)
+        inner_outs = _resolve_same_condition(inner_outs, cond_param, taken)
+    inner_outs = lift_graph(inner_outs)  # nested native conditionals, nested functions folded
+    function_type = InnerGraphType(body.param_types, [o.type for o in inner_outs])
+    function = InnerGraph(function_type).make_node(*inner_outs).outputs[0]
+    return fold_function(function), [*cut, *closure.captured]
+
+
+def _resolve_same_condition(outputs: list[Variable], cond_param: Variable, taken: bool) -> list[Variable]:
+    """``outputs`` with each native conditional on ``cond_param`` replaced by its ``taken`` side."""
+    while True:
+        replace: dict[Variable, Variable] = {}
+        for node in scope_toposort(outputs):
+            if type(node.op) is NativeIfElse and node.inputs[0] is cond_param:
+                n = node.op.n_outs
+                chosen = node.inputs[1 : 1 + n] if taken else node.inputs[1 + n :]
+                replace.update((o, o.type.filter_variable(c)) for o, c in zip(node.outputs, chosen, strict=True))
+        if not replace:
+            return outputs
+        outputs = substitute(outputs, replace)
