@@ -9,6 +9,7 @@ name                           position  tags
 ``innergraph_simplify``        1.56      fast_run, innergraph
 ``innergraph_lower``           1.59      fast_run, innergraph
 ``innergraph_set_rows``        2.01      fast_run, innergraph
+``innergraph_lift_ifelse``     48.4      fast_run, innergraph, ifelse
 ``innergraph_fold``            48.5      fast_run, fast_compile, minimum_compile
 ``innergraph_fusion``          49.1      fast_run, fusion
 ``innergraph_share``           99        fast_run, innergraph
