@@ -17,11 +17,13 @@ Both are rule tables keyed by Op class (`LIFTERS`, `LOWERERS`): a new consumer
 family registers its rules next to its Op, no central function changes.
 `PIPELINE_LIFTS` / `PIPELINE_LOWERS` say which rules the rewrite pipeline applies
 by itself: Scan is lifted and lowered around PyTensor's Scan passes. An in-graph
-IfElse is never lowered (it would lose its laziness), nor a call (it would lose
-its shared, compiled-once body); so PyTensor's own IfElse and OpFromGraph are
-not lifted by the pipeline either — PyTensor's tests (and users) inspect them in
-compiled graphs. `lift`/`lower` convert them on request, and `ifelse`, `call` and
-`op_from_graph` build the in-graph forms directly.
+IfElse is never lowered by the pipeline (it would lose its laziness), nor a call
+(it would lose its shared, compiled-once body); PyTensor's own IfElse and
+OpFromGraph are lifted by their own passes only where the in-graph form changes
+what runs (`innergraph.rewriting.lift_ifelse`, `innergraph.rewriting.lift_ofg`),
+and a linker that cannot run a consumer gets it lowered just before linking
+(`innergraph.handover`). `lift`/`lower` convert on request, and `ifelse`, `call`
+and `op_from_graph` build the in-graph forms directly.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from innergraph.fold import fold_inner_graphs
 from innergraph.handover import hand_over
 from innergraph.patching import Patch
 
-__all__ = ["ON_DEMAND", "patches", "schedule"]
+__all__ = ["ON_DEMAND", "load_on_demand", "patches", "schedule"]
 
 _original_schedule = Linker.schedule
 
@@ -44,13 +44,13 @@ ON_DEMAND: tuple[tuple[str, str, str], ...] = (
 
 def schedule(self: Linker, fgraph: FunctionGraph) -> list[Apply]:
     """`Linker.schedule`, after folding inner-graph nodes out of ``fgraph``."""
-    _load_on_demand(type(self))
+    load_on_demand(type(self))
     fold_inner_graphs(fgraph, reason="Linker.schedule")
     hand_over(fgraph, self)
     return _original_schedule(self, fgraph)
 
 
-def _load_on_demand(linker_class: type) -> None:
+def load_on_demand(linker_class: type) -> None:
     """Import the innergraph modules `ON_DEMAND` names for ``linker_class`` or a base class of it."""
     bases = {(c.__module__, c.__qualname__) for c in linker_class.__mro__}
     for module, name, needed in ON_DEMAND:

@@ -78,22 +78,25 @@ def lift_applies() -> bool:
     """Whether the linker of the mode being compiled should get lifted conditionals.
 
     Not a `VMLinker`: the VM evaluates PyTensor's IfElse lazily already (or was
-    built with ``lazy=False``, an explicit request for eager evaluation). Not a
-    JIT linker innergraph has no conditional implementation for: Numba has one
-    (`innergraph.backends.numba`); JAX once ``innergraph.backends.jax`` exists;
-    MLX and PyTorch do not. The Python-thunk linkers (``py``, ``c``, ``c|py``)
-    run the in-graph conditional's own thunk.
+    built with ``lazy=False``, an explicit request for eager evaluation). Otherwise
+    when the linker runs the in-graph conditional, decided from its dispatch
+    (`innergraph.dispatch.runs`) once innergraph's implementations for it are loaded
+    (`innergraph.patching.linker.load_on_demand`, which its first link would do
+    anyway): the thunk linkers (``py``, ``c``, ``c|py``) run the conditional's own
+    thunk, Numba and JAX innergraph's implementations; a linker with none (MLX,
+    PyTorch) keeps PyTensor's IfElse rather than getting it back at link time.
 
     PyTensor compiles with ``config.mode`` set to the `Mode` whose rewriter runs
     (``pytensor.compile.maker.FunctionMaker.prepare_fgraph``); outside a
     compilation it is the default mode.
     """
-    from importlib.util import find_spec
-
     from pytensor import config
     from pytensor.compile.mode import get_mode
-    from pytensor.link.basic import JITLinker
     from pytensor.link.vm import VMLinker
+
+    from innergraph.dispatch import runs
+    from innergraph.ops.ifelse import IfElse
+    from innergraph.patching.linker import load_on_demand
 
     try:
         linker = get_mode(config.mode).linker
@@ -101,10 +104,8 @@ def lift_applies() -> bool:
         return False
     if isinstance(linker, VMLinker):
         return False
-    if isinstance(linker, JITLinker):
-        backend = {"NumbaLinker": "numba", "JAXLinker": "jax"}.get(type(linker).__name__)
-        return backend is not None and find_spec(f"innergraph.backends.{backend}") is not None
-    return True
+    load_on_demand(type(linker))
+    return runs(linker, IfElse)
 
 
 def lift_native_ifelse(fgraph: FunctionGraph) -> int:
