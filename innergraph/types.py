@@ -18,13 +18,13 @@ Body
 
 from __future__ import annotations
 
-import innergraph_pickle
-
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pytensor.graph.basic import Variable
 from pytensor.graph.type import Type
+
+import innergraph_pickle
 
 __all__ = ["Body", "InnerGraphType"]
 
@@ -92,6 +92,13 @@ class Body:
     @property
     def param_types(self) -> tuple[Type, ...]:
         return self.type.param_types
+
+    def cached(self, key: Any, make: Callable[[], Any]) -> Any:
+        """``make()``, once per body and ``key``: consumers of one body share what it made."""
+        value = self.cache.get(key)
+        if value is None:
+            value = self.cache[key] = make()
+        return value
 
     def key(self) -> Any:
         """The canonical encoding: equal exactly for alpha-equivalent bodies (cached)."""

@@ -65,13 +65,6 @@ __all__ = [
 ]
 
 
-def _cached_in(body: Body, key: Any, make: Callable[[], Any]) -> Any:
-    """``make()``, once per ``body`` and ``key``: consumers of one body share what it made."""
-    cached = body.cache.get(key)
-    if cached is None:
-        cached = body.cache[key] = make()
-    return cached
-
 
 def _body_rewriter(body: Body) -> Any:
     """The JAX mode's rewriter for a body, without the pipeline's passes if it went through them (queried once)."""
@@ -99,7 +92,7 @@ def jax_body(body: Body) -> Callable[..., tuple[Any, ...]]:
         fold_inner_graphs(fgraph)
         return jax_funcify(fgraph, fgraph_name="innergraph_body")
 
-    return _cached_in(body, "jax", make)
+    return body.cached("jax", make)
 
 
 def _single_or_tuple(outputs: tuple[Any, ...] | list[Any]) -> Any:
@@ -158,7 +151,7 @@ def jax_funcify_scan(op: Scan, node: Apply, **kwargs: Any) -> Callable[..., Any]
         compile_count[(id(body), "jax")] += 1
         return jax_funcify(native, node=native.make_node(*node.inputs[1:]), **kwargs)
 
-    inner = _cached_in(body, key, convert)
+    inner = body.cached(key, convert)
 
     def scan(function: Any, *outer: Any) -> Any:
         return inner(*outer)

@@ -24,7 +24,7 @@ Numba's on-disk cache can never confuse two different bodies.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from hashlib import sha256
 from typing import Any
 
@@ -99,13 +99,6 @@ def _typify_body(data: Body, **kwargs: Any) -> None:
     return None
 
 
-def _cached_in(body: Body, key: Any, make: Callable[[], Any]) -> Any:
-    """``make()``, once per ``body`` and ``key``: consumers of one body share what it made."""
-    cached = body.cache.get(key)
-    if cached is None:
-        cached = body.cache[key] = make()
-    return cached
-
 
 def numba_body_code(body: Body) -> BodyCode:
     """The body's `BodyCode`: prepared and its nodes converted, once per `Body` (cached)."""
@@ -114,7 +107,7 @@ def numba_body_code(body: Body) -> BodyCode:
         compile_count[(id(body), "numba")] += 1
         return body_code(prepared_body(body, "numba"))
 
-    return _cached_in(body, "numba", make)
+    return body.cached("numba", make)
 
 
 def _jitted(
@@ -148,7 +141,7 @@ def numba_body(body: Body) -> Converted:
         code = numba_body_code(body)
         return _returning("innergraph_body", code, _names("a", code.n_params))
 
-    return _cached_in(body, "numba_function", make)
+    return body.cached("numba_function", make)
 
 
 @register_funcify_and_cache_key(Call)
@@ -160,7 +153,7 @@ def numba_funcify_call(op: Call, node: Any = None, **kwargs: Any) -> Converted:
     def make() -> Converted:
         return _returning("innergraph_call", numba_body_code(body), _names("a", n_args), _names("function", op.n_functions))
 
-    return _cached_in(body, ("numba_call", n_args, op.n_functions), make)
+    return body.cached(("numba_call", n_args, op.n_functions), make)
 
 
 @register_funcify_and_cache_key(Scan)
@@ -179,7 +172,7 @@ def numba_funcify_scan(op: Scan, node: Any = None, **kwargs: Any) -> Converted:
         compile_count[(id(body), "numba")] += 1
         return numba_funcify_and_cache_key(native, node=native.make_node(*node.inputs[1:]), **kwargs)
 
-    inner, inner_key = _cached_in(body, key, convert)
+    inner, inner_key = body.cached(key, convert)
     n_args = len(node.inputs) - 1
     args = _names("a", n_args)
     lines = [f"return inner({', '.join(args)})"]
@@ -196,7 +189,7 @@ def numba_funcify_ifelse(op: IfElse, node: Any = None, **kwargs: Any) -> Convert
     _, then_fn, else_fn, then_args, else_args = op.split(node.inputs)
     then_body, else_body = body_value(then_fn), body_value(else_fn)
     key = ("numba_ifelse", else_body, len(then_args), len(else_args))
-    return _cached_in(then_body, key, lambda: _lazy_ifelse(then_body, else_body, len(then_args), len(else_args)))
+    return then_body.cached(key, lambda: _lazy_ifelse(then_body, else_body, len(then_args), len(else_args)))
 
 
 def _lazy_ifelse(then_body: Body, else_body: Body, n_then: int, n_else: int) -> Converted:
