@@ -19,17 +19,21 @@ GARCH(1,1) likelihood written once with ``pm.Potential`` and once generatively w
 
 PyMC and pymc-extras are imported when a model is built, never when this module is
 imported: the project's own environment has no PyMC (``pip install -e ".[pymc]"``
-brings it).
+brings it). The module itself imports nothing of innergraph at run time (only
+`nuts_case` does), so a vanilla process can load it by path and build the same
+models without installing innergraph.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import fnmatch
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from innergraph.cases import Case, Graph
+if TYPE_CHECKING:  # at run time only `nuts_case` needs innergraph: the module loads without installing it
+    from innergraph.cases import Case, Graph
 
 __all__ = [
     "MODELS",
@@ -73,11 +77,14 @@ def _priors(mod: Any) -> None:
 
 
 def _statespace_model(mod: Any, data: np.ndarray) -> Any:
+    import pandas as pd
     import pymc as pm
 
+    index = pd.date_range("2000-01-01", periods=len(data), freq="D")
+    frame = pd.DataFrame(data, index=index, columns=list(mod.coords["observed_state"]))
     with pm.Model(coords=mod.coords) as model:
         _priors(mod)
-        mod.build_statespace_graph(data)
+        mod.build_statespace_graph(frame)
     return model
 
 
@@ -213,6 +220,8 @@ def _pymc_compile(inputs: list[Any], outputs: list[Any], mode: Any) -> Any:
 
 def nuts_case(case_id: str) -> Case:
     """The benchmark `Case` of one of `MODELS`: its NUTS function, compiled with PyMC's compile."""
+    from innergraph.cases import Case
+
     title, build_model = MODELS[case_id]
     _, point = nuts_graph(build_model())
 
@@ -223,6 +232,18 @@ def nuts_case(case_id: str) -> Case:
     return Case(case_id, "pymc", f"NUTS function (logp + gradient) of {title}", build, [point], rtol=1e-8, compile=_pymc_compile)
 
 
-def pymc_cases() -> list[Case]:
-    """The five PyMC cases, in report order (builds each model once, for its point)."""
-    return [nuts_case(case_id) for case_id in MODELS]
+def pymc_cases(patterns: Sequence[str] | None = None) -> list[Case]:
+    """The PyMC cases whose id matches one of ``patterns`` (shell-style; all when empty), in report order.
+
+    Builds each chosen model once (for its point); `innergraph.cases.select` rules.
+
+    Raises
+    ------
+    ValueError
+        If a pattern matches no case.
+    """
+    for pattern in patterns or ():
+        if not fnmatch.filter(MODELS, pattern) and pattern != "pymc":
+            raise ValueError(f"no PyMC benchmark case matches {pattern!r}; cases: {', '.join(MODELS)}")
+    chosen = [i for i in MODELS if not patterns or any(p == "pymc" or fnmatch.fnmatchcase(i, p) for p in patterns)]
+    return [nuts_case(case_id) for case_id in chosen]
