@@ -27,6 +27,7 @@ models without installing innergraph.
 from __future__ import annotations
 
 import fnmatch
+import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -162,14 +163,16 @@ def garch_custom_dist(n: int = 200) -> Any:
         return (y_t, s2), collect_default_updates([y_t])
 
     def dist(o: Any, a: Any, b: Any, s2_0: Any, size: Any) -> Any:
-        (ys, _), _ = pytensor.scan(
-            step,
-            outputs_info=[pt.zeros(()), s2_0],
-            non_sequences=[o, a, b],
-            n_steps=n,
-            strict=True,
-            return_updates=True,
-        )
+        with warnings.catch_warnings():  # the RNG updates are the point: PyMC needs them
+            warnings.filterwarnings("ignore", "Scan return signature will change", DeprecationWarning)
+            (ys, _), _ = pytensor.scan(
+                step,
+                outputs_info=[pt.zeros(()), s2_0],
+                non_sequences=[o, a, b],
+                n_steps=n,
+                strict=True,
+                return_updates=True,
+            )
         return ys
 
     with pm.Model() as model:
