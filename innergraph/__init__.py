@@ -26,6 +26,7 @@ graph_stats
     Node, body and consumer counts, for vanilla and in-graph graphs alike.
 """
 
+import innergraph._supported  # noqa: F401  (first: on an unsupported PyTensor, one ImportError and no patch)
 from innergraph.build import Closure, inner_graph
 from innergraph.builders import op_from_graph, scan
 from innergraph.convert import lift, lift_graph, lower, lower_graph

@@ -83,6 +83,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--list", action="store_true", help="list the cases and exit")
     bench.add_argument(
+        "--suite",
+        choices=("default", "pymc"),
+        default="default",
+        help="'pymc': the NUTS functions of five PyMC models (needs the 'pymc' extra; innergraph.pymc_models)",
+    )
+    bench.add_argument(
         "--rounds", type=int, default=5, help="timed compilations and first calls per variant, fastest kept (default: 5)"
     )
     bench.add_argument(
@@ -189,7 +195,12 @@ def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from innergraph import bench, cases
 
     try:
-        chosen = cases.select(args.cases)
+        if args.suite == "pymc":
+            from innergraph.pymc_models import pymc_cases
+
+            chosen = pymc_cases(args.cases)
+        else:
+            chosen = cases.select(args.cases)
     except ValueError as error:
         parser.error(str(error))
     if args.list:

@@ -90,6 +90,9 @@ class Case:
         PyTensor linker the case is compiled with.
     rtol
         Relative tolerance when comparing the variants' results.
+    compile
+        ``compile(inputs, outputs, mode) -> function``, when the case is compiled
+        otherwise than by ``pytensor.function`` (PyMC's cases: ``pymc.pytensorf.compile``).
     """
 
     id: str
@@ -100,6 +103,7 @@ class Case:
     linker: str = "numba"
     rtol: float = 1e-10
     params: dict[str, Any] = field(default_factory=dict)
+    compile: Callable[[list[Any], list[Any], Any], Any] | None = None
 
 
 # Case 1 ------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ name                           position  tags
 ``innergraph_lift_ifelse``     48.4      fast_run, innergraph, ifelse
 ``innergraph_fold``            48.5      fast_run, fast_compile, minimum_compile
 ``innergraph_fusion``          49.1      fast_run, fusion
+``innergraph_contiguous``      49.2      fast_run, innergraph
 ``innergraph_share``           99        fast_run, innergraph
 =============================  ========  ==================================================
 
@@ -77,6 +78,10 @@ the outer graph (merge, canonicalize, stabilize, specialize, ``add_mul_fusion`` 
 (`innergraph.rewriting.fusion`); it carries PyTensor's fusion tags so it runs exactly
 when fusion does.
 
+``innergraph_contiguous`` (`innergraph.rewriting.contiguous`) copies the outer
+graph's non-contiguous array constants (folded strided slices), which the Numba
+backend cannot cache, after the last pass that folds constants into the graph.
+
 ``innergraph_fold`` is tagged
 ``minimum_compile`` because graphs with in-graph consumers cannot link without
 it; it does *not* carry the ``innergraph`` tag, which selects the optional lift
@@ -95,6 +100,7 @@ from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import GraphRewriter, dfs_rewriter
 from pytensor.graph.rewriting.db import RewriteDatabase
 
+from innergraph.rewriting.contiguous import contiguous_constants
 from innergraph.rewriting.fusion import fuse_bodies
 from innergraph.rewriting.lift import fold_bodies, lift_native, lower_consumers
 from innergraph.rewriting.lift_ifelse import lift_native_ifelse
@@ -156,6 +162,7 @@ _REWRITES: list[tuple[str, Any, float, tuple[str, ...]]] = [
     ("innergraph_lift_ifelse", FunctionRewriter(lift_native_ifelse), 48.4, ("fast_run", "innergraph", "ifelse")),
     ("innergraph_fold", FunctionRewriter(fold_bodies), 48.5, ("fast_run", "fast_compile", "minimum_compile")),
     ("innergraph_fusion", FunctionRewriter(fuse_bodies), 49.1, ("fast_run", "fusion")),
+    ("innergraph_contiguous", FunctionRewriter(contiguous_constants), 49.2, ("fast_run", "innergraph")),
     ("innergraph_share", FunctionRewriter(share_native_ops), 99, ("fast_run", "innergraph")),
 ]
 

@@ -22,7 +22,10 @@ All are registered under the ``innergraph`` tag (`innergraph.rewriting.db`).
 after PyTensor's Scan save-memory rewrites (which recognise a state's initial value
 by the ``x0[None]`` pattern and must see it), in one walk right after
 ``specialize``. `local_merge_slices_of_known_length` is in ``specialize``, after
-canonicalize's own slice merging. In canonicalize it raced PyTensor's
+canonicalize's own slice merging. Both return nothing while innergraph is
+uninstalled: rewrite databases copied from PyTensor's while it was installed (PyMC
+copies canonicalize into its logprob database when it is imported) keep them, and
+`innergraph.uninstall` cannot reach such copies. In canonicalize it raced PyTensor's
 ``local_subtensor_merge_slice``: the slices it made were merged again symbolically,
 which cost #1669's 2nd derivative about 50 ms of compile time and a node; run
 afterwards it only composes what is left.
@@ -43,6 +46,8 @@ from pytensor.tensor.elemwise import DimShuffle
 from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.math import Sum
 from pytensor.tensor.subtensor import IncSubtensor, Subtensor, get_constant_idx, inc_subtensor, set_subtensor
+
+from innergraph.patching import installed
 
 __all__ = ["first_row", "local_merge_slices_of_known_length", "local_set_row_of_expand_dims", "local_sum_of_one_row"]
 
@@ -122,6 +127,8 @@ def local_set_row_of_expand_dims(fgraph: FunctionGraph, node: Apply) -> list[Var
 
 @node_rewriter([Sum])
 def local_sum_of_one_row(fgraph: FunctionGraph, node: Apply) -> list[Variable] | None:
+    if not installed():  # a copy of canonicalize made while installed (PyMC's logprob database) outlives uninstall
+        return None
     sliced: Any = node.inputs[0]
     if node.op.axis not in (None, (0,)) or (node.op.axis is None and sliced.ndim != 1):
         return None
@@ -142,6 +149,8 @@ def local_sum_of_one_row(fgraph: FunctionGraph, node: Apply) -> list[Variable] |
 
 @node_rewriter([Subtensor])
 def local_merge_slices_of_known_length(fgraph: FunctionGraph, node: Apply) -> list[Variable] | None:
+    if not installed():  # as in `local_sum_of_one_row`
+        return None
     inner = node.inputs[0]
     if inner.owner is None or not isinstance(inner.owner.op, Subtensor):
         return None

@@ -1,0 +1,1 @@
+import innergraph  # noqa: F401  (installs the patches for every test)

@@ -1,0 +1,57 @@
+"""innergraph with PyMC 6.0.1 and pymc-extras 0.12.1 (run in the ``pymc`` environment: ``.ci/pymc``).
+
+* the NUTS functions of the five models of `innergraph.pymc_models` give vanilla's numbers;
+* importing innergraph before or after PyMC gives the same compiled graph, and
+  ``import innergraph; import pymc; innergraph.uninstall()`` gives exactly what PyMC
+  alone gives (PyMC's logp derivation and the compiled graph);
+* a second process loads the CustomDist GARCH's NUTS function from Numba's cache.
+
+Import order needs fresh processes: those tests run `scripts/` in subprocesses.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from innergraph.bench import compile_graph
+from innergraph.pymc_models import MODELS, nuts_case
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+def _run(script, *args):
+    run = subprocess.run([sys.executable, str(SCRIPTS / script), *args], capture_output=True, text=True, timeout=1800)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run.stdout
+
+
+def _fingerprint(order, model):
+    return dict(line.split(" ", 1) for line in _run("fingerprint.py", order, model).splitlines())
+
+
+@pytest.mark.parametrize("case_id", list(MODELS))
+def test_nuts_function_gives_vanillas_numbers(case_id):
+    case = nuts_case(case_id)
+    vanilla, ours = (compile_graph(case, v, case.build(v))(*case.values) for v in ("vanilla", "innergraph"))
+    for a, b in zip(vanilla, ours, strict=True):
+        np.testing.assert_allclose(b, a, rtol=case.rtol, atol=1e-12)
+
+
+@pytest.mark.parametrize("model", ["pymc-garch-customdist", "pymc-structural"])
+def test_import_order_gives_the_same_compiled_graph(model):
+    first, after = _fingerprint("innergraph-first", model), _fingerprint("pymc-first", model)
+    assert first["compiled"] == after["compiled"]
+    assert first["value"] == after["value"]
+
+
+@pytest.mark.parametrize("model", ["pymc-garch-customdist", "pymc-structural"])
+def test_uninstall_after_import_before_pymc_gives_pymc_alone(model):
+    assert _fingerprint("innergraph-first-uninstalled", model) == _fingerprint("vanilla", model)
+
+
+def test_customdist_garch_loads_from_numbas_cache_in_a_second_process():
+    _run("nuts_compilations.py", "pymc-garch-customdist")  # fills the cache (or finds it filled)
+    assert _run("nuts_compilations.py", "pymc-garch-customdist").split() == ["0"]
