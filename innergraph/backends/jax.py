@@ -44,6 +44,7 @@ from pytensor.link.jax.linker import JAXLinker
 from pytensor.scan.op import Scan as NativeScan
 
 from innergraph.backends.jax_loop import DynamicTraceLength, is_traced, needs_loop, scan_as_loop
+from innergraph.dispatch import register_conversion_dispatch
 from innergraph.fold import fold_inner_graphs
 from innergraph.graph import body_of, is_function, scope_toposort
 from innergraph.instantiate import private_fgraph
@@ -263,3 +264,5 @@ for _cls, _funcify in (
 ):
     apply_late(DispatchPatch(jax_funcify, _cls, _funcify))
 apply_late(Patch(JAXLinker, "jit_compile", jit_compile))
+# said, not discovered from the linker's bytecode (`innergraph.dispatch`)
+register_conversion_dispatch(JAXLinker, lambda: jax_funcify)

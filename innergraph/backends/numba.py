@@ -36,9 +36,11 @@ from pytensor.link.numba.dispatch.basic import (
 )
 from pytensor.graph.fg import FunctionGraph
 from pytensor.link.numba.cache import compile_numba_function_src
+from pytensor.link.numba.linker import NumbaLinker
 from pytensor.scan.op import Scan as NativeScan
 
 from innergraph.backends.numba_code import BodyCode, Converted, body_code, one_conversion, prepared_body
+from innergraph.dispatch import register_conversion_dispatch
 from innergraph.patching import DispatchPatch, apply_late
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse
@@ -92,6 +94,17 @@ def funcify_fgraph_as_one_conversion(fgraph: FunctionGraph, **kwargs: Any) -> Co
 
 
 apply_late(DispatchPatch(numba_funcify_and_cache_key, FunctionGraph, funcify_fgraph_as_one_conversion))
+
+
+def _numba_dispatches() -> tuple[Any, ...]:
+    from pytensor.link.numba.dispatch.basic import numba_funcify
+
+    return (numba_funcify_and_cache_key, numba_funcify)
+
+
+# The consumers this module implements run under Numba: said, not discovered from the
+# linker's bytecode (`innergraph.dispatch`), so no Python version's bytecode can hide it.
+register_conversion_dispatch(NumbaLinker, _numba_dispatches)
 
 
 @numba_typify.register(Body)
