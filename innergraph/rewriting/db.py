@@ -195,7 +195,8 @@ def register_all() -> None:
                 # unpickled from a lowered Scan, ``excluding("innergraph_lift")``): PyTensor
                 # would refuse the name as "already present".
                 del db.__db__[name]
-            before = set(db.__db__)
+            # tags a query left empty count as absent (a query of a tag creates its empty set)
+            before = {tag for tag, members in db.__db__.items() if members}
             db.register(name, rewriter, *tags, **kwargs)
             _added_keys.setdefault(id(db), set()).update(set(db.__db__) - before)
 
