@@ -77,7 +77,21 @@ def is_plain(op: Any) -> bool:
         and not op.is_inline
         and _NEUTRAL_KWARGS.issuperset(op.kwargs)
         and not (_unused_inputs(op) and _unused_inputs_raise(op))
+        and not _holds_inner_graphs(op)
     )
+
+
+def _holds_inner_graphs(op: OpFromGraph) -> bool:
+    """Whether the Op's inner graph holds a Scan, an OpFromGraph or another Op with an inner graph.
+
+    Such an Op stays native for now: dead-slot removal on the call lifted from an
+    OpFromGraph around a Scan, with a repeated argument, broke a body's closure
+    once its gradient was taken (found by the thorough differential run; kept as
+    ``tests/test_lift_ofg.py::test_an_op_from_graph_holding_a_scan_stays_native``).
+    """
+    from pytensor.graph.op import HasInnerGraph
+
+    return any(isinstance(node.op, HasInnerGraph) for node in op.fgraph.apply_nodes)
 
 
 def _unused_inputs(op: OpFromGraph) -> bool:
