@@ -151,3 +151,36 @@ def test_a_body_graph_reading_a_free_variable_is_refused_by_name():
     fg.inputs.remove(free)  # now neither a param nor a constant of the body
     with pytest.raises(FreeVariableError, match="free"):
         body_code(fg)
+
+
+def test_a_body_holding_an_op_that_does_not_pickle_compiles():
+    """PyTensor keys constants by their pickle; a body holding an unpicklable Op gets a key of its own.
+
+    pymc-extras' SARIMAX gradient holds an OpFromGraph whose override is a local
+    function; in a lifted conditional's body it made the Numba conversion fail.
+    """
+    import pickle
+
+    import pytensor
+    import pytensor.tensor as pt
+    from pytensor.compile.builders import OpFromGraph
+    from pytensor.ifelse import ifelse as vanilla_ifelse
+    from pytensor.link.numba.dispatch import basic as numba_basic
+
+    import innergraph
+    import innergraph.backends.numba  # noqa: F401  (what the first Numba link loads)
+
+    xi = pt.dvector("xi")
+    twice = OpFromGraph([xi], [pt.exp(xi) * 2], pullback=lambda inputs, outputs, grads: [grads[0] * outputs[0]])
+    x, c = pt.dvector("x"), pt.dscalar("c")
+    body = innergraph.body_of(innergraph.inner_graph(lambda v: pt.tanh(twice(v)).sum(), [x]).function)
+    with pytest.raises((AttributeError, TypeError, pickle.PicklingError)):
+        pickle.dumps(body)
+    first, second = numba_basic.cache_key_for_constant(body), numba_basic.cache_key_for_constant(body)
+    assert first != second and first.startswith("unpicklable body")  # never shared through the disk cache
+
+    out = innergraph.ifelse(c > 0, pt.tanh(twice(x)).sum(), x.sum())
+    fn = pytensor.function([x, c], out, mode="NUMBA")
+    reference = pytensor.function([x, c], vanilla_ifelse(c > 0, pt.tanh(twice(x)).sum(), x.sum()), mode=pytensor.compile.mode.get_mode("NUMBA").excluding("innergraph"))
+    for cv in (1.0, -1.0):
+        np.testing.assert_allclose(fn(np.linspace(0, 1, 4), cv), reference(np.linspace(0, 1, 4), cv), rtol=1e-12)

@@ -23,11 +23,14 @@ Numba's on-disk cache can never confuse two different bodies.
 
 from __future__ import annotations
 
+import pickle
+import uuid
 import weakref
 from collections.abc import Sequence
 from hashlib import sha256
 from typing import Any
 
+from pytensor.link.numba.dispatch import basic as numba_basic
 from pytensor.link.numba.dispatch.basic import (
     numba_funcify_and_cache_key,
     numba_njit,
@@ -41,7 +44,7 @@ from pytensor.scan.op import Scan as NativeScan
 
 from innergraph.backends.numba_code import BodyCode, Converted, body_code, one_conversion, prepared_body
 from innergraph.dispatch import register_conversion_dispatch
-from innergraph.patching import DispatchPatch, apply_late
+from innergraph.patching import DispatchPatch, Patch, apply_late
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse
 from innergraph.ops.scan import Scan, build_native_scan, is_shared
@@ -94,6 +97,30 @@ def funcify_fgraph_as_one_conversion(fgraph: FunctionGraph, **kwargs: Any) -> Co
 
 
 apply_late(DispatchPatch(numba_funcify_and_cache_key, FunctionGraph, funcify_fgraph_as_one_conversion))
+
+_original_cache_key_for_constant = numba_basic.cache_key_for_constant
+
+
+def cache_key_for_constant(data: Any) -> str:
+    """PyTensor's cache key of a constant, and one for a folded `Body` that does not pickle.
+
+    PyTensor keys a constant by the hash of its pickle. A body holding an Op that
+    does not pickle (an `OpFromGraph` gradient whose override is a local function,
+    as pymc-extras' state-space models build) made the conversion fail, where
+    vanilla PyTensor, which never pickles Ops, compiles. Such a body gets a key
+    unique to it in this process: the function is compiled, never taken from or
+    mistaken for another one in the disk cache (vanilla does not cache such a
+    graph either).
+    """
+    if isinstance(data, Body):
+        try:
+            return str(_original_cache_key_for_constant(data))
+        except (AttributeError, TypeError, pickle.PicklingError):
+            return f"unpicklable body {uuid.uuid4().hex}"
+    return str(_original_cache_key_for_constant(data))
+
+
+apply_late(Patch(numba_basic, "cache_key_for_constant", cache_key_for_constant))
 
 
 def _numba_dispatches() -> tuple[Any, ...]:
