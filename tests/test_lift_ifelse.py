@@ -280,3 +280,24 @@ def test_vm_linkers_keep_the_native_conditional(linker):
     for m in (mode(linker), Mode(linker=VMLinker(lazy=False, use_cloop=False), optimizer="fast_run")):
         fn = pytensor.function([c, x], lazy_program(), mode=m)
         assert len(natives(fn)) == 1 and not consumers(fn)
+
+
+def test_a_conditional_inside_a_lifted_call_stays_as_it_is():
+    """Only visible conditionals are lifted (found by the thorough differential run).
+
+    A native conditional inside an OpFromGraph the pipeline lifted (an unused input:
+    the lift gains) was lifted with the outer graph's always-computed work and broke
+    the call body's closure at the fold.
+    """
+    from pytensor.compile.builders import OpFromGraph
+
+    a, b = pt.dscalar("a"), pt.dscalar("b")
+    p0, p1, p2 = pt.dscalar("p0"), pt.dscalar("p1"), pt.dscalar("p2")
+    op = OpFromGraph([p0, p1, p2], [ifelse(p0 > 0, pt.exp(p0), -p2)], on_unused_input="ignore")
+    out = op(a, a, b)
+    outputs = [out, *pytensor.grad(out, [a, b])]
+    ours = pytensor.function([a, b], outputs, mode=mode("numba"))
+    reference = pytensor.function([a, b], outputs, mode=vanilla("numba"))
+    for av in (0.5, -0.5):
+        for got, want in zip(ours(av, 2.0), reference(av, 2.0), strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-12)

@@ -51,7 +51,7 @@ from pytensor.tensor.subtensor import Subtensor
 
 from innergraph.build import inner_graph
 from innergraph.convert import lift_graph
-from innergraph.fold import fold_function
+from innergraph.fold import fold_function, visible_nodes
 from innergraph.graph import InnerGraph, body_of, is_function, param, scope_toposort
 from innergraph.instantiate import substitute
 from innergraph.ops.ifelse import IfElse
@@ -120,7 +120,12 @@ def lift_native_ifelse(fgraph: FunctionGraph) -> int:
     declined: set[Apply] = set()
     lifted = 0
     while True:
-        natives = [n for n in fgraph.toposort() if type(n.op) is NativeIfElse and n not in declined]
+        # Visible conditionals only: one inside a body (hidden) has no outer graph to share
+        # work with, and lifting it with the outer graph's always-computed set broke a
+        # call body's closure (thorough differential run). A native Scan's conditionals
+        # are lifted when its inner function compiles, as a graph of its own.
+        visible = visible_nodes(fgraph)
+        natives = [n for n in fgraph.toposort() if type(n.op) is NativeIfElse and n not in declined and n in visible]
         if not natives:
             return lifted
         group = _group(natives)
