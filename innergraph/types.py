@@ -26,7 +26,7 @@ from pytensor.graph.type import Type
 
 import innergraph_pickle
 
-__all__ = ["Body", "InnerGraphType"]
+__all__ = ["Body", "InnerGraphType", "pickles"]
 
 
 class InnerGraphType(Type["Body"]):
@@ -137,3 +137,22 @@ class Body:
         return f"Body({n}->{m})"
 
     __repr__ = __str__
+
+
+def pickles(op: Any) -> bool:
+    """Whether ``op`` pickles: a folded body holding one that does not cannot be cached by Numba.
+
+    PyTensor keys a constant of a Numba function by its pickle, and a folded `Body`
+    is such a constant; an Op whose state holds a local function (an `OpFromGraph`
+    gradient with an override, as pymc-extras' state-space models build) makes
+    the whole function uncacheable, recompiled in every process (SARIMAX's NUTS
+    function: first call 95x vanilla's). Vanilla PyTensor never pickles Ops, so
+    such an Op keeps a graph out of a body rather than making it uncacheable.
+    """
+    import pickle
+
+    try:
+        pickle.dumps(op)
+    except Exception:
+        return False
+    return True

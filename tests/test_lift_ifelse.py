@@ -301,3 +301,22 @@ def test_a_conditional_inside_a_lifted_call_stays_as_it_is():
     for av in (0.5, -0.5):
         for got, want in zip(ours(av, 2.0), reference(av, 2.0), strict=True):
             np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_a_branch_holding_an_op_that_does_not_pickle_stays_native():
+    """Numba keys a folded body by its pickle: a body holding such an Op would be recompiled in every process.
+
+    pymc-extras' SARIMAX gradient (an OpFromGraph whose override is a local function):
+    its first call was 95x vanilla's. The conditional stays PyTensor's, as in vanilla.
+    """
+    from pytensor.compile.builders import OpFromGraph
+
+    xi = pt.dvector("xi")
+    twice = OpFromGraph([xi], [pt.exp(xi) * 2], pullback=lambda inputs, outputs, grads: [grads[0] * outputs[0]])
+    x, c = pt.dvector("x"), pt.dscalar("c")
+    out = ifelse(c > 0, pt.tanh(twice(x)).sum(), x.sum())
+    ours = pytensor.function([x, c], out, mode=mode("numba"))
+    assert any(type(n.op) is NativeIfElse for n in ours.maker.fgraph.apply_nodes)
+    reference = pytensor.function([x, c], out, mode=vanilla("numba"))
+    for cv in (1.0, -1.0):
+        np.testing.assert_allclose(ours(np.linspace(0, 1, 4), cv), reference(np.linspace(0, 1, 4), cv), rtol=1e-12)

@@ -55,7 +55,7 @@ from innergraph.fold import fold_function, visible_nodes
 from innergraph.graph import InnerGraph, body_of, is_function, param, scope_toposort
 from innergraph.instantiate import substitute
 from innergraph.ops.ifelse import IfElse
-from innergraph.types import InnerGraphType
+from innergraph.types import InnerGraphType, pickles
 
 __all__ = ["CHEAP_OPS", "CHEAP_SCALAR_OPS", "lift_applies", "lift_native_ifelse"]
 
@@ -228,6 +228,8 @@ def _lift_group(fgraph: FunctionGraph, group: list[Apply]) -> bool:
     then_nodes, then_cut = _branch(then_outs, always)
     else_nodes, else_cut = _branch(else_outs, always)
     if not any(_is_work(n) for n in (*then_nodes, *else_nodes)):
+        return False
+    if not all(pickles(n.op) for n in (*then_nodes, *else_nodes)):  # the body could not be cached
         return False
     then_fn, then_args = _body(then_outs, then_cut, cond, taken=True)
     else_fn, else_args = _body(else_outs, else_cut, cond, taken=False)

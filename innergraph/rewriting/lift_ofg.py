@@ -56,7 +56,7 @@ from innergraph.graph import InnerGraph
 from innergraph.instantiate import copy_scope, is_small_tensor_constant
 from innergraph.ops.call import Call
 from innergraph.rewriting.lift import mark_lifted, was_lifted
-from innergraph.types import InnerGraphType
+from innergraph.types import InnerGraphType, pickles
 
 __all__ = ["gains", "helpful_lifts", "is_plain", "lift_op_from_graphs", "lift_plain_ofg"]
 
@@ -78,6 +78,7 @@ def is_plain(op: Any) -> bool:
         and _NEUTRAL_KWARGS.issuperset(op.kwargs)
         and not (_unused_inputs(op) and _unused_inputs_raise(op))
         and not _holds_inner_graphs(op)
+        and all(pickles(node.op) for node in op.fgraph.apply_nodes)  # else its body could not be cached
     )
 
 
