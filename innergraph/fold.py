@@ -46,6 +46,7 @@ __all__ = [
     "folded_bodies",
     "folded_in_order",
     "has_inner_graphs",
+    "reachable",
     "unfold_inner_graphs",
     "visible_in_order",
     "visible_nodes",
@@ -68,7 +69,7 @@ def visible_in_order(fgraph: FunctionGraph) -> list[Apply]:
     The order depends on the graph alone, never on hashes or ids: a rewrite that
     iterates over visible nodes (and replaces some) does so through this.
     """
-    return _reachable(fgraph.outputs, lambda node: node.inputs)
+    return reachable(fgraph.outputs, lambda node: node.inputs)
 
 
 def always_computed(outputs: Sequence[Variable]) -> set[Apply]:
@@ -78,10 +79,10 @@ def always_computed(outputs: Sequence[Variable]) -> set[Apply]:
     walk follows its condition alone. For the outer function pass
     ``fgraph.outputs``; for a body, its outputs.
     """
-    return set(_reachable(outputs, lambda node: node.inputs[:1] if isinstance(node.op, LazyIfElse) else node.inputs))
+    return set(reachable(outputs, lambda node: node.inputs[:1] if isinstance(node.op, LazyIfElse) else node.inputs))
 
 
-def _reachable(outputs: Sequence[Variable], follow: Callable[[Apply], Sequence[Variable]]) -> list[Apply]:
+def reachable(outputs: Sequence[Variable], follow: Callable[[Apply], Sequence[Variable]]) -> list[Apply]:
     """The nodes reached from ``outputs`` through ``follow(node)``, inner-graph nodes excluded, in the order found."""
     seen: dict[Apply, None] = {}
     stack = [o.owner for o in reversed(outputs) if o.owner is not None]

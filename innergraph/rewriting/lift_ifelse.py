@@ -9,7 +9,7 @@ group
     ``cond_merge_random_op`` would do).
 always-computed node
     A node every call runs once the group is lazy: reached from the graph outputs
-    without entering a group member's branch inputs (`innergraph.fold._reachable`
+    without entering a group member's branch inputs (`innergraph.fold.reachable`
     with the members' branches blocked).
 branch-only node
     A node reached from a branch input of the group that is not always computed:
@@ -51,7 +51,7 @@ from pytensor.tensor.subtensor import Subtensor
 
 from innergraph.build import inner_graph
 from innergraph.convert import lift_graph
-from innergraph.fold import fold_function, visible_nodes
+from innergraph.fold import fold_function, reachable, visible_nodes
 from innergraph.graph import InnerGraph, body_of, is_function, param, scope_toposort
 from innergraph.instantiate import substitute
 from innergraph.ops.ifelse import IfElse
@@ -148,29 +148,13 @@ def _group(natives: list[Apply]) -> list[Apply]:
 
 
 def _ancestor_nodes(variables: Sequence[Variable]) -> set[Apply]:
-    seen: set[Apply] = set()
-    stack = [v.owner for v in variables if v.owner is not None]
-    while stack:
-        node = stack.pop()
-        if node in seen or isinstance(node.op, InnerGraph):
-            continue
-        seen.add(node)
-        stack.extend(v.owner for v in node.inputs if v.owner is not None)
-    return seen
+    return set(reachable(variables, lambda node: node.inputs))
 
 
 def _always_computed(fgraph: FunctionGraph, group: list[Apply]) -> set[Apply]:
+    """The nodes every call runs once ``group`` is lazy: the walk follows only its members' condition."""
     members = set(group)
-    seen: set[Apply] = set()
-    stack = [o.owner for o in fgraph.outputs if o.owner is not None]
-    while stack:
-        node = stack.pop()
-        if node in seen or isinstance(node.op, InnerGraph):
-            continue
-        seen.add(node)
-        follow = node.inputs[:1] if node in members else node.inputs
-        stack.extend(v.owner for v in follow if v.owner is not None)
-    return seen
+    return set(reachable(fgraph.outputs, lambda node: node.inputs[:1] if node in members else node.inputs))
 
 
 def _branch(outputs: list[Variable], always: set[Apply]) -> tuple[list[Apply], list[Variable]]:
