@@ -1,8 +1,9 @@
-"""Forwarding: a body output that is just a param becomes the outer argument.
+"""Forwarding: a body output that is just a param (or a constant) becomes the outer argument.
 
-* a call output that returns an argument's param is that argument;
+* a call output that returns an argument's param is that argument, and one that
+  returns a constant is that constant (a gradient's pullback often does);
 * a conditional output whose branches both return params bound to the same
-  outer variable is that variable;
+  outer variable, or the same constant, is that variable or constant;
 * a Scan state passed through unchanged: an untraced sit-sot is its initial
   value and a sit-sot its initial value repeated (their param, if still read,
   becomes a non-sequence); a mit-mot output tap that writes back what the same
@@ -16,7 +17,7 @@ from __future__ import annotations
 import pytensor.tensor as pt
 from typing import Any
 
-from pytensor.graph.basic import Variable
+from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 
 from innergraph.rewriting.signature import Signature, Slot, consumers, replace_consumer
@@ -27,9 +28,9 @@ __all__ = ["forward_params"]
 def _forward(sig: Signature, slot: Slot, bound: dict[tuple[int, Variable], Variable]) -> tuple[list[Slot], Variable | None] | None:
     """The slots replacing ``slot`` and the variable its result becomes, or None if unchanged."""
     if slot.kind == "out":  # calls and conditionals
-        args = {bound.get(o) for o in slot.outputs}
+        args = {o[1] if isinstance(o[1], Constant) else bound.get(o) for o in slot.outputs}
         if len(args) == 1 and None not in args:
-            return [], args.pop()
+            return [], slot.results[0].type.filter_variable(args.pop())
         return None
     if slot.kind == "untraced" or (slot.kind == "sit_sot" and not sig.is_while):  # a while loop's traces end where it stopped
         if slot.outputs[0][1] is not slot.params[0][1]:
