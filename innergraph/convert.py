@@ -43,6 +43,7 @@ from pytensor.scan.op import Scan as NativeScan
 
 from innergraph._compat import queried_once
 from innergraph.build import inner_graph
+from innergraph.dispatch import compiling_for_jit
 from innergraph.fold import fold_scope
 from innergraph.graph import InnerGraph, body_of, param, scope_toposort
 from innergraph.instantiate import carry_shapes, copy_scope, instantiate
@@ -182,7 +183,9 @@ def _lift_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
 def _lower_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
     consumer: Scan = op
     lowered = Scan(consumer.layout, **{**consumer.flags(), "mode": already_rewritten(consumer.mode)})
-    return native_scan(body_of(inputs[0]), lowered).make_node(*inputs[1:]).outputs
+    # PyTensor's own Scan runtime needs untraced states copied; a JIT backend converts the Scan itself
+    copy_untraced = not compiling_for_jit()
+    return native_scan(body_of(inputs[0]), lowered, copy_untraced=copy_untraced).make_node(*inputs[1:]).outputs
 
 
 _already_rewritten: dict[int, tuple[Any, Any]] = {}

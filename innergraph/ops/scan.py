@@ -34,7 +34,7 @@ from innergraph.fold import fold_scope
 from innergraph.ops.runtime import body_value
 from innergraph.types import Body
 
-__all__ = ["Scan", "ScanLayout", "build_native_scan", "is_shared", "mark_shared", "native_scan"]
+__all__ = ["Scan", "ScanLayout", "build_native_scan", "copy_untraced_outputs", "is_shared", "mark_shared", "native_scan"]
 
 
 @dataclass(frozen=True)
@@ -347,12 +347,17 @@ def _none_if_disconnected(tangent: Variable) -> Variable | None:
     return None if isinstance(tangent.type, DisconnectedType) else tangent
 
 
-def native_scan(body: Body, op: Scan) -> NativeScan:
-    """The native Scan for ``body`` with ``op``'s layout, built once per body and op."""
-    key = ("native_scan", op, id(op.mode), op.strict)
+def native_scan(body: Body, op: Scan, *, copy_untraced: bool = True) -> NativeScan:
+    """The native Scan for ``body`` with ``op``'s layout, built once per body, op and ``copy_untraced``.
+
+    ``copy_untraced`` is for PyTensor's own Scan runtime (Python and C); a JIT
+    backend, which converts the Scan to code of its own, passes False (see
+    `build_native_scan`).
+    """
+    key = ("native_scan", op, id(op.mode), op.strict, copy_untraced)
     native = body.cache.get(key)
     if native is None:
-        native = body.cache[key] = mark_shared(build_native_scan(body, op))
+        native = body.cache[key] = mark_shared(build_native_scan(body, op, copy_untraced=copy_untraced))
     return native
 
 
@@ -377,7 +382,42 @@ def is_shared(op: NativeScan) -> bool:
     return ref is not None and ref() is op
 
 
-def build_native_scan(body: Body, op: Scan) -> NativeScan:
-    """A new native Scan running ``body`` with ``op``'s layout and flags."""
+def build_native_scan(body: Body, op: Scan, *, copy_untraced: bool = False) -> NativeScan:
+    """A new native Scan running ``body`` with ``op``'s layout and flags.
+
+    With ``copy_untraced`` each untraced state's next value is a copy
+    (`copy_untraced_outputs`): what PyTensor's own Scan runtime needs to carry it
+    correctly.
+    """
     inner_inputs = [t(name=f"p{i}") for i, t in enumerate(body.param_types)]
-    return NativeScan(inner_inputs, fold_scope(instantiate(body, inner_inputs)), op.layout.info, **op.flags())
+    inner_outputs = fold_scope(instantiate(body, inner_inputs))
+    if copy_untraced:
+        inner_outputs = copy_untraced_outputs(inner_outputs, op.layout.info)
+    return NativeScan(inner_inputs, inner_outputs, op.layout.info, **op.flags())
+
+
+def copy_untraced_outputs(inner_outputs: Sequence[Variable], info: ScanInfo) -> list[Variable]:
+    """``inner_outputs`` with each untraced state's next value computed into fresh memory.
+
+    PyTensor's Scan runtime (``Scan.perform`` and its C twin) keeps the inner
+    function's intermediate storage from step to step and hands an untraced
+    state's next value back as the next step's input without copying it. When the
+    inner function computes that value in place of, or as a view of, an
+    intermediate result (``Add{inplace}`` over a ``Sum``), the next step overwrites
+    the intermediate before reading the input, and the state is lost: the gradient
+    of ``s * k + 1`` over a vector ``s`` came out 37.5 instead of 68.25. PyTensor
+    itself makes untraced states only where its buffer-trimming pass runs (the
+    Numba, JAX and PyTorch backends), so this runtime never saw one of this form.
+    A `DeepCopyOp` as the inner output allocates a fresh array each step (the
+    runtime clears the inner output's storage before every step), which is what a
+    traced state's write into its buffer costs anyway.
+    """
+    from pytensor.compile.ops import DeepCopyOp, deep_copy_op
+
+    outputs = list(inner_outputs)
+    first = sum(len(s) for s in info.mit_mot_out_slices) + info.n_mit_sot + info.n_sit_sot + info.n_nit_sot
+    for i in range(first, first + info.n_untraced_sit_sot):
+        out = outputs[i]
+        if not (out.owner is not None and isinstance(out.owner.op, DeepCopyOp)):
+            outputs[i] = deep_copy_op.make_node(out).outputs[0]
+    return outputs

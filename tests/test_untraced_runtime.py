@@ -1,0 +1,80 @@
+"""Untraced states on PyTensor's own Scan runtime (``Scan.perform`` and its C twin).
+
+That runtime keeps the inner function's intermediate storage from step to step
+and feeds an untraced state's next value back as the next step's input without a
+copy. An inner function that computes the value in place of an intermediate
+(``Add{inplace}`` over a ``Sum``) then loses the state at the next step. PyTensor
+makes untraced states only for the JIT backends, so it never meets this; innergraph
+untraces for every linker, and lowers with the next value copied
+(`innergraph.ops.scan.copy_untraced_outputs`) when the linker is not a JIT one.
+"""
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from pytensor.compile.mode import Mode
+from pytensor.compile.ops import DeepCopyOp
+from pytensor.link.vm import VMLinker
+from pytensor.scan.op import Scan as NativeScan
+
+import innergraph
+
+s0, k = pt.dvector("s0"), pt.dscalar("k")
+TRACE = pytensor.scan(lambda s: s * k + 1.0, outputs_info=[s0], n_steps=3, return_updates=False)
+GRAD = pytensor.grad(TRACE[-1].sum(), [k])  # reverse loop: a mit-mot and an untraced accumulator
+SAMPLE = (np.array([1.0, 2.0]), 2.5)
+EXPECTED = 68.25  # d/dk of sum(s3): sum(s2) + k sum(s1) + k^2 sum(s0)
+
+LINKERS = {
+    "py": "py",
+    "cvm": "cvm",
+    "vm": VMLinker(use_cloop=False, c_thunks=False),
+    "numba": "numba",
+}
+
+
+def _native_scans(fn):
+    return [n for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, NativeScan)]
+
+
+@pytest.mark.parametrize("name", sorted(LINKERS))
+def test_untraced_gradient_accumulator_matches_vanilla(name):
+    mode = Mode(linker=LINKERS[name], optimizer="fast_run")
+    fn = pytensor.function([s0, k], GRAD, mode=mode)
+    (got,) = fn(*SAMPLE)
+    with innergraph.uninstalled():
+        (expected,) = pytensor.function([s0, k], GRAD, mode=mode)(*SAMPLE)
+    assert expected == pytest.approx(EXPECTED)
+    assert got == pytest.approx(expected, rel=1e-12)
+    untraced = [n for n in _native_scans(fn) if n.op.info.n_untraced_sit_sot]
+    assert untraced, "the reverse loop's accumulator is untraced (what this test is about)"
+    copied = [
+        isinstance(o.owner.op, DeepCopyOp) if o.owner else False
+        for n in untraced
+        for o in n.op.inner_untraced_sit_sot_outs(n.op.inner_outputs)
+    ]
+    # PyTensor's runtime gets fresh memory for each next value; Numba converts the loop itself
+    assert all(copied) if name != "numba" else not any(copied)
+
+
+def test_the_runtime_loses_an_uncopied_state(monkeypatch):
+    """Without the copy PyTensor's own Scan runtime gives the wrong number (a PyTensor defect).
+
+    The lowering is made to skip the copy; the compiled function is then plain
+    PyTensor (native Scans only) run by PyTensor's Python runtime. A step of its
+    own keeps the bodies of the other tests (and their cached native Scans) apart.
+    """
+    import innergraph.ops.scan as scan_module
+
+    monkeypatch.setattr(scan_module, "copy_untraced_outputs", lambda outputs, info: list(outputs))
+    trace = pytensor.scan(lambda s: s * k + 2.0, outputs_info=[s0], n_steps=3, return_updates=False)
+    grad = pytensor.grad(trace[-1].sum(), [k])
+    mode = Mode(linker="py", optimizer="fast_run")
+    fn = pytensor.function([s0, k], grad, mode=mode)
+    assert any(n.op.info.n_untraced_sit_sot for n in _native_scans(fn))
+    (wrong,) = fn(*SAMPLE)
+    with innergraph.uninstalled():
+        (right,) = pytensor.function([s0, k], grad, mode=mode)(*SAMPLE)
+    assert right == pytest.approx(80.25)
+    assert wrong == pytest.approx(37.5)  # twice the last step's term: the carried sum was overwritten
