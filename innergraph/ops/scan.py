@@ -381,3 +381,7 @@ def build_native_scan(body: Body, op: Scan) -> NativeScan:
     """A new native Scan running ``body`` with ``op``'s layout and flags."""
     inner_inputs = [t(name=f"p{i}") for i, t in enumerate(body.param_types)]
     return NativeScan(inner_inputs, fold_scope(instantiate(body, inner_inputs)), op.layout.info, **op.flags())
+
+
+# Declared as a consumer (slot kinds, meanings, form) next to it; imported last: it reads `Scan`.
+from innergraph.ops import scan_slots as _scan_slots  # noqa: E402,F401
