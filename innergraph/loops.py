@@ -1,0 +1,326 @@
+"""`while_loop`, `do_while`, `fori_loop`: JAX's loops as in-graph consumers, with their derivatives.
+
+Terms
+-----
+pytree
+    A tensor, or a tuple, list or dict of pytrees (JAX's containers; dict keys in
+    sorted order). A loop's state is one: its leaves are the carried values.
+
+The loops are `innergraph.ops.loop`'s `WhileLoop` and `ForiLoop`, built with the
+public consumer API (`innergraph.consumer`) only. Pushforward is defined for
+every loop. Pullback needs what reverse mode reads: a fori loop has it (its
+trip count, static or symbolic); a while loop has it when given ``max_steps``,
+the bound of its carry history (the design notes' tracing while loop); any other
+while loop raises an error naming the loop and saying what to pass. Reverse mode
+re-runs the loop as the equivalent Scan, which stores every step's state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytensor
+import pytensor.tensor as pt
+from pytensor.scan.utils import until
+from pytensor.gradient import DisconnectedType, disconnected_type
+from pytensor.graph.basic import Variable
+from pytensor.graph.null_type import NullType
+
+from innergraph import consumer as api
+from innergraph.ops.loop import ForiLoop, WhileLoop
+
+__all__ = ["do_while", "fori_loop", "while_loop"]
+
+Tree = Any
+
+
+def flatten(tree: Tree) -> tuple[list[Variable], Any]:
+    """The leaves of ``tree`` as tensors, and its structure."""
+    if isinstance(tree, tuple | list):
+        parts = [flatten(t) for t in tree]
+        return [leaf for leaves, _ in parts for leaf in leaves], (type(tree), [d for _, d in parts])
+    if isinstance(tree, dict):
+        keys = sorted(tree)
+        parts = [flatten(tree[k]) for k in keys]
+        return [leaf for leaves, _ in parts for leaf in leaves], (dict, list(zip(keys, (d for _, d in parts), strict=True)))
+    return [pt.as_tensor_variable(tree)], None
+
+
+def unflatten(structure: Any, leaves: Sequence[Any]) -> Tree:
+    """The pytree of ``structure`` (from `flatten`) holding ``leaves``."""
+    it = iter(leaves)
+
+    def build(d: Any) -> Tree:
+        if d is None:
+            return next(it)
+        container, children = d
+        if container is dict:
+            return {k: build(c) for k, c in children}
+        return container(build(c) for c in children)
+
+    tree = build(structure)
+    return tree
+
+
+def _fitted(where: str, values: Tree, structure: Any, like: Sequence[Variable]) -> list[Variable]:
+    """``values`` flattened, checked to have ``structure``, each converted to its carried value's type."""
+    leaves, got = flatten(values)
+    if got != structure:
+        raise api.BodyTypeError(f"{where}: the body returns a state shaped {got}, the initial state is {structure}")
+    out = []
+    for i, (v, x) in enumerate(zip(leaves, like, strict=True)):
+        if v.type == x.type:
+            out.append(v)
+            continue
+        try:
+            out.append(x.type.filter_variable(v, allow_convert=True))
+        except TypeError:
+            raise api.BodyTypeError(f"{where}: carried value {i} ({x}) has type {x.type}, the body returns {v.type} ({v})") from None
+    return out
+
+
+def _closed(fn: Callable[[list[Variable]], list[Variable]], like: Sequence[Variable], shared: Sequence[Variable] = ()) -> tuple[Variable, list[Variable]]:
+    """A folded function of fresh carried values, ``shared`` and what else it captures; and those others."""
+    xs = [x.type() for x in like]
+    outs = fn(xs)
+    first = api.inner_graph(outs, xs, capture="leaves")
+    own = [v for v in first.captured if not any(v is s for s in shared)]
+    closure = api.inner_graph(outs, [*xs, *own, *shared], capture="leaves")
+    assert not closure.captured
+    return api.fold_function(closure.function), own
+
+
+def _captures(fn: Callable[[list[Variable]], list[Variable]], like: Sequence[Variable]) -> list[Variable]:
+    xs = [x.type() for x in like]
+    return list(api.inner_graph(fn(xs), xs, capture="leaves").captured)
+
+
+def _while(
+    cond: Callable[[list[Variable]], Variable],
+    step: Callable[[list[Variable]], list[Variable]],
+    init: list[Variable],
+    max_steps: Any = None,
+    do_while: bool = False,
+) -> list[Variable]:
+    """The results of a `WhileLoop` over flat carried values."""
+
+    def cond_outs(xs: list[Variable]) -> list[Variable]:
+        return [pt.as_tensor_variable(cond(xs))]
+
+    in_cond, in_step = _captures(cond_outs, init), _captures(step, init)
+    shared = [v for v in in_cond if any(v is w for w in in_step)]
+    cond_fn, cond_args = _closed(cond_outs, init, shared)
+    step_fn, step_args = _closed(step, init, shared)
+    op = WhileLoop(len(init), len(cond_args), len(step_args), do_while, max_steps is not None)
+    header = [] if max_steps is None else [pt.as_tensor_variable(max_steps)]
+    out = op(cond_fn, step_fn, *header, *init, *cond_args, *step_args, *shared)
+    return [out] if isinstance(out, Variable) else list(out)
+
+
+def _state_step(where: str, body_fun: Callable[[Tree], Tree], structure: Any, init: list[Variable]) -> Callable[[list[Variable]], list[Variable]]:
+    return lambda xs: _fitted(where, body_fun(unflatten(structure, xs)), structure, init)
+
+
+def _condition(where: str, cond_fun: Callable[[Tree], Any], structure: Any) -> Callable[[list[Variable]], Variable]:
+    def cond(xs: list[Variable]) -> Variable:
+        c = pt.as_tensor_variable(cond_fun(unflatten(structure, xs)))
+        if c.ndim != 0:
+            raise api.BodyTypeError(f"{where}: cond_fun must return a scalar, it returns {c.type} ({c})")
+        return c
+
+    return cond
+
+
+def while_loop(cond_fun: Callable[[Tree], Any], body_fun: Callable[[Tree], Tree], init_val: Tree, *, max_steps: Any = None) -> Tree:
+    """``while cond_fun(val): val = body_fun(val)``, in the graph (JAX's ``lax.while_loop``).
+
+    Parameters
+    ----------
+    cond_fun
+        The state -> a boolean scalar. Evaluated before every step: zero steps is allowed.
+    body_fun
+        The state -> the next state, of the same structure and types.
+    init_val
+        The initial state: a tensor, or tuples, lists and dicts of them.
+    max_steps
+        An optional integer bound: the loop stops after that many steps even if
+        ``cond_fun`` still holds. Needed for reverse-mode derivatives.
+
+    Returns
+    -------
+    The final state, structured as ``init_val``.
+    """
+    init, structure = flatten(init_val)
+    where = "while_loop"
+    out = _while(_condition(where, cond_fun, structure), _state_step(where, body_fun, structure, init), init, max_steps)
+    return unflatten(structure, out)
+
+
+def do_while(body_fun: Callable[[Tree], Tree], cond_fun: Callable[[Tree], Any], init_val: Tree, *, max_steps: Any = None) -> Tree:
+    """``val = body_fun(val)`` repeated while ``cond_fun(val)`` holds: at least one step (as `while_loop` otherwise)."""
+    init, structure = flatten(init_val)
+    where = "do_while"
+    out = _while(_condition(where, cond_fun, structure), _state_step(where, body_fun, structure, init), init, max_steps, do_while=True)
+    return unflatten(structure, out)
+
+
+def _fori(n_steps: Variable, seqs: list[Variable], step: Callable[[list[Variable], list[Variable]], list[Variable]], init: list[Variable]) -> list[Variable]:
+    """The results of a `ForiLoop`: ``step(rows, carry)`` over the rows of ``seqs``."""
+    rows = [q.type.clone(shape=q.type.shape[1:])() for q in seqs]
+    fn, args = _closed(lambda xs: step(xs[: len(rows)], xs[len(rows) :]), [*rows, *init])
+    out = ForiLoop(len(seqs), len(init))(fn, n_steps, *seqs, *init, *args)
+    return [out] if isinstance(out, Variable) else list(out)
+
+
+def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Variable, Tree], Tree], init_val: Tree) -> Tree:
+    """``for i in range(lower, upper): val = body_fun(i, val)``, in the graph (JAX's ``lax.fori_loop``).
+
+    Parameters
+    ----------
+    lower, upper
+        Integer scalars (constants or symbolic); no step runs when ``upper <= lower``.
+    body_fun
+        ``(i, state) -> next state``, of the same structure and types.
+    init_val
+        The initial state: a tensor, or tuples, lists and dicts of them.
+
+    Returns
+    -------
+    The final state, structured as ``init_val``.
+    """
+    lower_v, upper_v = pt.as_tensor_variable(lower), pt.as_tensor_variable(upper)
+    for name, v in (("lower", lower_v), ("upper", upper_v)):
+        if v.ndim != 0 or v.dtype not in pt.type.integer_dtypes:
+            raise TypeError(f"fori_loop: {name} ({v}) must be an integer scalar, got {v.type}")
+    init, structure = flatten(init_val)
+    n_steps = pt.cast(pt.maximum(upper_v - lower_v, 0), "int64")
+    index = pt.arange(lower_v, pt.maximum(upper_v, lower_v))
+    where = "fori_loop"
+
+    def step(rows: list[Variable], xs: list[Variable]) -> list[Variable]:
+        return _fitted(where, body_fun(rows[0], unflatten(structure, xs)), structure, init)
+
+    return unflatten(structure, _fori(n_steps, [index], step, init))
+
+
+# --- derivatives ------------------------------------------------------------------
+
+
+def _live(t: Variable) -> bool:
+    return not isinstance(t.type, DisconnectedType | NullType)
+
+
+def _or_zeros(t: Variable, like: Variable) -> Variable:
+    return t if _live(t) else pt.zeros_like(like)
+
+
+def while_pushforward(op: WhileLoop, inputs: Sequence[Variable], tangents: Sequence[Variable]) -> list[Variable]:
+    """Tangents of a while loop's results: the loop carrying values and tangents together."""
+    parts, tparts = op.split(inputs), op.split(tangents)
+    if not any(_live(t) for t in [*tparts["init"], *tparts["step_args"], *tparts["args"]]):
+        return [disconnected_type() for _ in range(op.n_carry)]
+    c = op.n_carry
+    cond_fn, step_fn = parts["cond_fn"], parts["step_fn"]
+    d_init = [_or_zeros(t, x) for t, x in zip(tparts["init"], parts["init"], strict=True)]
+    d_others = [_or_zeros(t, x) for t, x in zip([*tparts["step_args"], *tparts["args"]], [*parts["step_args"], *parts["args"]], strict=True)]
+    others = [*parts["step_args"], *parts["args"]]
+
+    def cond(state: list[Variable]) -> Variable:
+        return api.instantiate(cond_fn, [*state[:c], *parts["cond_args"], *parts["args"]])[0]
+
+    def step(state: list[Variable]) -> list[Variable]:
+        xs, dxs = state[:c], state[c:]
+        outs = api.instantiate(step_fn, [*xs, *others])
+        douts = api.jvp(outs, [*xs, *others], [*dxs, *d_others])
+        return [*outs, *(d if d.type == x.type else x.type.filter_variable(d, allow_convert=True) for d, x in zip(douts, dxs, strict=True))]
+
+    out = _while(cond, step, [*parts["init"], *d_init], parts["max_steps"], op.do_while)
+    return out[c:]
+
+
+def _pullback_by_scan(
+    op: Any, inputs: Sequence[Variable], finals: list[Variable], cotangents: Sequence[Variable], n_header: int
+) -> list[Variable]:
+    """Vector-Jacobian products of ``finals`` (the loop re-run as a Scan) w.r.t. the loop's inputs."""
+    live = [(f, g) for f, g in zip(finals, cotangents, strict=True) if _live(g)]
+    head = [disconnected_type() for _ in range(n_header)]
+    wrt = list(inputs[n_header:])
+    if not live:
+        return head + [disconnected_type() for _ in wrt]
+    grads: Any = pytensor.grad(
+        None, wrt, known_grads=dict(live), disconnected_inputs="ignore", return_disconnected="disconnected", null_gradients="return"
+    )
+    return head + [g if not isinstance(g.type, DisconnectedType) else disconnected_type() for g in grads]
+
+
+def _final(init: Variable, trace: Variable) -> Variable:
+    """The last row of ``trace`` after ``init`` (``init`` itself when no step ran)."""
+    return pt.concatenate([pt.shape_padleft(init), trace])[-1]
+
+
+def while_pullback(op: WhileLoop, inputs: Sequence[Variable], outputs: Sequence[Variable], cotangents: Sequence[Variable]) -> list[Variable]:
+    """Cotangents of a bounded while loop's inputs, through the Scan that stores its carry history."""
+    from innergraph import ifelse
+
+    if not op.bounded:
+        raise ValueError(
+            f"{op} ({', '.join(map(str, outputs))}): reverse mode needs the loop's carry history, whose length is "
+            "unknown; pass max_steps= to innergraph.while_loop/do_while (a bound on the steps), or use "
+            "innergraph.fori_loop for a known trip count"
+        )
+    parts = op.split(inputs)
+    c = op.n_carry
+    cond_in = lambda xs: api.instantiate(parts["cond_fn"], [*xs, *parts["cond_args"], *parts["args"]])[0]  # noqa: E731
+    step_in = lambda xs: api.instantiate(parts["step_fn"], [*xs, *parts["step_args"], *parts["args"]])  # noqa: E731
+
+    def scan_step(*xs: Variable) -> Any:
+        if op.do_while:
+            new = step_in(list(xs))
+            return list(new), until(pt.eq(cond_in(list(new)), 0))
+        go = cond_in(list(xs))
+        taken = ifelse(go, list(step_in(list(xs))), list(xs))
+        return ([taken] if isinstance(taken, Variable) else list(taken)), until(pt.eq(go, 0))
+
+    scanned = pytensor.scan(scan_step, outputs_info=list(parts["init"]), n_steps=parts["max_steps"], return_updates=False)
+    traces = [scanned] if isinstance(scanned, Variable) else list(scanned)
+    finals = [_final(x, t) for x, t in zip(parts["init"], traces, strict=True)]
+    return _pullback_by_scan(op, inputs, finals[:c], cotangents, op.n_header)
+
+
+def fori_pushforward(op: ForiLoop, inputs: Sequence[Variable], tangents: Sequence[Variable]) -> list[Variable]:
+    """Tangents of a fori loop's results: the loop carrying values and tangents together."""
+    parts, tparts = op.split(inputs), op.split(tangents)
+    if not any(_live(t) for t in [*tparts["seqs"], *tparts["init"], *tparts["args"]]):
+        return [disconnected_type() for _ in range(op.n_carry)]
+    s, c = op.n_seqs, op.n_carry
+    d_seqs = [_or_zeros(t, x) for t, x in zip(tparts["seqs"], parts["seqs"], strict=True)]
+    d_init = [_or_zeros(t, x) for t, x in zip(tparts["init"], parts["init"], strict=True)]
+    d_args = [_or_zeros(t, x) for t, x in zip(tparts["args"], parts["args"], strict=True)]
+
+    def step(rows: list[Variable], state: list[Variable]) -> list[Variable]:
+        xs, dxs = state[:c], state[c:]
+        inputs_ = [*rows[:s], *xs, *parts["args"]]
+        outs = api.instantiate(parts["step_fn"], inputs_)
+        douts = api.jvp(outs, inputs_, [*rows[s:], *dxs, *d_args])
+        return [*outs, *(d if d.type == x.type else x.type.filter_variable(d, allow_convert=True) for d, x in zip(douts, dxs, strict=True))]
+
+    out = _fori(parts["n_steps"], [*parts["seqs"], *d_seqs], step, [*parts["init"], *d_init])
+    return out[c:]
+
+
+def fori_pullback(op: ForiLoop, inputs: Sequence[Variable], outputs: Sequence[Variable], cotangents: Sequence[Variable]) -> list[Variable]:
+    """Cotangents of a fori loop's inputs, through the Scan that stores its every state."""
+    parts = op.split(inputs)
+    s = op.n_seqs
+
+    def scan_step(*values: Variable) -> list[Variable]:
+        rows, xs = list(values[:s]), list(values[s:])
+        return list(api.instantiate(parts["step_fn"], [*rows, *xs, *parts["args"]]))
+
+    scanned = pytensor.scan(
+        scan_step, sequences=list(parts["seqs"]), outputs_info=list(parts["init"]), n_steps=parts["n_steps"], return_updates=False
+    )
+    traces = [scanned] if isinstance(scanned, Variable) else list(scanned)
+    finals = [_final(x, t) for x, t in zip(parts["init"], traces, strict=True)]
+    return _pullback_by_scan(op, inputs, finals, cotangents, 2)
