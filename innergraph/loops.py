@@ -215,6 +215,14 @@ def _or_zeros(t: Variable, like: Variable) -> Variable:
     return t if _live(t) else pt.zeros_like(like)
 
 
+def _jvp(outputs: list[Variable], wrt: list[Variable], tangents: list[Variable]) -> list[Variable]:
+    """`innergraph.consumer.jvp` over the continuous ``wrt`` only (integers have no tangent)."""
+    kept = [(w, t) for w, t in zip(wrt, tangents, strict=True) if getattr(w.type, "dtype", "float") in pt.type.continuous_dtypes]
+    if not kept:
+        return [pt.zeros_like(o) for o in outputs]
+    return api.jvp(outputs, [w for w, _ in kept], [t for _, t in kept])
+
+
 def while_pushforward(op: WhileLoop, inputs: Sequence[Variable], tangents: Sequence[Variable]) -> list[Variable]:
     """Tangents of a while loop's results: the loop carrying values and tangents together."""
     parts, tparts = op.split(inputs), op.split(tangents)
@@ -232,7 +240,7 @@ def while_pushforward(op: WhileLoop, inputs: Sequence[Variable], tangents: Seque
     def step(state: list[Variable]) -> list[Variable]:
         xs, dxs = state[:c], state[c:]
         outs = api.instantiate(step_fn, [*xs, *others])
-        douts = api.jvp(outs, [*xs, *others], [*dxs, *d_others])
+        douts = _jvp(outs, [*xs, *others], [*dxs, *d_others])
         return [*outs, *(d if d.type == x.type else x.type.filter_variable(d, allow_convert=True) for d, x in zip(douts, dxs, strict=True))]
 
     out = _while(cond, step, [*parts["init"], *d_init], parts["max_steps"], op.do_while)
@@ -302,7 +310,7 @@ def fori_pushforward(op: ForiLoop, inputs: Sequence[Variable], tangents: Sequenc
         xs, dxs = state[:c], state[c:]
         inputs_ = [*rows[:s], *xs, *parts["args"]]
         outs = api.instantiate(parts["step_fn"], inputs_)
-        douts = api.jvp(outs, inputs_, [*rows[s:], *dxs, *d_args])
+        douts = _jvp(outs, inputs_, [*rows[s:], *dxs, *d_args])
         return [*outs, *(d if d.type == x.type else x.type.filter_variable(d, allow_convert=True) for d, x in zip(douts, dxs, strict=True))]
 
     out = _fori(parts["n_steps"], [*parts["seqs"], *d_seqs], step, [*parts["init"], *d_init])
