@@ -12,7 +12,6 @@ from innergraph.consumer import (
 
 class Repeat(Op):
     """``Repeat(n_carry)(step_fn, n, *init, *args)``: ``carry = step(*carry, *args)``, ``n`` times."""
-
     __props__ = ("n_carry",)
 
     def __init__(self, n_carry):

@@ -118,7 +118,8 @@ class CheckedFunction:
             try:
                 converted.append(t.filter(value, strict=False, allow_downcast=None))
             except (TypeError, ValueError) as e:
-                raise TypeError(f"compiled body: argument {i} ({value!r}) does not fit param {i} of type {t}: {e}") from e
+                what = f"{type(value).__name__} of shape {getattr(value, 'shape', '?')}"
+                raise TypeError(f"compiled body: argument {i} ({what}) does not fit param {i} of type {t}: {e}") from e
         return self.function(*converted)
 
 
