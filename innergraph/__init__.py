@@ -22,8 +22,8 @@ instantiate
 fold_inner_graphs, unfold_inner_graphs, fold_function
     Fold function variables into constants (outside the rewrite pipeline, and
     before linking), and unfold them into rewritable nodes (at its start).
-while_loop, do_while, fori_loop
-    JAX's loops (pytrees of tensors as state) as in-graph consumers.
+while_loop, do_while, fori_loop, loop
+    JAX's loops, and the design notes' Loop(pre_condition, update, post_condition) (pytrees of tensors as state) as in-graph consumers.
 consumer
     The contributor API: declare a new consumer's slots and run its bodies.
 graph_stats
@@ -40,7 +40,7 @@ from innergraph.graph import InnerGraph, body_of, is_function, param, params
 from innergraph.instantiate import instantiate, substitute
 from innergraph.ops.call import Call, call
 from innergraph.ops.ifelse import ifelse
-from innergraph.loops import do_while, fori_loop, while_loop
+from innergraph.loops import do_while, fori_loop, loop, while_loop
 from innergraph import consumer  # noqa: F401  (the contributor API: innergraph.consumer)
 from innergraph.patching import install, installed, uninstall, uninstalled
 from innergraph.stats import graph_stats
@@ -75,6 +75,7 @@ __all__ = [
     "lift",
     "lift_graph",
     "lower",
+    "loop",
     "lower_graph",
     "op_from_graph",
     "scan",

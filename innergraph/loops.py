@@ -30,7 +30,7 @@ from pytensor.graph.null_type import NullType
 from innergraph import consumer as api
 from innergraph.ops.loop import ForiLoop, WhileLoop
 
-__all__ = ["do_while", "fori_loop", "while_loop"]
+__all__ = ["do_while", "fori_loop", "loop", "while_loop"]
 
 Tree = Any
 
@@ -96,26 +96,49 @@ def _captures(fn: Callable[[list[Variable]], list[Variable]], like: Sequence[Var
     return list(api.inner_graph(fn(xs), xs, capture="leaves").captured)
 
 
+def _as_bool(c: Any) -> Variable:
+    c = pt.as_tensor_variable(c)
+    return c if c.dtype == "bool" else pt.neq(c, 0)
+
+
 def _while(
-    cond: Callable[[list[Variable]], Variable],
-    step: Callable[[list[Variable]], list[Variable]],
+    pre: Callable[[list[Variable]], Any],
+    step: Callable[[list[Variable]], tuple[list[Variable], Any]],
     init: list[Variable],
     max_steps: Any = None,
     do_while: bool = False,
 ) -> list[Variable]:
-    """The results of a `WhileLoop` over flat carried values."""
+    """The results of a `WhileLoop` over flat carried values.
+
+    ``pre(carry)`` is the pre-condition; ``step(carry)`` gives the next carried
+    values and the post-condition (whether another step runs).
+    """
 
     def cond_outs(xs: list[Variable]) -> list[Variable]:
-        return [pt.as_tensor_variable(cond(xs))]
+        return [_as_bool(pre(xs))]
 
-    in_cond, in_step = _captures(cond_outs, init), _captures(step, init)
+    def step_outs(xs: list[Variable]) -> list[Variable]:
+        new, post = step(xs)
+        return [*new, _as_bool(post)]
+
+    in_cond, in_step = _captures(cond_outs, init), _captures(step_outs, init)
     shared = [v for v in in_cond if any(v is w for w in in_step)]
     cond_fn, cond_args = _closed(cond_outs, init, shared)
-    step_fn, step_args = _closed(step, init, shared)
+    step_fn, step_args = _closed(step_outs, init, shared)
     op = WhileLoop(len(init), len(cond_args), len(step_args), do_while, max_steps is not None)
     header = [] if max_steps is None else [pt.as_tensor_variable(max_steps)]
     out = op(cond_fn, step_fn, *header, *init, *cond_args, *step_args, *shared)
     return [out] if isinstance(out, Variable) else list(out)
+
+
+def _then(step: Callable[[list[Variable]], list[Variable]], cond: Callable[[list[Variable]], Any]) -> Callable[[list[Variable]], tuple[list[Variable], Any]]:
+    """A step that also returns ``cond`` of the values it computed (the post-condition)."""
+
+    def both(xs: list[Variable]) -> tuple[list[Variable], Any]:
+        new = step(xs)
+        return new, cond(new)
+
+    return both
 
 
 def _state_step(where: str, body_fun: Callable[[Tree], Tree], structure: Any, init: list[Variable]) -> Callable[[list[Variable]], list[Variable]]:
@@ -153,7 +176,8 @@ def while_loop(cond_fun: Callable[[Tree], Any], body_fun: Callable[[Tree], Tree]
     """
     init, structure = flatten(init_val)
     where = "while_loop"
-    out = _while(_condition(where, cond_fun, structure), _state_step(where, body_fun, structure, init), init, max_steps)
+    cond = _condition(where, cond_fun, structure)
+    out = _while(cond, _then(_state_step(where, body_fun, structure, init), cond), init, max_steps)
     return unflatten(structure, out)
 
 
@@ -161,7 +185,34 @@ def do_while(body_fun: Callable[[Tree], Tree], cond_fun: Callable[[Tree], Any], 
     """``val = body_fun(val)`` repeated while ``cond_fun(val)`` holds: at least one step (as `while_loop` otherwise)."""
     init, structure = flatten(init_val)
     where = "do_while"
-    out = _while(_condition(where, cond_fun, structure), _state_step(where, body_fun, structure, init), init, max_steps, do_while=True)
+    step = _then(_state_step(where, body_fun, structure, init), _condition(where, cond_fun, structure))
+    out = _while(lambda xs: pt.constant(True), step, init, max_steps, do_while=True)
+    return unflatten(structure, out)
+
+
+def loop(
+    pre_condition: Callable[[Tree], Any] | None,
+    update: Callable[[Tree], Tree],
+    post_condition: Callable[[Tree], Any] | None,
+    init_val: Tree,
+    *,
+    max_steps: Any = None,
+) -> Tree:
+    """The design notes' ``Loop(pre_condition, update, post_condition)``.
+
+    While ``pre_condition(val)`` holds (None: always), ``val = update(val)``, then stop
+    unless ``post_condition(val)`` holds (None: always holds). `while_loop` is
+    ``loop(c, f, c, ...)``, `do_while` ``loop(None, f, c, ...)``; with no condition at
+    all, ``max_steps`` bounds the loop (a counted loop is better written `fori_loop`).
+    """
+    init, structure = flatten(init_val)
+    where = "loop"
+    if pre_condition is None and post_condition is None and max_steps is None:
+        raise ValueError("loop: with neither a pre- nor a post-condition, pass max_steps (or use innergraph.fori_loop)")
+    true = lambda xs: pt.constant(True)  # noqa: E731
+    pre = true if pre_condition is None else _condition(where, pre_condition, structure)
+    post = true if post_condition is None else _condition(where, post_condition, structure)
+    out = _while(pre, _then(_state_step(where, update, structure, init), post), init, max_steps, do_while=pre_condition is None)
     return unflatten(structure, out)
 
 
@@ -234,16 +285,17 @@ def while_pushforward(op: WhileLoop, inputs: Sequence[Variable], tangents: Seque
     d_others = [_or_zeros(t, x) for t, x in zip([*tparts["step_args"], *tparts["args"]], [*parts["step_args"], *parts["args"]], strict=True)]
     others = [*parts["step_args"], *parts["args"]]
 
-    def cond(state: list[Variable]) -> Variable:
+    def pre(state: list[Variable]) -> Variable:
         return api.instantiate(cond_fn, [*state[:c], *parts["cond_args"], *parts["args"]])[0]
 
-    def step(state: list[Variable]) -> list[Variable]:
+    def step(state: list[Variable]) -> tuple[list[Variable], Variable]:
         xs, dxs = state[:c], state[c:]
-        outs = api.instantiate(step_fn, [*xs, *others])
+        *outs, post = api.instantiate(step_fn, [*xs, *others])
         douts = _jvp(outs, [*xs, *others], [*dxs, *d_others])
-        return [*outs, *(d if d.type == x.type else x.type.filter_variable(d, allow_convert=True) for d, x in zip(douts, dxs, strict=True))]
+        fitted = [d if d.type == x.type else x.type.filter_variable(d, allow_convert=True) for d, x in zip(douts, dxs, strict=True)]
+        return [*outs, *fitted], post
 
-    out = _while(cond, step, [*parts["init"], *d_init], parts["max_steps"], op.do_while)
+    out = _while(pre, step, [*parts["init"], *d_init], parts["max_steps"], op.do_while)
     return out[c:]
 
 
@@ -279,21 +331,19 @@ def while_pullback(op: WhileLoop, inputs: Sequence[Variable], outputs: Sequence[
         )
     parts = op.split(inputs)
     c = op.n_carry
-    cond_in = lambda xs: api.instantiate(parts["cond_fn"], [*xs, *parts["cond_args"], *parts["args"]])[0]  # noqa: E731
-    step_in = lambda xs: api.instantiate(parts["step_fn"], [*xs, *parts["step_args"], *parts["args"]])  # noqa: E731
+    go = api.instantiate(parts["cond_fn"], [*parts["init"], *parts["cond_args"], *parts["args"]])[0]
 
-    def scan_step(*xs: Variable) -> Any:
-        if op.do_while:
-            new = step_in(list(xs))
-            return list(new), until(pt.eq(cond_in(list(new)), 0))
-        go = cond_in(list(xs))
-        taken = ifelse(go, list(step_in(list(xs))), list(xs))
-        return ([taken] if isinstance(taken, Variable) else list(taken)), until(pt.eq(go, 0))
+    def scan_step(*state: Variable) -> Any:
+        xs, go_on = list(state[:-1]), state[-1]
+        outs = api.instantiate(parts["step_fn"], [*xs, *parts["step_args"], *parts["args"]])
+        taken = ifelse(go_on, list(outs), [*xs, pt.zeros_like(go_on)])  # a step after the loop ended changes nothing
+        taken = [taken] if isinstance(taken, Variable) else list(taken)
+        return taken, until(pt.eq(taken[-1], 0))
 
-    scanned = pytensor.scan(scan_step, outputs_info=list(parts["init"]), n_steps=parts["max_steps"], return_updates=False)
-    traces = [scanned] if isinstance(scanned, Variable) else list(scanned)
+    scanned = pytensor.scan(scan_step, outputs_info=[*parts["init"], go], n_steps=parts["max_steps"], return_updates=False)
+    traces = list(scanned)[:c]
     finals = [_final(x, t) for x, t in zip(parts["init"], traces, strict=True)]
-    return _pullback_by_scan(op, inputs, finals[:c], cotangents, op.n_header)
+    return _pullback_by_scan(op, inputs, finals, cotangents, op.n_header)
 
 
 def fori_pushforward(op: ForiLoop, inputs: Sequence[Variable], tangents: Sequence[Variable]) -> list[Variable]:

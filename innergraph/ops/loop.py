@@ -7,10 +7,14 @@ carry
     step body; the loop's results are the final values.
 while loop
     ``WhileLoop(...)(cond_fn, step_fn, [max_steps], *init, *cond_args, *step_args, *args)``:
-    while ``cond(carry)`` holds, ``carry = step(carry)`` (a *do-while* runs the step
-    first). ``cond_args`` are read by the condition body only, ``step_args`` by the
-    step body only, ``args`` by both. With ``max_steps`` the loop stops after that
-    many steps whatever the condition, and reverse mode is defined.
+    the design notes' ``Loop(pre_condition, update, post_condition)``. The condition
+    body (the *pre-condition*) decides whether the first step runs; the step body
+    returns the next carried values and, last, the *post-condition*: whether the next
+    step runs. A while loop's post-condition is its condition on the new values (in
+    the step body, so the two fuse into one pass over the data); a do-while's
+    pre-condition is true. ``cond_args`` are read by the condition body only,
+    ``step_args`` by the step body only, ``args`` by both. With ``max_steps`` the loop
+    stops after that many steps whatever the conditions, and reverse mode is defined.
 fori loop
     ``ForiLoop(n_seqs, n_carry)(step_fn, n_steps, *seqs, *init, *args)``: ``n_steps``
     steps, step ``t`` reading row ``t`` of each sequence (the loop index is a
@@ -77,9 +81,12 @@ class WhileLoop(Op):
         cond_t, step_t = parts["cond_fn"].type, parts["step_fn"].type
         cond_in = api.fit_arguments(cond_t.param_types, [*init, *parts["cond_args"], *shared], where=f"{self} condition")
         step_in = api.fit_arguments(step_t.param_types, [*init, *parts["step_args"], *shared], where=f"{self} step")
-        if len(cond_t.output_types) != 1 or cond_t.output_types[0].ndim != 0:
-            raise TypeError(f"{self}: the condition body must return one scalar, it returns {cond_t.output_types}")
-        _check_carry(str(self), step_in[: self.n_carry], step_t.output_types)
+        for name, t in (("condition", cond_t.output_types[-1:]), ("step", step_t.output_types[-1:])):
+            if [getattr(o, "dtype", None) for o in t] != ["bool"] or t[0].ndim != 0:
+                raise api.BodyTypeError(f"{self}: the {name} body's last output must be a boolean scalar, it returns {t}")
+        if len(cond_t.output_types) != 1:
+            raise api.BodyTypeError(f"{self}: the condition body must return one value, it returns {cond_t.output_types}")
+        _check_carry(str(self), step_in[: self.n_carry], step_t.output_types[:-1])
         if list(cond_t.param_types[: self.n_carry]) != list(step_t.param_types[: self.n_carry]):
             raise TypeError(f"{self}: the condition and step bodies take the carried values with different types")
         header = list(inputs[: self.n_header])
@@ -99,13 +106,10 @@ class WhileLoop(Op):
             rest = values[1:] if self.bounded else values
             carry, cond_args, step_args, shared = list(rest[:c]), rest[c : c + a], rest[c + a : c + a + s], rest[c + a + s :]
             steps = 0
-            while limit is None or steps < limit:
-                if not self.do_while and not cond(*carry, *cond_args, *shared)[0]:
-                    break
-                carry = list(step(*carry, *step_args, *shared))
+            go = cond(*carry, *cond_args, *shared)[0]
+            while go and (limit is None or steps < limit):
+                *carry, go = step(*carry, *step_args, *shared)
                 steps += 1
-                if self.do_while and not cond(*carry, *cond_args, *shared)[0]:
-                    break
             return carry
 
         return run
@@ -219,6 +223,7 @@ def _split_while(node: Apply) -> tuple[tuple[Variable, ...], list[api.Slot]]:
     cp, sp = api.params(cond_b.param_types), api.params(step_b.param_types)
     c, a, s = op.n_carry, op.n_cond_args, op.n_step_args
     step_types = step_b.type.output_types
+    post = api.Slot("post", outputs=((1, step_b.outputs[-1]),), output_types=(step_types[-1],))
     slots = [
         api.Slot("carry", (x,), ((0, cp[i]), (1, sp[i])), ((1, step_b.outputs[i]),), (step_types[i],), (node.outputs[i],))
         for i, x in enumerate(parts["init"])
@@ -226,7 +231,7 @@ def _split_while(node: Apply) -> tuple[tuple[Variable, ...], list[api.Slot]]:
     slots += [api.Slot("cond_arg", (x,), ((0, cp[c + i]),)) for i, x in enumerate(parts["cond_args"])]
     slots += [api.Slot("step_arg", (x,), ((1, sp[c + i]),)) for i, x in enumerate(parts["step_args"])]
     slots += [api.Slot("arg", (x,), ((0, cp[c + a + i]), (1, sp[c + s + i]))) for i, x in enumerate(parts["args"])]
-    slots.append(api.Slot("cond", outputs=((0, cond_b.outputs[0]),), output_types=(cond_b.type.output_types[0],)))
+    slots += [api.Slot("cond", outputs=((0, cond_b.outputs[0]),), output_types=(cond_b.type.output_types[0],)), post]
     return tuple(node.inputs[2 : op.n_header]), slots
 
 
@@ -241,7 +246,7 @@ api.register_consumer(
     api.Form(
         n_bodies=2,
         param_order=("carry", "cond_arg", "step_arg", "arg"),
-        output_order=("cond", "carry"),
+        output_order=("cond", "carry", "post"),
         arg_order=("carry", "cond_arg", "step_arg", "arg"),
         result_order=("carry",),
         split=_split_while,
@@ -253,6 +258,7 @@ api.register_consumer(
             api.SlotKind("step_arg", api.Meaning.INVARIANT, (1,)),
             api.SlotKind("arg", api.Meaning.INVARIANT, (0, 1)),
             api.SlotKind("cond", api.Meaning.CONDITION, (0,)),
+            api.SlotKind("post", api.Meaning.CONDITION, (1,)),
         ),
         capabilities=api.Capabilities(loop=True),
     ),
