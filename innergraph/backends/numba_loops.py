@@ -48,9 +48,10 @@ def numba_funcify_while(op: WhileLoop, node: Any = None, **kwargs: Any) -> tuple
         cond_args, step_args, args = _names("ca", op.n_cond_args), _names("sa", op.n_step_args), _names("a", len(parts["args"]))
         cond_r = cond_code.render("c_", [*x, *cond_args, *args])
         step_r = step_code.render("s_", [*x, *step_args, *args])
-        step = [*step_r.lines, _assign([*x, "go"], step_r.outputs), "steps += 1"]
-        guard = "while go.item() and steps < max_steps:" if op.bounded else "while go.item():"
-        lines = [_assign(x, init), "steps = 0", *cond_r.lines, f"go = {cond_r.outputs[0]}", guard, *_indent(step, 1), _returned(x)]
+        step = [*step_r.lines, _assign(x, step_r.outputs[:-1]), f"go = {step_r.outputs[-1]}.item()", "steps += 1"]
+        guard = "while go and steps < max_steps:" if op.bounded else "while go:"
+        start = [*(f"{xi} = {i}.copy()" for xi, i in zip(x, init, strict=True)), "steps = 0", *cond_r.lines, f"go = {cond_r.outputs[0]}.item()"]
+        lines = [*start, guard, *_indent(step, 1), _returned(x)]
         params = ["cond_function", "step_function", *(["max_steps"] if op.bounded else []), *init, *cond_args, *step_args, *args]
         return api.numba_function("innergraph_while", params, lines, cond_r.env | step_r.env, [cond_code.key, step_code.key])
 
