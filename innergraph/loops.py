@@ -307,11 +307,18 @@ def _pullback_by_scan(
     head = [disconnected_type() for _ in range(n_header)]
     wrt = list(inputs[n_header:])
     if not live:
-        return head + [disconnected_type() for _ in wrt]
+        return head + [_zero_cotangent(x) for x in wrt]
     grads: Any = pytensor.grad(
         None, wrt, known_grads=dict(live), disconnected_inputs="ignore", return_disconnected="disconnected", null_gradients="return"
     )
-    return head + [g if not isinstance(g.type, DisconnectedType) else disconnected_type() for g in grads]
+    # the connection pattern says every input after the header is connected: zeros where none flows
+    return head + [g if not isinstance(g.type, DisconnectedType) else _zero_cotangent(x) for g, x in zip(grads, wrt, strict=True)]
+
+
+def _zero_cotangent(x: Variable) -> Variable:
+    """A zero cotangent for ``x`` (a float one for an integer ``x``, as PyTensor expects)."""
+    dtype = getattr(x.type, "dtype", None)
+    return pt.zeros_like(x, dtype=pytensor.config.floatX) if dtype in pt.type.discrete_dtypes else pt.zeros_like(x)
 
 
 def _final(init: Variable, trace: Variable) -> Variable:

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import Any
 
+import innergraph_pickle
 import numpy as np
 import pytensor.tensor as pt
 from pytensor.graph.basic import Apply, Variable
@@ -52,6 +53,7 @@ def _check_carry(where: str, init: Sequence[Variable], new_types: Sequence[Any])
 class WhileLoop(Op):
     """A while (or do-while) loop; see the module docstring."""
 
+    __reduce_ex__ = innergraph_pickle.reduce  # loads without installing innergraph
     __props__ = ("n_carry", "n_cond_args", "n_step_args", "do_while", "bounded")
     kind = "loop"
 
@@ -147,6 +149,7 @@ class WhileLoop(Op):
 class ForiLoop(Op):
     """A counted loop over carried state; see the module docstring."""
 
+    __reduce_ex__ = innergraph_pickle.reduce  # loads without installing innergraph
     __props__ = ("n_seqs", "n_carry")
     kind = "loop"
 
