@@ -36,7 +36,7 @@ from pytensor.ifelse import IfElse as LazyIfElse
 from innergraph.errors import FreeVariableError, ParamError
 from innergraph.graph import InnerGraph, body_of, is_function, scope_toposort, verify_closed
 from innergraph.instantiate import NodeTable, copy_scope, substitute
-from innergraph.types import Body
+from innergraph.types import Body, is_folded
 
 __all__ = [
     "always_computed",
@@ -147,7 +147,7 @@ def folded_in_order(fgraph: FunctionGraph) -> list[Constant]:
     order follows ids): unfolding them in it gives the same graph on every run.
     """
     return [
-        var for var, uses in fgraph.clients.items() if uses and isinstance(var, Constant) and isinstance(var.data, Body)
+        var for var, uses in fgraph.clients.items() if uses and is_folded(var)
     ]
 
 

@@ -29,7 +29,7 @@ replacements introduce no destroyer (a native IfElse is built with
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from typing import Any, cast
+from typing import Any
 
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
@@ -42,7 +42,7 @@ from innergraph.fold import fold_function
 from innergraph.graph import is_function, scope_toposort
 from innergraph.ops.runtime import is_rewritten, mark_rewritten
 from innergraph.ops.scan import Scan, native_scan
-from innergraph.types import Body
+from innergraph.types import Body, is_folded
 
 __all__ = ["HANDOVER_RULES", "hand_over", "unsupported_consumers"]
 
@@ -109,7 +109,7 @@ class _HandOver:
                 folded = [fold_function(v) if is_function(v) else v for v in consumer.inputs]
                 return self.node(consumer, folded) or list(consumer.outputs)
         if op_class in LOWERERS:
-            inputs = [self.function(cast(Constant, v)) if _is_folded(v) and self.holds(v.data) else v for v in inputs]  # type: ignore[attr-defined]
+            inputs = [self.function(v) if is_folded(v) and self.holds(v.data) else v for v in inputs]
             if op_class in self.lower:
                 return HANDOVER_RULES.get(op_class, LOWERERS[op_class])(node.op, inputs)
         if all(a is b for a, b in zip(inputs, node.inputs, strict=True)):
@@ -148,7 +148,7 @@ class _HandOver:
             return True
         if isinstance(node.op, HasInnerGraph) and self.holds(node.op):
             return True
-        return any(_is_folded(v) and self.holds(v.data) for v in node.inputs)  # type: ignore[attr-defined]
+        return any(is_folded(v) and self.holds(v.data) for v in node.inputs)
 
     def scope(self, outputs: Sequence[Variable]) -> list[Variable]:
         memo: dict[Variable, Variable] = {}
@@ -161,10 +161,6 @@ class _HandOver:
 
 def _may_hold_consumers(node: Apply) -> bool:
     return type(node.op) in LOWERERS or isinstance(node.op, HasInnerGraph)
-
-
-def _is_folded(var: Variable) -> bool:
-    return isinstance(var, Constant) and isinstance(var.data, Body)
 
 
 def _fit(old: Variable, new: Variable) -> Variable:

@@ -19,14 +19,14 @@ Body
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
-from pytensor.graph.basic import Variable
+from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.type import Type
 
 import innergraph_pickle
 
-__all__ = ["Body", "InnerGraphType", "pickles"]
+__all__ = ["Body", "InnerGraphType", "is_folded", "pickles"]
 
 
 class InnerGraphType(Type["Body"]):
@@ -156,3 +156,8 @@ def pickles(op: Any) -> bool:
     except Exception:
         return False
     return True
+
+
+def is_folded(var: Variable) -> TypeGuard[Constant]:
+    """Whether ``var`` is a folded function: a constant whose data is a `Body`."""
+    return isinstance(var, Constant) and isinstance(var.data, Body)

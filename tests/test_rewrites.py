@@ -326,6 +326,19 @@ def test_call_and_conditional_outputs_that_return_an_argument():
     assert fg.outputs[0] is fg.inputs[1] and len(nodes_of(fg, IfElse)[0].outputs) == 1
 
 
+
+def test_call_and_conditional_outputs_that_return_a_constant():
+    three = pt.constant(3.0)
+    a, b = innergraph.call(lambda p, q: [p * q, three], x0, c)
+    fg = check_rewrite(forward_params, [x0, c], [a, b], gradients="none")  # d(3)/d(.) is disconnected
+    assert fg.outputs[1] is three and len(nodes_of(fg, Call)[0].outputs) == 1
+    y = innergraph.ifelse(x0 > 0, [three, pt.exp(c)], [three, c])
+    fg = check_rewrite(forward_params, [x0, c], y, gradients="none")
+    assert fg.outputs[0] is three and len(nodes_of(fg, IfElse)[0].outputs) == 1
+    y = innergraph.ifelse(x0 > 0, [three], [pt.constant(4.0)])  # different constants: the conditional stays
+    check_rewrite(forward_params, [x0, c], y, expect_change=False, gradients="none")
+
+
 # -- untracing ---------------------------------------------------------------------
 
 

@@ -33,7 +33,7 @@ from innergraph._compat import Function
 from pytensor.graph.basic import Apply, Constant, Variable
 
 from innergraph.instantiate import instantiate
-from innergraph.types import Body
+from innergraph.types import Body, is_folded
 
 __all__ = [
     "body_rewriter",
@@ -63,7 +63,7 @@ def linker_for(impl: str | None) -> str:
 
 def body_value(function: Variable) -> Body:
     """The `Body` of a folded function variable, with a clear error otherwise."""
-    if isinstance(function, Constant) and isinstance(function.data, Body):
+    if is_folded(function):
         return function.data
     raise RuntimeError(
         f"Function variable {function} reached a linker unfolded; the graph must be "

@@ -1,7 +1,8 @@
-"""Forwarding: a body output that is just a param becomes the outer argument.
+"""Forwarding: a body output that is just a param (or a constant) becomes the outer argument.
 
 * an output (`Meaning.OUTPUT`: a call's, a conditional's) whose every body
-  returns a param bound to the same outer variable is that variable;
+  returns a param bound to the same outer variable, or the same constant, is that
+  variable or constant (a gradient's pullback often returns a constant);
 * a carried state passed through unchanged: a carry is its initial value and a
   single-tap trace its initial value repeated (their params, if still read,
   become an invariant argument); a buffer's output tap that writes back what the
@@ -16,7 +17,7 @@ from __future__ import annotations
 import pytensor.tensor as pt
 from typing import Any
 
-from pytensor.graph.basic import Variable
+from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 
 from innergraph.rewriting.signature import Signature, Slot, consumers, replace_consumer
@@ -29,9 +30,9 @@ def _forward(sig: Signature, slot: Slot, bound: dict[tuple[int, Variable], Varia
     """The slots replacing ``slot`` and the variable its result becomes, or None if unchanged."""
     meaning = sig.meaning(slot)
     if meaning is Meaning.OUTPUT:
-        args = {bound.get(o) for o in slot.outputs}
+        args = {o[1] if isinstance(o[1], Constant) else bound.get(o) for o in slot.outputs}
         if len(args) == 1 and None not in args:
-            return [], args.pop()
+            return [], slot.results[0].type.filter_variable(args.pop())
         return None
     single_trace = meaning is Meaning.TRACE and slot.in_taps == (-1,) and not sig.is_while  # a while loop's traces end where it stopped
     if meaning is Meaning.CARRY or single_trace:
