@@ -22,6 +22,10 @@ instantiate
 fold_inner_graphs, unfold_inner_graphs, fold_function
     Fold function variables into constants (outside the rewrite pipeline, and
     before linking), and unfold them into rewritable nodes (at its start).
+while_loop, do_while, fori_loop, loop
+    JAX's loops, and the design notes' Loop(pre_condition, update, post_condition) (pytrees of tensors as state) as in-graph consumers.
+consumer
+    The contributor API: declare a new consumer's slots and run its bodies.
 graph_stats
     Node, body and consumer counts, for vanilla and in-graph graphs alike.
 """
@@ -36,6 +40,8 @@ from innergraph.graph import InnerGraph, body_of, is_function, param, params
 from innergraph.instantiate import instantiate, substitute
 from innergraph.ops.call import Call, call
 from innergraph.ops.ifelse import ifelse
+from innergraph.loops import do_while, fori_loop, loop, while_loop
+from innergraph import consumer  # noqa: F401  (the contributor API: innergraph.consumer)
 from innergraph.patching import install, installed, uninstall, uninstalled
 from innergraph.stats import graph_stats
 from innergraph.types import Body, InnerGraphType
@@ -55,6 +61,9 @@ __all__ = [
     "fold_function",
     "fold_inner_graphs",
     "graph_stats",
+    "consumer",
+    "do_while",
+    "fori_loop",
     "ifelse",
     "inner_graph",
     "install",
@@ -66,6 +75,7 @@ __all__ = [
     "lift",
     "lift_graph",
     "lower",
+    "loop",
     "lower_graph",
     "op_from_graph",
     "scan",
@@ -74,6 +84,7 @@ __all__ = [
     "uninstall",
     "uninstalled",
     "visible_nodes",
+    "while_loop",
 ]
 
 __version__ = "0.1.0"

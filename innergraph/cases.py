@@ -432,7 +432,14 @@ def all_cases() -> list[Case]:
         student_t_ofg(),
         ofg_unused_output(),
         *jax_cases(),
+        *_loop_cases(),
     ]
+
+
+def _loop_cases() -> list[Case]:
+    from innergraph.cases_loops import loop_cases  # it imports this module
+
+    return loop_cases()
 
 
 def jax_cases() -> list[Case]:

@@ -23,6 +23,7 @@ from pytensor.scan.op import Scan as NativeScan
 import innergraph
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse
+from innergraph.ops.loop import WhileLoop
 from innergraph.ops.scan import Scan
 from innergraph.pickling import forget_innergraph
 
@@ -43,8 +44,9 @@ def in_graph():
     """In-graph consumers and folded bodies: the default pipeline keeps a call and a conditional."""
     y = innergraph.call(lambda v, s: (pt.sin(v) * s).sum(), x, a)
     z = innergraph.ifelse(a > 0, pt.exp(x).sum(), (x**2).sum())
-    fn = pytensor.function([x, a], [y, z])
-    assert {Call, IfElse} <= {type(n.op) for n in fn.maker.fgraph.apply_nodes}
+    w = innergraph.while_loop(lambda s: s < 10.0, lambda s: s * 2.0 + a, a)
+    fn = pytensor.function([x, a], [y, z, w])
+    assert {Call, IfElse, WhileLoop} <= {type(n.op) for n in fn.maker.fgraph.apply_nodes}
     return fn
 
 

@@ -24,9 +24,10 @@ from innergraph import _compat
 from innergraph.build import Capture, Closure, inner_graph
 from innergraph.errors import ArityError, BodyTypeError
 from innergraph.fold import fold_function
-from innergraph.graph import body_of, is_function
+from innergraph.graph import body_of, is_function, params
 from innergraph.instantiate import body_output_shapes, fit_arguments, instantiate
 from innergraph.ops.runtime import body_value, compiled_function, linker_for, make_body_thunk
+from innergraph.slots import Form, Meaning, Slot, SlotKind, register_consumer
 
 __all__ = ["Call", "call"]
 
@@ -98,7 +99,7 @@ class Call(Op):
         return Apply(self, [*functions, *fitted], [t() for t in ftype.output_types])
 
     def perform(self, node: Apply, inputs: Sequence[Any], output_storage: Any) -> None:
-        fn = compiled_function(body_value(node.inputs[0]), "py")
+        fn = compiled_function(body_value(node.inputs[0]), "py", trust_input=True)
         for cell, value in zip(output_storage, fn(*inputs[self.n_functions :]), strict=True):
             cell[0] = value
 
@@ -110,7 +111,7 @@ class Call(Op):
         no_recycling: Any,
         impl: str | None = None,
     ) -> Any:
-        fn = compiled_function(body_value(node.inputs[0]), linker_for(impl))
+        fn = compiled_function(body_value(node.inputs[0]), linker_for(impl), trust_input=True)
         return make_body_thunk(node, storage_map, compute_map, lambda args: fn(*args))
 
     def connection_pattern(self, node: Apply) -> list[list[bool]]:
@@ -268,3 +269,33 @@ def call(
     else:
         raise TypeError(f"call: {fn!r} is neither a callable, a Closure nor a function variable")
     return Call()(fold_function(closure.function), *args_v, *closure.captured)
+
+
+# --- declared as a consumer: one argument (invariant) and one output slot per param and output
+
+
+def _split_call(node: Apply) -> tuple[tuple[Variable, ...], list[Slot]] | None:
+    op: Call = node.op
+    if op.n_functions != 1 or op.connection is not None:
+        return None  # gradient overrides or an explicit connection pattern fix the signature
+    function, _, _, args = op.split(node.inputs)
+    body = body_of(function)
+    slots = [Slot("arg", (a,), ((0, p),)) for a, p in zip(args, params(body.param_types), strict=True)]
+    slots += [
+        Slot("out", outputs=((0, o),), output_types=(t,), results=(r,))
+        for o, t, r in zip(body.outputs, body.type.output_types, node.outputs, strict=True)
+    ]
+    return (), slots
+
+
+def _make_call(op: Call, header: Any, functions: list[Variable], groups: dict[str, list[Slot]], args: list[Variable]) -> Apply:
+    return Call().make_node(functions[0], *args)
+
+
+CALL_FORM = register_consumer(
+    Call,
+    Form(
+        1, ("arg",), ("out",), ("arg",), ("out",), _split_call, _make_call, lambda node: [node.inputs[0]],
+        kinds=(SlotKind("arg", Meaning.INVARIANT), SlotKind("out", Meaning.OUTPUT)),
+    ),
+)

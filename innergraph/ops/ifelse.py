@@ -26,9 +26,10 @@ from innergraph import _compat
 from innergraph.build import inner_graph
 from innergraph.errors import BodyTypeError
 from innergraph.fold import fold_function
-from innergraph.graph import body_of, is_function
+from innergraph.graph import body_of, is_function, params
 from innergraph.instantiate import body_output_shapes, fit_arguments, instantiate
 from innergraph.ops.runtime import body_value, compiled_function, linker_for, make_body_thunk
+from innergraph.slots import Capabilities, Form, Meaning, Slot, SlotKind, register_consumer
 
 __all__ = ["IfElse", "ifelse"]
 
@@ -67,7 +68,7 @@ class IfElse(Op):
 
     def _branches(self, node: Apply, linker: str) -> tuple[Any, Any]:
         _, then_fn, else_fn, _, _ = self.split(node.inputs)
-        return compiled_function(body_value(then_fn), linker), compiled_function(body_value(else_fn), linker)
+        return compiled_function(body_value(then_fn), linker, trust_input=True), compiled_function(body_value(else_fn), linker, trust_input=True)
 
     def make_thunk(self, node: Apply, storage_map: Any, compute_map: Any, no_recycling: Any, impl: str | None = None) -> Any:
         then_fn, else_fn = self._branches(node, linker_for(impl))
@@ -265,3 +266,38 @@ def ifelse(
     )
     outs = _as_list(out)
     return outs[0] if single else outs
+
+
+# --- declared as a consumer: arguments per branch (invariant), outputs from both branches
+
+
+def _split_ifelse(node: Apply) -> tuple[tuple[Variable, ...], list[Slot]]:
+    op: IfElse = node.op
+    cond, then_fn, else_fn, then_args, else_args = op.split(node.inputs)
+    then_body, else_body = body_of(then_fn), body_of(else_fn)
+    slots = [Slot("then_arg", (a,), ((0, p),)) for a, p in zip(then_args, params(then_body.param_types), strict=True)]
+    slots += [Slot("else_arg", (a,), ((1, p),)) for a, p in zip(else_args, params(else_body.param_types), strict=True)]
+    for k, result in enumerate(node.outputs):
+        outs = ((0, then_body.outputs[k]), (1, else_body.outputs[k]))
+        types = (then_body.type.output_types[k], else_body.type.output_types[k])
+        slots.append(Slot("out", outputs=outs, output_types=types, results=(result,)))
+    return (cond,), slots
+
+
+def _make_ifelse(op: IfElse, header: Any, functions: list[Variable], groups: dict[str, list[Slot]], args: list[Variable]) -> Apply:
+    return IfElse(len(groups.get("then_arg", []))).make_node(header[0], *functions, *args)
+
+
+IFELSE_FORM = register_consumer(
+    IfElse,
+    Form(
+        2, ("then_arg", "else_arg"), ("out",), ("then_arg", "else_arg"), ("out",), _split_ifelse, _make_ifelse,
+        lambda node: list(node.inputs[1:3]),
+        kinds=(
+            SlotKind("then_arg", Meaning.INVARIANT, (0,)),
+            SlotKind("else_arg", Meaning.INVARIANT, (1,)),
+            SlotKind("out", Meaning.OUTPUT, (0, 1)),
+        ),
+        capabilities=Capabilities(lazy=True),
+    ),
+)

@@ -39,6 +39,7 @@ __all__ = [
     "body_rewriter",
     "body_value",
     "compile_count",
+    "CheckedFunction",
     "compiled_function",
     "is_rewritten",
     "linker_for",
@@ -70,15 +71,56 @@ def body_value(function: Variable) -> Body:
     )
 
 
-def compiled_function(body: Body, linker: str) -> Function:
-    """The body compiled as a PyTensor function with ``linker``, cached on the body."""
+def compiled_function(body: Body, linker: str, *, trust_input: bool = False) -> Any:
+    """The body compiled as a PyTensor function with ``linker``, cached on the body.
+
+    Parameters
+    ----------
+    body
+        The body to compile (compiled once per linker, whatever ``trust_input``).
+    linker
+        A PyTensor linker name (``"py"``, ``"cvm"``, ``"vm"``, ``"c|py"``); see `linker_for`.
+    trust_input
+        False (the default): the returned callable converts each argument to its
+        param's type (`CheckedFunction`) and raises a `TypeError` naming the body's
+        param when it cannot. True: the compiled `Function` itself, which trusts its
+        inputs — the caller guarantees arrays of exactly the param types (a
+        consumer's thunk, fed by its linker); anything else may crash.
+    """
     key = ("function", linker)
     fn = body.cache.get(key)
     if fn is None:
         fn = _compile(body, linker)
         body.cache[key] = fn
         compile_count[(id(body), linker)] += 1
-    return fn
+    if trust_input:
+        return fn
+    return body.cached(("checked function", linker), lambda: CheckedFunction(fn, body))
+
+
+class CheckedFunction:
+    """A compiled body that converts its arguments to the param types first (see `compiled_function`)."""
+
+    def __init__(self, function: Function, body: Body):
+        self.function = function
+        self.param_types = tuple(body.param_types)
+
+    @property
+    def maker(self) -> Any:
+        """The compiled function's maker (its graph is ``maker.fgraph``)."""
+        return self.function.maker
+
+    def __call__(self, *args: Any) -> Any:
+        if len(args) != len(self.param_types):
+            raise TypeError(f"compiled body takes {len(self.param_types)} arguments ({list(self.param_types)}), got {len(args)}")
+        converted = []
+        for i, (value, t) in enumerate(zip(args, self.param_types, strict=True)):
+            try:
+                converted.append(t.filter(value, strict=False, allow_downcast=None))
+            except (TypeError, ValueError) as e:
+                what = f"{type(value).__name__} of shape {getattr(value, 'shape', '?')}"
+                raise TypeError(f"compiled body: argument {i} ({what}) does not fit param {i} of type {t}: {e}") from e
+        return self.function(*converted)
 
 
 _REWRITTEN = "rewritten by the pipeline"

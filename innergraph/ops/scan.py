@@ -421,3 +421,7 @@ def copy_untraced_outputs(inner_outputs: Sequence[Variable], info: ScanInfo) -> 
         if not (out.owner is not None and isinstance(out.owner.op, DeepCopyOp)):
             outputs[i] = deep_copy_op.make_node(out).outputs[0]
     return outputs
+
+
+# Declared as a consumer (slot kinds, meanings, form) next to it; imported last: it reads `Scan`.
+from innergraph.ops import scan_slots as _scan_slots  # noqa: E402,F401

@@ -7,8 +7,10 @@ sequence whose rows are all equal (a constant, or an ``Alloc`` along time) is a
 non-sequence: each step reads the same row. Large constants go the other way:
 a call or branch body receives them as arguments (`pass_large_constants`), because
 compiled bodies would otherwise hold them as globals, which Numba cannot cache.
-Input slots are those that only bind params: sequences, non-sequences, call and
-branch arguments.
+Input slots are those that only bind params (`Meaning.INVARIANT`, `Meaning.SEQUENCE`);
+a slot may bind one param in each of several bodies (a loop's condition and step
+both reading one argument), and two slots are duplicates when they have the same
+kind (so the same bodies), taps and argument.
 """
 
 from __future__ import annotations
@@ -28,10 +30,12 @@ from innergraph.fold import visible_nodes
 from innergraph.graph import scope_toposort
 from innergraph.instantiate import LARGE_CONSTANT, is_large_constant, is_small_tensor_constant, small_constant_key
 from innergraph.rewriting.signature import Signature, Slot, consumers, replace_consumer
+from innergraph.slots import INPUT_MEANINGS, Meaning
 from innergraph.types import Body
 
 __all__ = [
     "LARGE_CONSTANT",
+    "argument_kinds",
     "inline_constant",
     "invariant_row",
     "merge_arguments",
@@ -40,20 +44,25 @@ __all__ = [
     "pass_nested_large_constants",
 ]
 
-INPUT_KINDS = ("seq", "non_seq", "arg", "then_arg", "else_arg")
+def argument_kinds(sig: Signature) -> list[str] | None:
+    """Per body, the invariant kind binding only that body, for consumers that are not loops.
+
+    The kinds that large and outlined constants become arguments of; None when the
+    consumer is a loop (constants stay in loop bodies) or a body has no such kind.
+    """
+    if sig.capabilities.loop:
+        return None
+    kinds = [sig.form.kind_for(Meaning.INVARIANT, (b,)) for b in range(sig.n_bodies)]
+    return None if None in kinds else [k for k in kinds if k is not None]
 
 
-#: The input-slot kind that binds a param of body ``b``, per consumer kind.
-ARGUMENT_KINDS = {"call": ("arg",), "ifelse": ("then_arg", "else_arg")}
-
-
-def inline_constant(slot: Slot) -> Variable | None:
-    """The constant an input slot binds, typed as its param, if it binds a small one."""
-    (arg,), ((_, p),) = slot.args, slot.params
-    if slot.kind == "seq" or not isinstance(arg, Constant) or is_large_constant(arg):
+def inline_constant(slot: Slot, meaning: Meaning = Meaning.INVARIANT) -> dict[Variable, Variable] | None:
+    """Each param of an invariant input slot -> the constant it binds, typed as the param, if a small one."""
+    (arg,) = slot.args
+    if meaning is not Meaning.INVARIANT or not isinstance(arg, Constant) or is_large_constant(arg):
         return None
     try:
-        return TensorConstant(p.type, p.type.filter(arg.data))
+        return {p: TensorConstant(p.type, p.type.filter(arg.data)) for _, p in slot.params}
     except (TypeError, ValueError, AttributeError):
         return None
 
@@ -91,6 +100,15 @@ def invariant_row(sig: Signature, slot: Slot) -> Variable | None:
         return None
 
 
+def _invariant_row(sig: Signature, slot: Slot) -> tuple[Variable, str] | None:
+    """A counted loop's sequence whose rows are all equal: the row and the invariant kind it becomes."""
+    kind = sig.form.kind_for(Meaning.INVARIANT, slot.bodies)
+    if not sig.capabilities.counted or kind is None or len(slot.params) != 1:
+        return None
+    row = invariant_row(sig, slot)
+    return None if row is None else (row, kind)
+
+
 def _large_constants(body: Body) -> list[Constant]:
     """The large constants of ``body``'s own scope, in first-use order."""
     found = [v for n in scope_toposort(body.outputs) for v in n.inputs if is_large_constant(v)]
@@ -108,7 +126,7 @@ def pass_large_constants(fgraph: FunctionGraph, nested_only: bool = False) -> in
     visible = visible_nodes(fgraph) if nested_only else None
     changed = 0
     for sig in consumers(fgraph):
-        kinds = ARGUMENT_KINDS.get(getattr(sig.node.op, "kind", ""))
+        kinds = argument_kinds(sig)
         if kinds is None or (visible is not None and sig.node in visible):
             continue
         new: list[Slot] = []
@@ -136,19 +154,21 @@ def merge_arguments(fgraph: FunctionGraph) -> int:
         replace: dict[int, dict[Variable, Variable]] = {b: {} for b in range(sig.n_bodies)}
         first: dict[tuple, Slot] = {}
         for slot in sig.slots:
-            if slot.kind not in INPUT_KINDS:
+            meaning = sig.meaning(slot)
+            if meaning not in INPUT_MEANINGS:
                 keep.append(slot)
                 continue
-            (b, p), = slot.params
-            value = inline_constant(slot)
-            row = invariant_row(sig, slot) if slot.kind == "seq" else None
+            values = inline_constant(slot, meaning)
+            row = _invariant_row(sig, slot) if meaning is Meaning.SEQUENCE else None
             twin = first.setdefault((slot.kind, slot.in_taps, slot.args[0]), slot)
-            if value is not None:
-                replace[b][p] = value
+            if values is not None:
+                for b, p in slot.params:
+                    replace[b][p] = values[p]
             elif row is not None:
-                keep.append(Slot("non_seq", (row,), slot.params))
+                keep.append(Slot(row[1], (row[0],), slot.params))
             elif twin is not slot:
-                replace[b][p] = twin.params[0][1]
+                for (b, p), (_, q) in zip(slot.params, twin.params, strict=True):
+                    replace[b][p] = q
             else:
                 keep.append(slot)
         if len(keep) < len(sig.slots) or any(a is not b for a, b in zip(keep, sig.slots)):
@@ -201,10 +221,13 @@ def outline_constants(fgraph: FunctionGraph) -> int:
     rewrite that could use a constant's value inside one.
     """
     visible = visible_nodes(fgraph)
+    kinds_of: dict[Apply, list[str]] = {}  # per consumer, the argument kind of each body
     members = []  # (signature, body index, template, holes, the constants each hole stands for)
     for sig in consumers(fgraph):
-        if sig.node not in visible or sig.kind not in ARGUMENT_KINDS:
+        kinds = argument_kinds(sig)
+        if sig.node not in visible or kinds is None:
             continue
+        kinds_of[sig.node] = kinds
         for b, body in enumerate(sig.bodies):
             values = _value_constants(body)
 
@@ -234,7 +257,7 @@ def outline_constants(fgraph: FunctionGraph) -> int:
             _, slots, replace = new.setdefault(sig.node, (sig, [], {}))
             param = const.type()
             replace.setdefault(b, {}).update(dict.fromkeys(stands_for[i], param))
-            slots.append(Slot(ARGUMENT_KINDS[sig.kind or ""][b], (const,), ((b, param),)))
+            slots.append(Slot(kinds_of[sig.node][b], (const,), ((b, param),)))
     for sig, slots, replace in new.values():
         # bodies with one template, their holes made params in hole order, are one function
         replace_consumer(

@@ -1,7 +1,7 @@
 """Dead outputs and params of every consumer.
 
-A slot is live when one of its results is used, when its kind is required (a
-while loop's condition), or when a live slot's body outputs read one of its
+A slot is live when one of its results is used, when it is required (a loop's
+condition, `Meaning.CONDITION`), or when a live slot's body outputs read one of its
 params. That is a reachability walk to a fixpoint, so states that only feed
 each other die together. Dead slots are dropped with the shared `rebuild`.
 """
@@ -19,7 +19,7 @@ __all__ = ["live_slots", "remove_dead_slots"]
 def live_slots(fgraph: FunctionGraph, sig: Signature) -> list[Slot]:
     """The slots of ``sig`` that some use of the consumer's results needs."""
     live = [
-        s.kind in sig.form.required or any(fgraph.clients.get(r) for r in s.results) for s in sig.slots
+        sig.form.is_required(s) or any(fgraph.clients.get(r) for r in s.results) for s in sig.slots
     ]
     while True:
         outputs = [(b, v) for s, on in zip(sig.slots, live) if on for b, v in s.outputs]

@@ -19,11 +19,15 @@ from pytensor.ifelse import IfElse as NativeIfElse
 from innergraph.fold import always_computed
 from innergraph.graph import is_function, scope_toposort
 from innergraph.instantiate import substitute
-from innergraph.rewriting.signature import Slot, consumers, replace_consumer
+from innergraph.rewriting.signature import Signature, Slot, consumers, replace_consumer
+from innergraph.slots import Meaning
 
-__all__ = ["hoist_invariants"]
+__all__ = ["applies", "hoist_invariants"]
 
-LOOP_KINDS = ("scan",)
+
+def applies(sig: Signature) -> bool:
+    """Whether work may move out of ``sig``'s bodies: an eager loop (`innergraph.slots.Capabilities`)."""
+    return sig.capabilities.loop and not sig.capabilities.lazy
 
 
 def _invariant_targets(outputs: list[Variable], invariant_params: set[Variable]) -> list[Variable]:
@@ -45,24 +49,37 @@ def _invariant_targets(outputs: list[Variable], invariant_params: set[Variable])
 
 
 def hoist_invariants(fgraph: FunctionGraph) -> int:
-    """Move loop-invariant work out of every loop of ``fgraph``; return how many changed."""
+    """Move loop-invariant work out of every loop of ``fgraph``; return how many changed.
+
+    Each body of a loop is analysed on its own: work reading only invariant
+    params of that body (`Meaning.INVARIANT`) moves out and becomes a new
+    invariant argument of that body (the consumer's invariant kind for it alone).
+    """
     changed = 0
     placeholders: dict[Variable, Variable] = {}  # one per target: loops sharing a body share the new one
     analysed: dict[tuple[tuple[Variable, ...], frozenset[Variable]], list[Variable]] = {}  # ... and one analysis
     for sig in consumers(fgraph):
-        if sig.kind not in LOOP_KINDS:
+        if not applies(sig):
             continue
-        bound = {p: s.args[0] for s in sig.slots if s.kind == "non_seq" for _, p in s.params}
-        outputs = [v for s in sig.slots for _, v in s.outputs]
-        key = (tuple(outputs), frozenset(bound))
-        if key not in analysed:
-            analysed[key] = _invariant_targets(outputs, set(bound))
-        targets = analysed[key]
-        if not targets:
-            continue
-        outer = substitute(targets, bound)
-        new = [placeholders.setdefault(t, t.type()) for t in targets]
-        slots = [*sig.slots, *(Slot("non_seq", (o,), ((0, p),)) for o, p in zip(outer, new, strict=True))]
-        replace_consumer(fgraph, sig, slots, replace={0: dict(zip(targets, new, strict=True))}, reason="hoist_invariants")
-        changed += 1
+        slots = list(sig.slots)
+        replace: dict[int, dict[Variable, Variable]] = {}
+        for b in range(sig.n_bodies):
+            kind = sig.form.kind_for(Meaning.INVARIANT, (b,))
+            if kind is None:
+                continue
+            bound = {p: s.args[0] for s in sig.having(Meaning.INVARIANT) for bb, p in s.params if bb == b}
+            outputs = [v for s in sig.slots for bb, v in s.outputs if bb == b]
+            key = (tuple(outputs), frozenset(bound))
+            if key not in analysed:
+                analysed[key] = _invariant_targets(outputs, set(bound))
+            targets = analysed[key]
+            if not targets:
+                continue
+            outer = substitute(targets, bound)
+            new = [placeholders.setdefault(t, t.type()) for t in targets]
+            slots += [Slot(kind, (o,), ((b, p),)) for o, p in zip(outer, new, strict=True)]
+            replace[b] = dict(zip(targets, new, strict=True))
+        if replace:
+            replace_consumer(fgraph, sig, slots, replace=replace, reason="hoist_invariants")
+            changed += 1
     return changed

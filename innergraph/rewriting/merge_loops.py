@@ -1,7 +1,8 @@
 """Merge independent loops that run the same steps into one loop.
 
-Two Scans of the outer function merge when they have the same ``n_steps``
-variable, equal flags, no ``until`` condition, and neither reads the other's
+Two loops of the outer function merge when their consumer's form gives them
+equal keys (`innergraph.slots.Form.loop_key`: for a Scan, the same ``n_steps``
+variable, equal flags and no ``until`` condition) and neither reads the other's
 results. (Loops inside bodies are not merged: equal constants are one object in
 every scope, so equal ``n_steps`` does not mean the same scope.) Equality is identity
 of the outer variables — after MergeOptimizer, equal computations are one
@@ -13,12 +14,14 @@ param (`innergraph.rewriting.args`) and MergeOptimizer shares their work.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.traversal import apply_ancestors
 
 from innergraph.fold import visible_nodes
-from innergraph.graph import body_of, params
+from innergraph.graph import params
 from innergraph.instantiate import instantiate
 from innergraph.rewriting.signature import Signature, Slot, consumers, replace_consumer
 
@@ -26,13 +29,18 @@ __all__ = ["merge_loops"]
 
 
 def _fresh_slots(sig: Signature) -> list[Slot]:
-    """``sig``'s slots over a private instance of its body (params become fresh variables)."""
-    body = body_of(sig.node.inputs[0])
-    fresh = [t() for t in body.param_types]
-    by_param: dict[Variable, Variable] = dict(zip(params(body.param_types), fresh))
-    outputs = dict(zip(body.outputs, instantiate(body, fresh)))
+    """``sig``'s slots over a private instance of each body (params become fresh variables)."""
+    by_param: list[dict[Variable, Variable]] = []
+    outputs: list[dict[Variable, Variable]] = []
+    for body in sig.bodies:
+        fresh = [t() for t in body.param_types]
+        by_param.append(dict(zip(params(body.param_types), fresh)))
+        outputs.append(dict(zip(body.outputs, instantiate(body, fresh))))
     return [
-        s.with_(params=tuple((0, by_param[p]) for _, p in s.params), outputs=tuple((0, outputs[v]) for _, v in s.outputs))
+        s.with_(
+            params=tuple((b, by_param[b][p]) for b, p in s.params),
+            outputs=tuple((b, outputs[b][v]) for b, v in s.outputs),
+        )
         for s in sig.slots
     ]
 
@@ -42,19 +50,20 @@ def _depends(node: Apply, on: Apply) -> bool:
     return on in apply_ancestors(node.inputs)
 
 
-def _key(sig: Signature) -> tuple | None:
-    """Loops with equal keys run the same steps the same way (the name does not count)."""
-    op = sig.node.op
-    if sig.kind != "scan" or sig.is_while:
+def _key(sig: Signature) -> Hashable | None:
+    """Loops with equal keys run the same steps the same way: the form's `loop_key`, with the class."""
+    loop_key = sig.form.loop_key
+    if loop_key is None or not sig.capabilities.loop:
         return None
-    return (sig.header[0], op.truncate_gradient, op.profile, op.allow_gc, op.strict, id(op.mode))
+    key = loop_key(sig)
+    return None if key is None else (type(sig.node.op), key)
 
 
 def merge_loops(fgraph: FunctionGraph) -> int:
     """Merge independent loops of ``fgraph`` pairwise, to a fixpoint; return how many merged."""
     merged = 0
     while True:
-        groups: dict[tuple, list[Signature]] = {}
+        groups: dict[Hashable, list[Signature]] = {}
         visible = visible_nodes(fgraph)
         for sig in consumers(fgraph):
             key = _key(sig) if sig.node in visible else None  # loops of one scope only: the outer one

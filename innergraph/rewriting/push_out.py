@@ -64,6 +64,7 @@ from innergraph.fold import always_computed
 from innergraph.graph import is_function, scope_leaves, scope_toposort
 from innergraph.instantiate import substitute
 from innergraph.rewriting.signature import Signature, Slot, consumers, replace_consumer
+from innergraph.slots import Meaning
 
 __all__ = ["push_out_dot_sums", "push_out_per_step_outputs", "push_out_sequence_work"]
 
@@ -80,11 +81,12 @@ class AfterLoop(Mapping[Variable, Variable]):
         self._recipes: dict[Variable, tuple[Any, int | None]] = {}  # param -> (outer variable, first row, or None: itself)
         self._built: dict[Variable, Variable] = {}
         for slot in sig.slots:
-            if slot.kind == "non_seq" or (slot.kind == "seq" and _first_rows_already(slot.args[0], self._n_steps)):
+            meaning = sig.meaning(slot)
+            if meaning is Meaning.INVARIANT or (meaning is Meaning.SEQUENCE and _first_rows_already(slot.args[0], self._n_steps)):
                 self._recipes[slot.params[0][1]] = (slot.args[0], None)  # the value itself
-            elif slot.kind == "seq":
+            elif meaning is Meaning.SEQUENCE:
                 self._recipes[slot.params[0][1]] = (slot.args[0], 0)
-            elif slot.kind == "mit_mot" and mit_mot:
+            elif meaning is Meaning.BUFFER and mit_mot:
                 low = min(slot.in_taps)
                 for tap, (_, p) in zip(slot.in_taps, slot.params, strict=True):
                     if all(o > tap for o in slot.out_taps):
@@ -188,13 +190,14 @@ def _pushed_outputs(
     true: the outputs that are row-wise work or the same every step, and only
     when every live result of the loop is one of them (the whole loop goes).
     """
-    state_taps = {p for s in sig.slots if s.kind == "mit_mot" for _, p in s.params if p in values}
+    state_taps = {p for s in sig.having(Meaning.BUFFER) for _, p in s.params if p in values}
     live = [s for s in sig.slots if s.results and fgraph.clients.get(s.results[0])]
-    if (not row_wise and not state_taps) or (row_wise and any(s.kind != "nit_sot" for s in live)):
+    per_step = set(sig.having(Meaning.PER_STEP_OUTPUT))
+    if (not row_wise and not state_taps) or (row_wise and any(s not in per_step for s in live)):
         return {}
     pushed: dict[Variable, Variable] = {}
     for slot in live:
-        if slot.kind != "nit_sot":
+        if slot not in per_step:
             continue
         ((_, out),) = slot.outputs
         if bool(state_taps & set(scope_leaves([out]))) == row_wise:
@@ -208,8 +211,13 @@ def _pushed_outputs(
 
 
 def _push_out(fgraph: FunctionGraph, sig: Signature, pushed: dict[Variable, Variable], reason: str) -> None:
-    kept = [s for s in sig.slots if not (s.kind == "nit_sot" and s.results[0] in pushed)]
+    kept = [s for s in sig.slots if not (sig.meaning(s) is Meaning.PER_STEP_OUTPUT and s.results[0] in pushed)]
     replace_consumer(fgraph, sig, kept, forwarded=pushed, reason=reason)
+
+
+def _applies(sig: Signature) -> bool:
+    """The push-outs move work across steps: a counted, single-body loop with no condition."""
+    return sig.capabilities.counted and sig.n_bodies == 1 and not sig.is_while
 
 
 def push_out_per_step_outputs(fgraph: FunctionGraph) -> int:
@@ -217,7 +225,7 @@ def push_out_per_step_outputs(fgraph: FunctionGraph) -> int:
     changed = 0
     templates: dict[Any, Any] = {}  # one vectorization per body (`AfterLoop.vectorized`)
     for sig in consumers(fgraph):
-        if sig.kind != "scan" or sig.is_while:
+        if not _applies(sig):
             continue
         pushed = _pushed_outputs(fgraph, sig, AfterLoop(sig), row_wise=False, templates=templates)
         if pushed:
@@ -266,7 +274,8 @@ def push_out_sequence_work(fgraph: FunctionGraph) -> int:
     analysed: dict[Any, tuple[list[Variable], set[Variable]]] = {}  # ... and one analysis
     templates: dict[Any, Any] = {}  # ... and one vectorization (`AfterLoop.vectorized`)
     for sig in consumers(fgraph):
-        if sig.kind != "scan" or sig.is_while:
+        sequence = sig.form.kind_for(Meaning.SEQUENCE, (0,))
+        if not _applies(sig) or sequence is None:
             continue
         values = AfterLoop(sig, mit_mot=False)
         whole_loop = _pushed_outputs(fgraph, sig, values, row_wise=True, templates=templates)
@@ -274,7 +283,7 @@ def push_out_sequence_work(fgraph: FunctionGraph) -> int:
             _push_out(fgraph, sig, whole_loop, "push_out_sequence_work")
             changed += 1
             continue
-        rows = {p for s in sig.slots if s.kind == "seq" for _, p in s.params}
+        rows = {p for s in sig.having(Meaning.SEQUENCE) for _, p in s.params}
         outputs = [v for s in sig.slots for _, v in s.outputs]
         key = (tuple(outputs), frozenset(rows), frozenset(values))
         if key not in analysed:
@@ -286,8 +295,8 @@ def push_out_sequence_work(fgraph: FunctionGraph) -> int:
         if outer is None:  # the targets did not vectorize (found by the differential test): leave the loop
             continue
         new = [placeholders.setdefault(t, t.type()) for t in targets]
-        kept = [s for s in sig.slots if s.kind != "seq" or s.params[0][1] in still_read]
-        slots = [*kept, *(Slot("seq", (o,), ((0, p),)) for o, p in zip(outer, new, strict=True))]
+        kept = [s for s in sig.slots if sig.meaning(s) is not Meaning.SEQUENCE or s.params[0][1] in still_read]
+        slots = [*kept, *(Slot(sequence, (o,), ((0, p),)) for o, p in zip(outer, new, strict=True))]
         replace_consumer(fgraph, sig, slots, replace={0: dict(zip(targets, new, strict=True))}, reason="push_out_sequence_work")
         changed += 1
     return changed
@@ -319,12 +328,12 @@ def push_out_dot_sums(fgraph: FunctionGraph) -> int:
     """Replace untraced ``s + dot(a, b)`` accumulators by one ``dot`` after the loop; return how many loops changed."""
     changed = 0
     for sig in consumers(fgraph):
-        if sig.kind != "scan" or sig.is_while:
+        if not _applies(sig):
             continue
-        rows = {p for s in sig.slots if s.kind == "seq" for _, p in s.params}
+        rows = {p for s in sig.having(Meaning.SEQUENCE) for _, p in s.params}
         found: dict[Slot, tuple[Variable, Variable]] = {}
-        for slot in sig.slots:
-            rows_of_dot = _dot_of_rows(slot.outputs[0][1], slot.params[0][1], rows) if slot.kind == "untraced" else None
+        for slot in sig.having(Meaning.CARRY):
+            rows_of_dot = _dot_of_rows(slot.outputs[0][1], slot.params[0][1], rows) if len(slot.params) == 1 else None
             if rows_of_dot is not None:
                 found[slot] = rows_of_dot
         if not found:
@@ -341,7 +350,7 @@ def push_out_dot_sums(fgraph: FunctionGraph) -> int:
             flat_b = b.reshape((-1, b.shape[2]))
             finals[slot.results[0]] = slot.results[0].type.filter_variable(slot.args[0] + pt.dot(flat_a, flat_b))
         if finals:
-            kept = [s for s in sig.slots if not (s.kind == "untraced" and s.results[0] in finals)]
+            kept = [s for s in sig.slots if not (sig.meaning(s) is Meaning.CARRY and s.results[0] in finals)]
             replace_consumer(fgraph, sig, kept, forwarded=finals, reason="push_out_dot_sums")
             changed += 1
     return changed

@@ -18,8 +18,12 @@ signature
     those slots: it renumbers params, builds the new functions and the new Op.
 
 Every rewrite of `innergraph.rewriting` that changes a consumer's signature goes
-through `rebuild`; each consumer kind only says how to split a node into slots and
-how to make a node from ordered slots (`Form`).
+through `rebuild`; each consumer only declares, with `innergraph.slots.register_consumer`,
+how to split a node into slots, how to make a node from ordered slots and what
+each kind of slot means (`Form`). No rewrite reads a consumer's class or kind name:
+they read meanings (`Signature.meaning`) and capabilities (`Signature.capabilities`).
+The declarations live in `innergraph.slots` (this module re-exports them), the
+forms of innergraph's own consumers next to each consumer.
 """
 
 from __future__ import annotations
@@ -27,55 +31,34 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 from weakref import WeakKeyDictionary
 
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
-from pytensor.graph.type import Type
 
 from innergraph.fold import fold_function
-from innergraph.graph import InnerGraph, body_of, is_function, param, params
+from innergraph.graph import InnerGraph, body_of, is_function, param
 from innergraph.instantiate import carry_shapes, substitute
-from innergraph.ops.call import Call
-from innergraph.ops.ifelse import IfElse
-from innergraph.ops.scan import Scan, ScanLayout
+from innergraph.slots import FORMS, Capabilities, Form, Meaning, Slot, form_of
 from innergraph.types import Body, InnerGraphType
 
 __all__ = [
     "FORMS",
     "Form",
+    "Meaning",
+    "SCAN_STATES",
     "Signature",
     "Slot",
     "consumers",
+    "mit_mot_taps_from_zero",
     "rebuild",
     "remembering_consumer_order",
     "replace_consumer",
     "sharing_rebuilt_functions",
     "signature",
 ]
-
-
-@dataclass(frozen=True)
-class Slot:
-    """One binding of a consumer (see the module docstring).
-
-    ``params`` and ``outputs`` hold ``(body index, variable)``; ``output_types``
-    the declared type of each output. ``in_taps``/``out_taps`` are a Scan state's.
-    """
-
-    kind: str
-    args: tuple[Variable, ...] = ()
-    params: tuple[tuple[int, Variable], ...] = ()
-    outputs: tuple[tuple[int, Variable], ...] = ()
-    output_types: tuple[Type, ...] = ()
-    results: tuple[Variable, ...] = ()
-    in_taps: tuple[int, ...] = ()
-    out_taps: tuple[int, ...] = ()
-
-    def with_(self, **changes: Any) -> Slot:
-        return replace(self, **changes)
 
 
 @dataclass(frozen=True)
@@ -93,8 +76,21 @@ class Signature:
 
     @property
     def kind(self) -> str | None:
-        """The consumer kind (``"scan"``, ``"call"``, ``"ifelse"``)."""
+        """The consumer's own name (``"scan"``, ``"call"``, ``"ifelse"``), for statistics only."""
         return getattr(self.node.op, "kind", None)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the consumer is (loop, lazy, counted)."""
+        return self.form.capabilities
+
+    def meaning(self, slot: Slot) -> Meaning:
+        """What ``slot`` is."""
+        return self.form.meaning(slot)
+
+    def having(self, *meanings: Meaning) -> list[Slot]:
+        """The slots of any of ``meanings``, in order."""
+        return [s for s in self.slots if self.form.meaning(s) in meanings]
 
     @property
     def bodies(self) -> list[Body]:
@@ -103,31 +99,8 @@ class Signature:
 
     @property
     def is_while(self) -> bool:
-        """Whether the consumer is a loop with an ``until`` condition."""
-        return any(s.kind == "until" for s in self.slots)
-
-
-@dataclass(frozen=True)
-class Form:
-    """How one consumer kind maps to slots.
-
-    ``param_order``, ``output_order``, ``arg_order`` and ``result_order`` list slot
-    kinds in the order the consumer lays out params, body outputs, outer inputs
-    and outputs; ``required`` kinds are live even without results; ``split``
-    makes the slots of a node (or returns None when its signature is fixed);
-    ``make`` builds a node from the template op, header, functions, ordered
-    slots and outer inputs.
-    """
-
-    n_bodies: int
-    param_order: tuple[str, ...]
-    output_order: tuple[str, ...]
-    arg_order: tuple[str, ...]
-    result_order: tuple[str, ...]
-    split: Callable[[Apply], tuple[tuple[Variable, ...], list[Slot]] | None]
-    make: Callable[[Any, tuple[Variable, ...], list[Variable], dict[str, list[Slot]], list[Variable]], Apply]
-    functions: Callable[[Apply], list[Variable]]
-    required: tuple[str, ...] = ()
+        """Whether the consumer is a loop with a condition."""
+        return any(self.form.meaning(s) is Meaning.CONDITION for s in self.slots)
 
 
 def _ordered(slots: Sequence[Slot], kinds: Sequence[str]) -> list[Slot]:
@@ -270,51 +243,8 @@ def replace_consumer(
     fgraph.replace_all([(o, n) for o, n in pairs if o in fgraph.clients], reason=reason)
 
 
-# --- Scan --------------------------------------------------------------------
-
+#: Scan's state kinds (slot kind names of `innergraph.ops.scan_slots`).
 SCAN_STATES = ("mit_mot", "mit_sot", "sit_sot", "untraced")
-
-
-def _split_scan(node: Apply) -> tuple[tuple[Variable, ...], list[Slot]]:
-    op: Scan = node.op
-    layout, info = op.layout, op.layout.info
-    body = body_of(node.inputs[0])
-    inner_in = layout.split_inner_inputs(params(body.param_types))
-    inner_out = layout.split_inner_outputs(list(zip(body.outputs, body.type.output_types)))
-    outer_in = layout.split_outer_inputs(node.inputs[2:])
-    results = layout.split_outer_outputs(node.outputs)
-    taps_in = {
-        "mit_mot": info.mit_mot_in_slices,
-        "mit_sot": info.mit_sot_in_slices,
-        "sit_sot": ((-1,),) * info.n_sit_sot,
-        "untraced": ((-1,),) * info.n_untraced_sit_sot,
-    }
-    taps_out = {"mit_mot": info.mit_mot_out_slices}
-    slots = [Slot("seq", (a,), ((0, p),)) for a, p in zip(outer_in["seqs"], inner_in["seqs"], strict=True)]
-    for kind in SCAN_STATES:
-        ins = iter(inner_in[kind])
-        outs = iter(inner_out[kind])
-        for i, (arg, result) in enumerate(zip(outer_in[kind], results[kind], strict=True)):
-            in_taps = tuple(taps_in[kind][i])
-            out_taps = tuple(taps_out[kind][i]) if kind == "mit_mot" else ()
-            produced = [next(outs) for _ in range(len(out_taps) if kind == "mit_mot" else 1)]
-            slots.append(
-                Slot(
-                    kind,
-                    (arg,),
-                    tuple((0, next(ins)) for _ in in_taps),
-                    tuple((0, v) for v, _ in produced),
-                    tuple(t for _, t in produced),
-                    (result,),
-                    in_taps,
-                    out_taps,
-                )
-            )
-    for length, (out, t), result in zip(outer_in["nit_sot"], inner_out["nit_sot"], results["nit_sot"], strict=True):
-        slots.append(Slot("nit_sot", (length,), (), ((0, out),), (t,), (result,)))
-    slots += [Slot("non_seq", (a,), ((0, p),)) for a, p in zip(outer_in["non_seqs"], inner_in["non_seqs"], strict=True)]
-    slots += [Slot("until", (), (), ((0, out),), (t,)) for out, t in inner_out["until"]]
-    return (node.inputs[1],), slots
 
 
 def mit_mot_taps_from_zero(in_taps: tuple[int, ...], out_taps: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -337,90 +267,6 @@ def mit_mot_taps_from_zero(in_taps: tuple[int, ...], out_taps: tuple[int, ...]) 
     return tuple(t - low for t in in_taps), tuple(t - low for t in out_taps)
 
 
-def _make_scan(op: Scan, header: tuple[Variable, ...], functions: list[Variable], groups: dict[str, list[Slot]], args: list[Variable]) -> Apply:
-    from pytensor.scan.op import ScanInfo
-
-    g = {k: groups.get(k, []) for k in ("seq", "mit_mot", "mit_sot", "sit_sot", "untraced", "nit_sot", "non_seq", "until")}
-    mit_mot_taps = [mit_mot_taps_from_zero(s.in_taps, s.out_taps) for s in g["mit_mot"]]
-    info = ScanInfo(
-        n_seqs=len(g["seq"]),
-        mit_mot_in_slices=tuple(taps_in for taps_in, _ in mit_mot_taps),
-        mit_mot_out_slices=tuple(taps_out for _, taps_out in mit_mot_taps),
-        mit_sot_in_slices=tuple(s.in_taps for s in g["mit_sot"]),
-        sit_sot_in_slices=((-1,),) * len(g["sit_sot"]),
-        n_nit_sot=len(g["nit_sot"]),
-        n_untraced_sit_sot=len(g["untraced"]),
-        n_non_seqs=len(g["non_seq"]),
-        as_while=bool(g["until"]),
-    )
-    return type(op)(ScanLayout(info), **op.flags()).make_node(functions[0], *header, *args)
-
-
-SCAN_FORM = Form(
-    n_bodies=1,
-    param_order=("seq", "mit_mot", "mit_sot", "sit_sot", "untraced", "non_seq"),
-    output_order=("mit_mot", "mit_sot", "sit_sot", "nit_sot", "untraced", "until"),
-    arg_order=("seq", "mit_mot", "mit_sot", "sit_sot", "untraced", "nit_sot", "non_seq"),
-    result_order=("mit_mot", "mit_sot", "sit_sot", "nit_sot", "untraced"),
-    split=_split_scan,
-    make=_make_scan,
-    functions=lambda node: [node.inputs[0]],
-    required=("until",),
-)
-
-
-# --- Call ---------------------------------------------------------------------
-
-
-def _split_call(node: Apply) -> tuple[tuple[Variable, ...], list[Slot]] | None:
-    op: Call = node.op
-    if op.n_functions != 1 or op.connection is not None:
-        return None  # gradient overrides or an explicit connection pattern fix the signature
-    function, _, _, args = op.split(node.inputs)
-    body = body_of(function)
-    slots = [Slot("arg", (a,), ((0, p),)) for a, p in zip(args, params(body.param_types), strict=True)]
-    slots += [
-        Slot("out", outputs=((0, o),), output_types=(t,), results=(r,))
-        for o, t, r in zip(body.outputs, body.type.output_types, node.outputs, strict=True)
-    ]
-    return (), slots
-
-
-def _make_call(op: Call, header: tuple[Variable, ...], functions: list[Variable], groups: dict[str, list[Slot]], args: list[Variable]) -> Apply:
-    return Call().make_node(functions[0], *args)
-
-
-CALL_FORM = Form(1, ("arg",), ("out",), ("arg",), ("out",), _split_call, _make_call, lambda node: [node.inputs[0]])
-
-
-# --- IfElse -------------------------------------------------------------------
-
-
-def _split_ifelse(node: Apply) -> tuple[tuple[Variable, ...], list[Slot]]:
-    op: IfElse = node.op
-    cond, then_fn, else_fn, then_args, else_args = op.split(node.inputs)
-    then_body, else_body = body_of(then_fn), body_of(else_fn)
-    slots = [Slot("then_arg", (a,), ((0, p),)) for a, p in zip(then_args, params(then_body.param_types), strict=True)]
-    slots += [Slot("else_arg", (a,), ((1, p),)) for a, p in zip(else_args, params(else_body.param_types), strict=True)]
-    for k, result in enumerate(node.outputs):
-        outs = ((0, then_body.outputs[k]), (1, else_body.outputs[k]))
-        types = (then_body.type.output_types[k], else_body.type.output_types[k])
-        slots.append(Slot("out", outputs=outs, output_types=types, results=(result,)))
-    return (cond,), slots
-
-
-def _make_ifelse(op: IfElse, header: tuple[Variable, ...], functions: list[Variable], groups: dict[str, list[Slot]], args: list[Variable]) -> Apply:
-    return IfElse(len(groups.get("then_arg", []))).make_node(header[0], *functions, *args)
-
-
-IFELSE_FORM = Form(
-    2, ("then_arg", "else_arg"), ("out",), ("then_arg", "else_arg"), ("out",), _split_ifelse, _make_ifelse, lambda node: list(node.inputs[1:3])
-)
-
-#: Consumer class -> its `Form`. A new consumer kind registers its form here.
-FORMS: dict[type, Form] = {Scan: SCAN_FORM, Call: CALL_FORM, IfElse: IFELSE_FORM}
-
-
 #: Consumer node -> (what its signature was made from, the signature).
 _signatures: WeakKeyDictionary[Apply, tuple[tuple[Any, ...], Signature | None]] = WeakKeyDictionary()
 
@@ -431,7 +277,7 @@ def signature(node: Apply) -> Signature | None:
     Memoized per node while its inputs and its bodies stay the same (every rewrite
     round asks for every consumer's signature).
     """
-    form = FORMS.get(type(node.op))
+    form = form_of(node.op)
     if form is None:
         return None
     made_from = tuple(body_of(v) if is_function(v) else v for v in node.inputs)
@@ -483,3 +329,4 @@ def consumers(fgraph: FunctionGraph) -> Iterator[Signature]:
             sig = signature(node)
             if sig is not None:
                 yield sig
+

@@ -1,10 +1,11 @@
 """Untracing: a state whose trace is only read at its last step keeps no trace.
 
-A sit-sot state of a Scan is *traced*: the loop writes every step's value into
+A single-tap trace (`Meaning.TRACE`, a Scan's sit-sot) is *traced*: the loop writes every step's value into
 an outer buffer. When the only reads of that buffer are ``trace[-1]`` (the
 final value, which is all most loops return), the state becomes an untraced
 sit-sot: the loop carries the value from step to step and returns the last one,
-and the buffer, its allocation and the indexing go away.
+and the buffer, its allocation and the indexing go away: the slot becomes the
+consumer's carry kind (`Meaning.CARRY`) for the same bodies.
 
 PyTensor does the same after lowering, node by node: ``scan_reduce_trace`` first
 shrinks the buffer to one row, then ``scan_sit_sot_to_untraced`` rebuilds the
@@ -13,7 +14,8 @@ over a function shared by every consumer of the same body
 (`innergraph.rewriting.signature.sharing_rebuilt_functions`), so K loops over
 one body cost one new body, and the native passes find nothing left to do.
 
-While loops are left alone: their traces end where the loop stopped, and the
+Only counted loops (`innergraph.slots.Capabilities.counted`) with no
+condition change. While loops are left alone: their traces end where the loop stopped, and the
 last row is the last step's value only when the buffer was not over-allocated.
 """
 
@@ -27,6 +29,7 @@ from pytensor.tensor.subtensor import Subtensor
 
 from innergraph.rewriting.outer import first_row
 from innergraph.rewriting.signature import Slot, consumers, replace_consumer
+from innergraph.slots import Meaning
 
 __all__ = ["untrace_final_states"]
 
@@ -51,18 +54,20 @@ def untrace_final_states(fgraph: FunctionGraph) -> int:
     """Make sit-sot states read only at their last step untraced; return how many consumers changed."""
     changed = 0
     for sig in consumers(fgraph):
-        if sig.kind != "scan" or sig.is_while:
+        if not sig.capabilities.counted or sig.is_while:
             continue
         slots: list[Slot] = []
         finals: dict[Variable, Variable] = {}  # each trace[-1] read -> a stand-in for the new untraced result
         for slot in sig.slots:
-            reads = _last_step_reads(fgraph, slot.results[0]) if slot.kind == "sit_sot" else None
-            if reads is None:
+            carry = sig.form.kind_for(Meaning.CARRY, slot.bodies)
+            single_trace = sig.meaning(slot) is Meaning.TRACE and slot.in_taps == (-1,) and carry is not None
+            reads = _last_step_reads(fgraph, slot.results[0]) if single_trace else None
+            if reads is None or carry is None:
                 slots.append(slot)
                 continue
             initial = first_row(slot.args[0])
             stand_in = initial.type()
-            slots.append(slot.with_(kind="untraced", args=(initial,), results=(stand_in,)))
+            slots.append(slot.with_(kind=carry, args=(initial,), results=(stand_in,)))
             finals.update(dict.fromkeys(reads, stand_in))
         if finals:
             replace_consumer(fgraph, sig, slots, forwarded=finals, reason="untrace_final_states")

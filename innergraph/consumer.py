@@ -1,0 +1,125 @@
+"""The public API for writing a new consumer (a control-flow Op whose bodies are graph inputs).
+
+A consumer is an Op that takes function variables as inputs. To write one:
+
+1. build its bodies with `inner_graph` and pass them folded (`fold_function`);
+2. run them: `compiled_function` under the Python-thunk linkers (``py``, ``cvm``,
+   ``vm``; `make_body_thunk` for a thunk), `numba_body_code` to inline a body's
+   code into the consumer's own Numba function (`numba_function` jits it, with a
+   disk-cache key);
+3. declare its slots with `register_consumer` (`Form`, `SlotKind`, `Meaning`,
+   `Capabilities`): every generic rewrite of innergraph — dead slots, duplicate
+   and constant arguments, loop-invariant code motion, loop merging, forwarding,
+   untracing, push-outs — then applies to it by those declarations;
+4. check it with `innergraph.testing.check_inner_graph_op`.
+
+``design/contributing.md`` explains each step and has a complete worked example.
+Everything here is re-exported from the modules that implement it; this module
+is the one contributors import from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from innergraph._compat import pushforward as _pushforward
+from innergraph.build import Closure, inner_graph
+from innergraph.errors import ArityError, BodyTypeError
+from innergraph.fold import fold_function
+from innergraph.graph import body_of, is_function, params
+from innergraph.instantiate import fit_arguments, instantiate
+from innergraph.ops.runtime import CheckedFunction, body_value, compiled_function, linker_for, make_body_thunk
+from innergraph.slots import Capabilities, Form, Meaning, Slot, SlotKind, form_of, register_consumer
+from innergraph.types import Body
+
+__all__ = [
+    "ArityError",
+    "Body",
+    "BodyTypeError",
+    "Capabilities",
+    "CheckedFunction",
+    "Closure",
+    "Form",
+    "Meaning",
+    "Slot",
+    "SlotKind",
+    "body_of",
+    "body_value",
+    "compiled_function",
+    "fit_arguments",
+    "fold_function",
+    "form_of",
+    "inner_graph",
+    "instantiate",
+    "is_function",
+    "jvp",
+    "linker_for",
+    "make_body_thunk",
+    "numba_body_code",
+    "numba_function",
+    "params",
+    "register_consumer",
+    "load_on_link",
+    "register_numba",
+]
+
+
+def jvp(outputs: Sequence[Any], wrt: Sequence[Any], tangents: Sequence[Any]) -> list[Any]:
+    """Jacobian-vector products of ``outputs`` (zeros where an output depends on no ``wrt``)."""
+    return _pushforward(list(outputs), list(wrt), list(tangents))
+
+
+def numba_body_code(body: Body) -> Any:
+    """The body's Numba code (`innergraph.backends.numba_code.BodyCode`), made once per body.
+
+    ``code.render(prefix, arg_names)`` gives the assignments computing the body from
+    variables named ``arg_names`` (`Rendering`: ``lines``, ``outputs``, ``env``);
+    ``code.key`` is its disk-cache key (None when a node cannot be cached).
+    """
+    from innergraph.backends.numba import numba_body_code as make
+
+    return make(body)
+
+
+def numba_function(
+    name: str, params: Sequence[str], lines: Sequence[str], env: dict[str, Any], keys: Sequence[str | None]
+) -> tuple[Callable[..., Any], str | None]:
+    """``def name(*params): *lines`` jitted, and its cache key from its source and ``keys``.
+
+    ``keys`` are the keys of the code it inlines (each `numba_body_code`'s ``key``);
+    the result is what a function registered with `register_numba` returns.
+    """
+    from innergraph.backends.numba import _jitted
+
+    return _jitted(name, params, lines, env, keys)
+
+
+def register_numba(op_class: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator registering ``funcify(op, node=None, **kwargs) -> (jitted, cache_key)`` for ``op_class``.
+
+    The function receives the node's inputs in order; a function input reaches it
+    as ``None`` (read the body from the node at funcify time with `body_value`).
+    """
+    from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
+
+    import innergraph.backends.numba  # noqa: F401  (typify of bodies)
+
+    return register_funcify_and_cache_key(op_class)
+
+
+def load_on_link(backend: str, module: str) -> None:
+    """Import ``module`` on the first link with ``backend`` (``"numba"`` or ``"jax"``).
+
+    Where a consumer's backend implementation lives (its `register_numba`
+    registrations), so that importing the consumer imports no Numba or JAX.
+    Recorded once per process; it survives ``innergraph.uninstall()``/``install()``.
+    """
+    from innergraph.patching import linker
+
+    linkers = {"numba": ("pytensor.link.numba.linker", "NumbaLinker"), "jax": ("pytensor.link.jax.linker", "JAXLinker")}
+    if backend not in linkers:
+        raise ValueError(f"load_on_link: backend must be one of {sorted(linkers)}, got {backend!r}")
+    entry = (*linkers[backend], module)
+    if entry not in linker.ON_DEMAND:
+        linker.ON_DEMAND = (*linker.ON_DEMAND, entry)
