@@ -13,6 +13,14 @@ body
 consumer
     A node whose Op runs a body; counted per kind (`consumer_kind`), nested ones
     included.
+unread buffer
+    A loop output that is a state's whole buffer (a mit-mot, mit-sot or sit-sot
+    trace) longer than the rows its taps need, which nothing reads after the loop:
+    the loop allocates and fills it for nobody (PyTensor issue #1687).
+dead output
+    Any other consumer output nobody reads. An untraced state's final value that
+    nobody reads is neither: the loop carries that value anyway, at the cost of
+    one value, not one per step.
 """
 
 from __future__ import annotations
@@ -61,8 +69,10 @@ def graph_stats(graph: FunctionGraph | Any) -> dict[str, Any]:
     -------
     dict
         ``outer_nodes``, ``hidden_nodes``, ``bodies``, ``consumers`` (a dict by
-        kind), ``unused_outputs`` (consumer outputs nobody uses) and
-        ``unused_params`` (params a body never reads), plus ``total_nodes``.
+        kind), ``dead_outputs`` and ``unread_buffers`` (see the module
+        docstring), ``unused_outputs`` (their sum: consumer outputs nobody
+        uses that cost something) and ``unused_params`` (params a body never
+        reads), plus ``total_nodes``.
     """
     fgraph = graph.maker.fgraph if hasattr(graph, "maker") else graph
     outer = list(visible_nodes(fgraph))
@@ -79,7 +89,9 @@ def graph_stats(graph: FunctionGraph | Any) -> dict[str, Any]:
         "total_nodes": len(outer) + len(counter.hidden),
         "bodies": counter.bodies,
         "consumers": consumers,
-        "unused_outputs": counter.unused_outputs,
+        "unused_outputs": counter.dead_outputs + counter.unread_buffers,
+        "dead_outputs": counter.dead_outputs,
+        "unread_buffers": counter.unread_buffers,
         "unused_params": counter.unused_params,
     }
 
@@ -91,7 +103,8 @@ class _Counter:
         self.seen: set[Any] = set()
         self.hidden: set[Apply] = set()
         self.bodies = 0
-        self.unused_outputs = 0
+        self.dead_outputs = 0
+        self.unread_buffers = 0
         self.unused_params = 0
         self.consumers: Counter[str] = Counter()
 
@@ -105,13 +118,25 @@ class _Counter:
             if kind is None:
                 continue
             self.consumers[kind] += 1
-            self.unused_outputs += sum(not clients.get(o) for o in node.outputs)
+            self.count_unused(node, clients)
             for inp in node.inputs:
                 if is_function(inp):
                     self.function(inp)
             inner = getattr(node.op, "fgraph", None)
             if isinstance(inner, FunctionGraph):
                 self.native(inner)
+
+    def count_unused(self, node: Apply, clients: Any) -> None:
+        kinds = _output_kinds(node)
+        for out, (kind, buffer, rows) in zip(node.outputs, kinds, strict=True):
+            if clients.get(out):
+                continue
+            if kind == "untraced":
+                continue  # carried anyway: one value
+            if kind == "state" and not _fits(buffer, rows):
+                self.unread_buffers += 1
+            else:
+                self.dead_outputs += 1
 
     def function(self, var: Variable) -> None:
         body = var.data if isinstance(var, Constant) else None
@@ -144,3 +169,45 @@ def _clients(nodes: Sequence[Apply], outputs: Sequence[Variable]) -> dict[Variab
     for k, out in enumerate(outputs):
         clients.setdefault(out, []).append(("output", k))
     return clients
+
+
+def _scan_info(op: Any) -> Any:
+    """The `ScanInfo` of a native or in-graph Scan, else None."""
+    info = getattr(op, "info", None)
+    layout = getattr(op, "layout", None)
+    found = info if info is not None else getattr(layout, "info", None)
+    return found if hasattr(found, "mit_mot_in_slices") else None
+
+
+def _output_kinds(node: Apply) -> list[tuple[str, Variable | None, int]]:
+    """Per output of ``node``: ``("state", buffer, rows its taps need)``, ``("untraced", ...)`` or ``("other", ...)``."""
+    info = _scan_info(node.op)
+    if info is None:
+        return [("other", None, 0)] * len(node.outputs)
+    first = 1 if is_function(node.inputs[0]) else 0  # the in-graph Scan's function comes before n_steps
+    buffers = node.inputs[first + 1 + info.n_seqs :]
+    taps = [*info.mit_mot_in_slices, *info.mit_sot_in_slices, *info.sit_sot_in_slices]
+    kinds: list[tuple[str, Variable | None, int]] = []
+    for i, in_taps in enumerate(taps):
+        out_taps = info.mit_mot_out_slices[i] if i < info.n_mit_mot else (0,)
+        rows = max(*in_taps, *out_taps) - min(in_taps) + 1 if i >= info.n_mit_mot else -1  # a mit-mot's is never short
+        kinds.append(("state", buffers[i], rows))
+    kinds += [("other", None, 0)] * info.n_nit_sot
+    kinds += [("untraced", None, 0)] * info.n_untraced_sit_sot
+    return kinds
+
+
+def _fits(buffer: Variable | None, rows: int) -> bool:
+    """Whether ``buffer`` is known to hold no more than ``rows`` rows (a circular buffer after save-memory)."""
+    if buffer is None or rows < 0:
+        return False
+    length = getattr(buffer.type, "shape", (None,))[0] if getattr(buffer.type, "ndim", 0) else None
+    if length is None:
+        from pytensor.tensor.basic import get_scalar_constant_value
+        from pytensor.tensor.exceptions import NotScalarConstantError
+
+        try:
+            length = int(get_scalar_constant_value(buffer.shape[0]))
+        except (NotScalarConstantError, ValueError, TypeError):
+            return False
+    return length <= rows
