@@ -127,7 +127,7 @@ def pullback(
     # variable as two outputs, as after merging) would count once. Sum them instead.
     summed: dict[Variable, Variable] = {}
     for o, g in zip(outputs, cotangents, strict=True):
-        summed[o] = cast(Variable, summed[o] + g) if o in summed else g
+        summed[o] = cast(Variable, cast(Any, summed[o]) + g) if o in summed else g
     outputs, cotangents = list(summed), list(summed.values())
     targets = set(wrt)
     outputs = [cast(Variable, view_op(o)) if o in targets else o for o in outputs]

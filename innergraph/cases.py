@@ -301,7 +301,7 @@ def filter_loglik(n: int = 1000) -> Case:
         return [y1, y2, phi, q, r], [total, *_grad(total, [phi, q, r])]
 
     rng = np.random.default_rng(24)
-    values = [np.cumsum(rng.normal(size=n)) * 0.1, np.cumsum(rng.normal(size=n)) * 0.1]
+    values: list[Any] = [np.cumsum(rng.normal(size=n)) * 0.1, np.cumsum(rng.normal(size=n)) * 0.1]
     values += [np.float64(0.9), np.float64(0.2), np.float64(0.5)]
     title = f"filter (mean, variance, log-likelihood) over 2 series of {n} points + gradient"
     return Case("filter", "24", title, build, values, rtol=1e-9, params={"n": n})

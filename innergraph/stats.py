@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from pytensor.graph.basic import Apply, Constant, NominalVariable, Variable
 from pytensor.graph.fg import FunctionGraph
@@ -36,7 +36,7 @@ from innergraph.fold import visible_nodes
 from innergraph.graph import InnerGraph, is_function, scope_leaves, scope_toposort
 from innergraph.types import Body
 
-__all__ = ["CONSUMER_KINDS", "consumer_kind", "graph_stats"]
+__all__ = ["CONSUMER_KINDS", "consumer_kind", "graph_stats", "unread_buffers"]
 
 #: The consumer kinds always reported, even when zero.
 CONSUMER_KINDS = ("scan", "ifelse", "call", "loop")
@@ -57,6 +57,28 @@ def consumer_kind(op: Any) -> str | None:
     return None
 
 
+def unread_buffers(graph: FunctionGraph | Any) -> list[tuple[Apply, int]]:
+    """The unread buffers of a graph (nested scopes included), as ``(loop node, output index)``.
+
+    Parameters
+    ----------
+    graph
+        A `FunctionGraph`, or a compiled function (its ``maker.fgraph`` is used).
+    """
+    return _count(graph).unread
+
+
+def _count(graph: FunctionGraph | Any) -> _Counter:
+    fgraph = graph.maker.fgraph if hasattr(graph, "maker") else graph
+    counter = _Counter()
+    counter.outer = list(visible_nodes(fgraph))
+    counter.scope(counter.outer, fgraph.clients, hidden=False)
+    for node in fgraph.apply_nodes:  # unfolded bodies reached only through inner-graph nodes
+        if isinstance(node.op, InnerGraph):
+            counter.function(node.outputs[0])
+    return counter
+
+
 def graph_stats(graph: FunctionGraph | Any) -> dict[str, Any]:
     """Count nodes, bodies and consumers of a graph, vanilla or in-graph.
 
@@ -70,17 +92,13 @@ def graph_stats(graph: FunctionGraph | Any) -> dict[str, Any]:
     dict
         ``outer_nodes``, ``hidden_nodes``, ``bodies``, ``consumers`` (a dict by
         kind), ``dead_outputs`` and ``unread_buffers`` (see the module
-        docstring), ``unused_outputs`` (their sum: consumer outputs nobody
+        docstring; ``dead_outputs_by_kind`` splits the first by consumer
+        kind), ``unused_outputs`` (their sum: consumer outputs nobody
         uses that cost something) and ``unused_params`` (params a body never
         reads), plus ``total_nodes``.
     """
-    fgraph = graph.maker.fgraph if hasattr(graph, "maker") else graph
-    outer = list(visible_nodes(fgraph))
-    counter = _Counter()
-    counter.scope(outer, fgraph.clients, hidden=False)
-    for node in fgraph.apply_nodes:  # unfolded bodies reached only through inner-graph nodes
-        if isinstance(node.op, InnerGraph):
-            counter.function(node.outputs[0])
+    counter = _count(graph)
+    outer = counter.outer
     consumers = {k: 0 for k in CONSUMER_KINDS}
     consumers.update(counter.consumers)
     return {
@@ -91,6 +109,7 @@ def graph_stats(graph: FunctionGraph | Any) -> dict[str, Any]:
         "consumers": consumers,
         "unused_outputs": counter.dead_outputs + counter.unread_buffers,
         "dead_outputs": counter.dead_outputs,
+        "dead_outputs_by_kind": dict(counter.dead_by_kind),
         "unread_buffers": counter.unread_buffers,
         "unused_params": counter.unused_params,
     }
@@ -101,9 +120,12 @@ class _Counter:
 
     def __init__(self) -> None:
         self.seen: set[Any] = set()
+        self.outer: list[Apply] = []
         self.hidden: set[Apply] = set()
         self.bodies = 0
         self.dead_outputs = 0
+        self.unread: list[tuple[Apply, int]] = []
+        self.dead_by_kind: Counter[str] = Counter()
         self.unread_buffers = 0
         self.unused_params = 0
         self.consumers: Counter[str] = Counter()
@@ -128,15 +150,17 @@ class _Counter:
 
     def count_unused(self, node: Apply, clients: Any) -> None:
         kinds = _output_kinds(node)
-        for out, (kind, buffer, rows) in zip(node.outputs, kinds, strict=True):
+        for i, (out, (kind, buffer, rows)) in enumerate(zip(node.outputs, kinds, strict=True)):
             if clients.get(out):
                 continue
             if kind == "untraced":
                 continue  # carried anyway: one value
             if kind == "state" and not _fits(buffer, rows):
                 self.unread_buffers += 1
+                self.unread.append((node, i))
             else:
                 self.dead_outputs += 1
+                self.dead_by_kind[consumer_kind(node.op) or "other"] += 1
 
     def function(self, var: Variable) -> None:
         body = var.data if isinstance(var, Constant) else None
@@ -207,7 +231,7 @@ def _fits(buffer: Variable | None, rows: int) -> bool:
         from pytensor.tensor.exceptions import NotScalarConstantError
 
         try:
-            length = int(get_scalar_constant_value(buffer.shape[0]))
+            length = int(get_scalar_constant_value(cast(Any, buffer).shape[0]))
         except (NotScalarConstantError, ValueError, TypeError):
             return False
     return length <= rows

@@ -13,7 +13,8 @@ carried cotangent
     The common form has one output tap ``k`` and one input tap ``k - 1`` below
     it: step ``t`` writes row ``t + k``, which step ``t + 1`` reads at tap ``k - 1``.
     The value read at tap ``k - 1`` is then carried from one step to the next
-    (the initial row ``k - 1`` before the first step), and the input taps
+    (the initial row ``k - 1`` before the first step; taps further below make it
+    a mit-sot over the initial rows ``0 .. k - 1``), and the input taps
     ``i >= k`` read rows no step has written yet: the outside contributions,
     initial rows ``t + i``. So the mit-mot is an untraced sit-sot over initial
     row ``k - 1`` plus one sequence per tap ``i >= k`` over the initial buffer
@@ -35,6 +36,7 @@ from typing import Any
 
 from pytensor.graph.basic import Variable
 from pytensor.graph.fg import FunctionGraph
+from pytensor.scan.utils import expand_empty
 
 from innergraph.rewriting.signature import Signature, Slot, consumers, mit_mot_taps_from_zero, replace_consumer
 
@@ -46,31 +48,35 @@ def _is_mit_mot(slot: Slot) -> bool:
     return slot.kind == "mit_mot"
 
 
-def carried_form(slot: Slot) -> list[Slot] | None:
+def carried_form(slot: Slot, n_steps: Variable) -> list[Slot] | None:
     """The slots standing for mit-mot ``slot`` as a carried state, or None if it has another form.
 
-    The untraced slot comes first; its result is a fresh variable nobody reads.
+    The state comes first: an untraced sit-sot when the only input tap below the
+    output tap ``k`` is ``k - 1``, else a mit-sot over the initial rows ``0 .. k - 1``
+    (in a fresh buffer of ``n_steps`` more rows, as `pytensor.scan` lays one out,
+    so PyTensor's save-memory pass shrinks it when nothing reads it). Its result
+    is a fresh variable nobody reads. Then one sequence per input tap ``i >= k``.
     """
     in_taps, out_taps = mit_mot_taps_from_zero(slot.in_taps, slot.out_taps)
     if len(out_taps) != 1:
         return None
     (k,) = out_taps
     below = [t for t in in_taps if t < k]
-    if below != [k - 1]:
-        return None
+    if not below:
+        return None  # nothing carried: a per-step output
     buffer: Any = slot.args[0]
     by_tap = dict(zip(in_taps, slot.params, strict=True))
-    initial = buffer[k - 1]
-    carried = Slot(
-        "untraced",
-        (initial,),
-        (by_tap[k - 1],),
-        slot.outputs,
-        slot.output_types,
-        (initial.type(),),
-    )
+    state: Slot
+    if below == [k - 1]:
+        initial = buffer[k - 1]
+        state = Slot("untraced", (initial,), (by_tap[k - 1],), slot.outputs, slot.output_types, (initial.type(),))
+    else:
+        trace = expand_empty(buffer[:k], n_steps)
+        params = tuple(by_tap[t] for t in below)
+        taps = tuple(t - k for t in below)
+        state = Slot("mit_sot", (trace,), params, slot.outputs, slot.output_types, (trace.type(),), taps)
     contributions = [Slot("seq", (buffer[t:],), (by_tap[t],)) for t in in_taps if t >= k]
-    return [carried, *contributions]
+    return [state, *contributions]
 
 
 def _unread(fgraph: FunctionGraph, result: Variable) -> bool:
@@ -94,7 +100,7 @@ def _carried(fgraph: FunctionGraph, sig: Signature) -> list[Slot] | None:
     slots: list[Slot] = []
     found = False
     for slot in sig.slots:
-        carried = carried_form(slot) if _is_mit_mot(slot) and _unread(fgraph, slot.results[0]) else None
+        carried = carried_form(slot, sig.header[0]) if _is_mit_mot(slot) and _unread(fgraph, slot.results[0]) else None
         if carried is None:
             slots.append(slot)
         else:
