@@ -168,6 +168,19 @@ def test_an_unread_mit_mot_becomes_a_carried_state_and_a_sequence():
     assert info.n_untraced_sit_sot >= 1 and graph_stats(fg)["unread_buffers"] == 0
 
 
+def test_a_cotangent_carried_over_two_steps_becomes_a_mit_sot():
+    initial = pt.dvector("initial")
+    ys = innergraph.scan(
+        lambda s, acc: acc * pt.sin(s) + s, sequences=[x], outputs_info=[{"initial": initial, "taps": [-2]}],
+        return_updates=False,
+    )
+    (g,) = pytensor.grad((ys**2).sum(), [x])
+    values = [(np.linspace(-1, 1, 6), np.array([0.3, -0.2])), (np.linspace(0, 2, 4), np.array([1.0, 0.5]))]
+    fg = check_rewrite(carry_cotangents, [x, initial], [g], gradients="none", values=values)
+    infos = [n.op.layout.info for n in nodes_of(fg, Scan)]
+    assert [i.n_mit_mot for i in infos] == [0, 0] and sorted(i.mit_sot_in_slices for i in infos) == [((-2,),), ((-2,),)]
+
+
 def test_a_read_mit_mot_buffer_is_kept():
     ys = innergraph.scan(lambda s, acc: acc * pt.sin(s) + s, sequences=[x], outputs_info=[a0], return_updates=False)
     (g,) = pytensor.grad((ys**2).sum(), [a0])  # read from the buffer after the loop
