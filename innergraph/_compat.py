@@ -115,13 +115,20 @@ def pullback(
 ) -> list[Variable]:
     """Vector-Jacobian products, disconnected inputs returned as `DisconnectedType`.
 
-    An output that is itself one of ``wrt`` (a body returning a param) goes through a
+    An output given twice gets the sum of its cotangents. An output that is itself one
+    of ``wrt`` (a body returning a param) goes through a
     `view_op`: PyTensor takes a cotangent given for a ``wrt`` variable as its whole
     gradient, dropping what flows into it from the other outputs.
     """
     from pytensor import gradient
     from pytensor.compile.ops import view_op
 
+    # PyTensor keys the cotangents by output: one given twice (a body returning one
+    # variable as two outputs, as after merging) would count once. Sum them instead.
+    summed: dict[Variable, Variable] = {}
+    for o, g in zip(outputs, cotangents, strict=True):
+        summed[o] = cast(Variable, cast(Any, summed[o]) + g) if o in summed else g
+    outputs, cotangents = list(summed), list(summed.values())
     targets = set(wrt)
     outputs = [cast(Variable, view_op(o)) if o in targets else o for o in outputs]
 

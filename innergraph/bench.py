@@ -293,13 +293,14 @@ def ratio_table(results: Sequence[CaseResult]) -> list[str]:
 
 def absolute_table(results: Sequence[CaseResult]) -> list[str]:
     """Markdown lines: the measured times (ms) and counts of both variants, per case."""
-    head = ["case", "variant", "compile ms", "first call ms", "steady call ms", "consumers", "outer", "hidden", "unused outputs"]
-    lines = [_row(head), _row(["---"] * 2 + ["---:"] * 3 + ["---"] + ["---:"] * 3)]
+    head = ["case", "variant", "compile ms", "first call ms", "steady call ms", "consumers", "outer", "hidden", "dead outputs", "unread buffers"]
+    lines = [_row(head), _row(["---"] * 2 + ["---:"] * 3 + ["---"] + ["---:"] * 4)]
     for r in results:
         for name, m in (("vanilla", r.vanilla), ("innergraph", r.innergraph)):
             s = m.stats
             times = [_ms(getattr(m, attr)) for attr, _ in METRICS]
-            lines.append(_row([r.case.id, name, *times, _consumers(m), s["outer_nodes"], s["hidden_nodes"], s["unused_outputs"]]))
+            unused = [s.get("dead_outputs", s["unused_outputs"]), s.get("unread_buffers", 0)]
+            lines.append(_row([r.case.id, name, *times, _consumers(m), s["outer_nodes"], s["hidden_nodes"], *unused]))
     return lines
 
 

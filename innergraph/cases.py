@@ -45,6 +45,7 @@ __all__ = [
     "Case",
     "ar2",
     "elementwise_chain",
+    "filter_loglik",
     "garch",
     "identical_scans",
     "ifelse_heavy",
@@ -269,6 +270,43 @@ def garch(n: int = 1000) -> Case:
     return Case("garch", "5", f"GARCH(1,1) log-likelihood over {n} points + gradient", build, values, rtol=1e-9)
 
 
+# Issue 24 ----------------------------------------------------------------------------
+
+
+def _filter_step(y_t: Any, m: Any, v: Any, ll: Any, phi: Any, q: Any, r: Any) -> list[Any]:
+    """One step of a scalar Kalman filter: the mean, the variance and the running log-likelihood."""
+    pred_m, pred_v = phi * m, phi**2 * v + q
+    gain = pred_v / (pred_v + r)
+    innovation = y_t - pred_m
+    return [pred_m + gain * innovation, (1 - gain) * pred_v, ll + _normal_logp(innovation, pred_v + r)]
+
+
+def filter_loglik(n: int = 1000) -> Case:
+    """A filter with three carried states (mean, variance, log-likelihood) over two series, and its gradient.
+
+    Each series is its own scan, so the gradient has a reverse loop per series with
+    one cotangent per state: vanilla keeps six full-length buffers nobody reads.
+    """
+
+    def build(variant: str) -> Graph:
+        y1, y2 = pt.dvector("y1"), pt.dvector("y2")
+        phi, q, r = pt.dscalar("phi"), pt.dscalar("q"), pt.dscalar("r")
+        zero, one = pt.constant(0.0, dtype="float64"), pt.constant(1.0, dtype="float64")
+        total = 0
+        for y in (y1, y2):
+            _, _, ll = pytensor.scan(
+                _filter_step, sequences=[y], outputs_info=[zero, one, zero], non_sequences=[phi, q, r], return_updates=False
+            )
+            total = total + ll[-1]
+        return [y1, y2, phi, q, r], [total, *_grad(total, [phi, q, r])]
+
+    rng = np.random.default_rng(24)
+    values: list[Any] = [np.cumsum(rng.normal(size=n)) * 0.1, np.cumsum(rng.normal(size=n)) * 0.1]
+    values += [np.float64(0.9), np.float64(0.2), np.float64(0.5)]
+    title = f"filter (mean, variance, log-likelihood) over 2 series of {n} points + gradient"
+    return Case("filter", "24", title, build, values, rtol=1e-9, params={"n": n})
+
+
 # Case 6 ------------------------------------------------------------------------------
 
 
@@ -425,6 +463,7 @@ def all_cases() -> list[Case]:
         nested_scan(),
         ar2(),
         garch(),
+        filter_loglik(),
         ifelse_heavy(),
         ifelse_heavy(plain=True),
         *(trivial_scan(linker) for linker in ("numba", "cvm", "py")),

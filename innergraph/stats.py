@@ -13,13 +13,21 @@ body
 consumer
     A node whose Op runs a body; counted per kind (`consumer_kind`), nested ones
     included.
+unread buffer
+    A loop output that is a state's whole buffer (a mit-mot, mit-sot or sit-sot
+    trace) longer than the rows its taps need, which nothing reads after the loop:
+    the loop allocates and fills it for nobody (PyTensor issue #1687).
+dead output
+    Any other consumer output nobody reads. An untraced state's final value that
+    nobody reads is neither: the loop carries that value anyway, at the cost of
+    one value, not one per step.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from pytensor.graph.basic import Apply, Constant, NominalVariable, Variable
 from pytensor.graph.fg import FunctionGraph
@@ -28,7 +36,7 @@ from innergraph.fold import visible_nodes
 from innergraph.graph import InnerGraph, is_function, scope_leaves, scope_toposort
 from innergraph.types import Body
 
-__all__ = ["CONSUMER_KINDS", "consumer_kind", "graph_stats"]
+__all__ = ["CONSUMER_KINDS", "consumer_kind", "graph_stats", "unread_buffers"]
 
 #: The consumer kinds always reported, even when zero.
 CONSUMER_KINDS = ("scan", "ifelse", "call", "loop")
@@ -49,6 +57,28 @@ def consumer_kind(op: Any) -> str | None:
     return None
 
 
+def unread_buffers(graph: FunctionGraph | Any) -> list[tuple[Apply, int]]:
+    """The unread buffers of a graph (nested scopes included), as ``(loop node, output index)``.
+
+    Parameters
+    ----------
+    graph
+        A `FunctionGraph`, or a compiled function (its ``maker.fgraph`` is used).
+    """
+    return _count(graph).unread
+
+
+def _count(graph: FunctionGraph | Any) -> _Counter:
+    fgraph = graph.maker.fgraph if hasattr(graph, "maker") else graph
+    counter = _Counter()
+    counter.outer = list(visible_nodes(fgraph))
+    counter.scope(counter.outer, fgraph.clients, hidden=False)
+    for node in fgraph.apply_nodes:  # unfolded bodies reached only through inner-graph nodes
+        if isinstance(node.op, InnerGraph):
+            counter.function(node.outputs[0])
+    return counter
+
+
 def graph_stats(graph: FunctionGraph | Any) -> dict[str, Any]:
     """Count nodes, bodies and consumers of a graph, vanilla or in-graph.
 
@@ -61,16 +91,14 @@ def graph_stats(graph: FunctionGraph | Any) -> dict[str, Any]:
     -------
     dict
         ``outer_nodes``, ``hidden_nodes``, ``bodies``, ``consumers`` (a dict by
-        kind), ``unused_outputs`` (consumer outputs nobody uses) and
-        ``unused_params`` (params a body never reads), plus ``total_nodes``.
+        kind), ``dead_outputs`` and ``unread_buffers`` (see the module
+        docstring; ``dead_outputs_by_kind`` splits the first by consumer
+        kind), ``unused_outputs`` (their sum: consumer outputs nobody
+        uses that cost something) and ``unused_params`` (params a body never
+        reads), plus ``total_nodes``.
     """
-    fgraph = graph.maker.fgraph if hasattr(graph, "maker") else graph
-    outer = list(visible_nodes(fgraph))
-    counter = _Counter()
-    counter.scope(outer, fgraph.clients, hidden=False)
-    for node in fgraph.apply_nodes:  # unfolded bodies reached only through inner-graph nodes
-        if isinstance(node.op, InnerGraph):
-            counter.function(node.outputs[0])
+    counter = _count(graph)
+    outer = counter.outer
     consumers = {k: 0 for k in CONSUMER_KINDS}
     consumers.update(counter.consumers)
     return {
@@ -79,7 +107,10 @@ def graph_stats(graph: FunctionGraph | Any) -> dict[str, Any]:
         "total_nodes": len(outer) + len(counter.hidden),
         "bodies": counter.bodies,
         "consumers": consumers,
-        "unused_outputs": counter.unused_outputs,
+        "unused_outputs": counter.dead_outputs + counter.unread_buffers,
+        "dead_outputs": counter.dead_outputs,
+        "dead_outputs_by_kind": dict(counter.dead_by_kind),
+        "unread_buffers": counter.unread_buffers,
         "unused_params": counter.unused_params,
     }
 
@@ -89,9 +120,13 @@ class _Counter:
 
     def __init__(self) -> None:
         self.seen: set[Any] = set()
+        self.outer: list[Apply] = []
         self.hidden: set[Apply] = set()
         self.bodies = 0
-        self.unused_outputs = 0
+        self.dead_outputs = 0
+        self.unread: list[tuple[Apply, int]] = []
+        self.dead_by_kind: Counter[str] = Counter()
+        self.unread_buffers = 0
         self.unused_params = 0
         self.consumers: Counter[str] = Counter()
 
@@ -105,13 +140,27 @@ class _Counter:
             if kind is None:
                 continue
             self.consumers[kind] += 1
-            self.unused_outputs += sum(not clients.get(o) for o in node.outputs)
+            self.count_unused(node, clients)
             for inp in node.inputs:
                 if is_function(inp):
                     self.function(inp)
             inner = getattr(node.op, "fgraph", None)
             if isinstance(inner, FunctionGraph):
                 self.native(inner)
+
+    def count_unused(self, node: Apply, clients: Any) -> None:
+        kinds = _output_kinds(node)
+        for i, (out, (kind, buffer, rows)) in enumerate(zip(node.outputs, kinds, strict=True)):
+            if clients.get(out):
+                continue
+            if kind == "untraced":
+                continue  # carried anyway: one value
+            if kind == "state" and not _fits(buffer, rows):
+                self.unread_buffers += 1
+                self.unread.append((node, i))
+            else:
+                self.dead_outputs += 1
+                self.dead_by_kind[consumer_kind(node.op) or "other"] += 1
 
     def function(self, var: Variable) -> None:
         body = var.data if isinstance(var, Constant) else None
@@ -144,3 +193,45 @@ def _clients(nodes: Sequence[Apply], outputs: Sequence[Variable]) -> dict[Variab
     for k, out in enumerate(outputs):
         clients.setdefault(out, []).append(("output", k))
     return clients
+
+
+def _scan_info(op: Any) -> Any:
+    """The `ScanInfo` of a native or in-graph Scan, else None."""
+    info = getattr(op, "info", None)
+    layout = getattr(op, "layout", None)
+    found = info if info is not None else getattr(layout, "info", None)
+    return found if hasattr(found, "mit_mot_in_slices") else None
+
+
+def _output_kinds(node: Apply) -> list[tuple[str, Variable | None, int]]:
+    """Per output of ``node``: ``("state", buffer, rows its taps need)``, ``("untraced", ...)`` or ``("other", ...)``."""
+    info = _scan_info(node.op)
+    if info is None:
+        return [("other", None, 0)] * len(node.outputs)
+    first = 1 if is_function(node.inputs[0]) else 0  # the in-graph Scan's function comes before n_steps
+    buffers = node.inputs[first + 1 + info.n_seqs :]
+    taps = [*info.mit_mot_in_slices, *info.mit_sot_in_slices, *info.sit_sot_in_slices]
+    kinds: list[tuple[str, Variable | None, int]] = []
+    for i, in_taps in enumerate(taps):
+        out_taps = info.mit_mot_out_slices[i] if i < info.n_mit_mot else (0,)
+        rows = max(*in_taps, *out_taps) - min(in_taps) + 1 if i >= info.n_mit_mot else -1  # a mit-mot's is never short
+        kinds.append(("state", buffers[i], rows))
+    kinds += [("other", None, 0)] * info.n_nit_sot
+    kinds += [("untraced", None, 0)] * info.n_untraced_sit_sot
+    return kinds
+
+
+def _fits(buffer: Variable | None, rows: int) -> bool:
+    """Whether ``buffer`` is known to hold no more than ``rows`` rows (a circular buffer after save-memory)."""
+    if buffer is None or rows < 0:
+        return False
+    length = getattr(buffer.type, "shape", (None,))[0] if getattr(buffer.type, "ndim", 0) else None
+    if length is None:
+        from pytensor.tensor.basic import get_scalar_constant_value
+        from pytensor.tensor.exceptions import NotScalarConstantError
+
+        try:
+            length = int(get_scalar_constant_value(cast(Any, buffer).shape[0]))
+        except (NotScalarConstantError, ValueError, TypeError):
+            return False
+    return length <= rows

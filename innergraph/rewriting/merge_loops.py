@@ -10,6 +10,11 @@ variable — never a structural comparison of graphs (PyTensor's ``ScanMerge``
 needs ``equal_computations`` because it cannot see bodies). The merged body is
 both bodies side by side; sequences and non-sequences they share then become one
 param (`innergraph.rewriting.args`) and MergeOptimizer shares their work.
+
+Equal loops are one loop before different loops are merged: when two loops could
+merge, ordinary merging runs first (`merge_equal_consumers`), so loops whose
+bodies became equal in this round's rewrites (or in canonicalize) are one node
+and not two halves of a merged body that computes the same state twice.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from collections.abc import Hashable
 
 from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.rewriting.basic import MergeFeature, MergeOptimizer
 from pytensor.graph.traversal import apply_ancestors
 
 from innergraph.fold import visible_nodes
@@ -25,7 +31,29 @@ from innergraph.graph import params
 from innergraph.instantiate import instantiate
 from innergraph.rewriting.signature import Signature, Slot, consumers, replace_consumer
 
-__all__ = ["merge_loops"]
+__all__ = ["merge_equal_consumers", "merge_loops"]
+
+
+def merge_equal_consumers(fgraph: FunctionGraph) -> int:
+    """Ordinary merging of ``fgraph`` from scratch: equal consumers (and their bodies) become one.
+
+    The graph's own `MergeFeature` is replaced by a fresh one, which sees every
+    node and constant anew. PyTensor 3.0.7's feature can forget a constant that is
+    still read: ``on_prune`` drops its signature when fewer than two clients are
+    left, but ``FunctionGraph.remove_node`` removes the pruned node's arrow before
+    calling it, so a constant read by two nodes is forgotten when one goes. An
+    equal constant made later (canonicalize rewriting one of two equal loop bodies)
+    is then never merged with it, and the two bodies, equal, stay apart.
+    Returns the number of nodes merged away.
+    """
+    stale = getattr(fgraph, "merge_feature", None)
+    if stale is not None:
+        fgraph.remove_feature(stale)
+        del fgraph.merge_feature
+    fgraph.attach_feature(MergeFeature())
+    before = len(fgraph.apply_nodes)
+    MergeOptimizer().apply(fgraph)
+    return before - len(fgraph.apply_nodes)
 
 
 def _fresh_slots(sig: Signature) -> list[Slot]:
@@ -62,6 +90,7 @@ def _key(sig: Signature) -> Hashable | None:
 def merge_loops(fgraph: FunctionGraph) -> int:
     """Merge independent loops of ``fgraph`` pairwise, to a fixpoint; return how many merged."""
     merged = 0
+    fresh = False
     while True:
         groups: dict[Hashable, list[Signature]] = {}
         visible = visible_nodes(fgraph)
@@ -69,6 +98,11 @@ def merge_loops(fgraph: FunctionGraph) -> int:
             key = _key(sig) if sig.node in visible else None  # loops of one scope only: the outer one
             if key is not None:
                 groups.setdefault(key, []).append(sig)
+        if not fresh and any(len(sigs) > 1 for sigs in groups.values()):
+            fresh = True
+            if merge_equal_consumers(fgraph):
+                merged += 1
+                continue  # equal loops are one now: group again
         pair = next(
             ((a, b) for sigs in groups.values() for i, a in enumerate(sigs) for b in sigs[i + 1 :]
              if not _depends(b.node, a.node) and not _depends(a.node, b.node)),

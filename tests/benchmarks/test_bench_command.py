@@ -10,7 +10,8 @@ from innergraph.cases import CASES, select
 def fake_result(case, compile_ratio, nodes=(10, 8)):
     def measurement(compile_s, total):
         stats = {"outer_nodes": total - 2, "hidden_nodes": 2, "total_nodes": total, "bodies": 1,
-                 "consumers": {"scan": 2, "ifelse": 0, "call": 0, "loop": 0}, "unused_outputs": 0}
+                 "consumers": {"scan": 2, "ifelse": 0, "call": 0, "loop": 0}, "unused_outputs": 0,
+                 "dead_outputs": 0, "unread_buffers": 0}
         return Measurement(compile_s, 0.01, 0.001, stats, [1.0])
 
     return CaseResult(case, measurement(1.0, nodes[0]), measurement(compile_ratio, nodes[1]))
@@ -25,7 +26,7 @@ def test_markdown_report_lists_ratios_and_targets():
     assert "| compile ratio <= 1.0 on every case | 2/2 | - |" in text
     assert "| compile ratio <= 0.5 on case 2 at K = 16 | 0/1 | seqs-K16 (0.75) |" in text
     assert "| strictly fewer total nodes on case 1 | 1/1 | - |" in text
-    assert "| seqs-K16 | innergraph | 750 | 10 | 1 | 2 scan | 8 | 2 | 0 |" in text
+    assert "| seqs-K16 | innergraph | 750 | 10 | 1 | 2 scan | 8 | 2 | 0 | 0 |" in text
 
 
 def test_splice_replaces_only_the_marked_section():

@@ -1,0 +1,233 @@
+"""Issue 24: duplicate states and outputs, equal loops merged first, carried cotangents.
+
+Structural before/after tests of each rule (`check_rewrite` compares values and
+gradients of the graph before and after), then whole-pipeline checks against
+vanilla PyTensor under every linker on the issue's cases.
+"""
+
+import dataclasses
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from pytensor.graph.rewriting.basic import MergeOptimizer
+
+import innergraph
+from innergraph import cases
+from innergraph.ops.call import Call
+from innergraph.ops.ifelse import IfElse
+from innergraph.ops.scan import Scan
+from innergraph.rewriting.carry import carry_cotangents
+from innergraph.rewriting.duplicates import merge_duplicate_slots
+from innergraph.rewriting.merge_loops import merge_loops
+from innergraph.stats import graph_stats
+from innergraph.testing.programs import LINKERS, mode_for
+from innergraph.testing.rewrites import check_rewrite
+
+x, a0 = pt.dvector("x"), pt.dscalar("a0")
+
+
+def merged_then(rewrite):
+    """``rewrite`` after MergeOptimizer, as in the pipeline (equal outer computations are one variable)."""
+
+    def run(fgraph):
+        MergeOptimizer().rewrite(fgraph)
+        return rewrite(fgraph)
+
+    run.__name__ = rewrite.__name__
+    return run
+
+
+DUPLICATES = merged_then(merge_duplicate_slots)
+
+
+def nodes_of(fgraph, cls):
+    return [n for n in fgraph.toposort() if isinstance(n.op, cls)]
+
+
+def scan_infos(fn):
+    return [n.op.info for n in fn.maker.fgraph.toposort() if hasattr(n.op, "info")]
+
+
+def compiled(inputs, outputs, linker, vanilla):
+    """``pytensor.function`` under ``linker``; vanilla is compiled with innergraph uninstalled."""
+    if vanilla:
+        with innergraph.uninstalled():
+            return pytensor.function(inputs, outputs, mode=mode_for(linker).excluding("innergraph"))
+    return pytensor.function(inputs, outputs, mode=mode_for(linker))
+
+
+# -- duplicate states and outputs --------------------------------------------------
+
+
+def test_two_states_with_the_same_update_and_initial_value_are_one():
+    ys = innergraph.scan(
+        lambda s, a, b: [a * 0.5 + s, b * 0.5 + s], sequences=[x], outputs_info=[a0, a0], return_updates=False
+    )
+    fg = check_rewrite(DUPLICATES, [x, a0], [ys[0][-1] + ys[1][-2]])
+    ((node),) = nodes_of(fg, Scan)
+    assert node.op.layout.info.n_sit_sot == 1
+
+
+def test_states_that_read_each_other_symmetrically_are_one():
+    # a' = a * b + s, b' = b * a + s: with a0 = b0 the two agree at every step
+    ys = innergraph.scan(
+        lambda s, a, b: [a * b * 0.5 + s, b * a * 0.5 + s], sequences=[x], outputs_info=[a0, a0], return_updates=False
+    )
+    fg = check_rewrite(DUPLICATES, [x, a0], [ys[0][-1] * ys[1][-1]])
+    ((node),) = nodes_of(fg, Scan)
+    assert node.op.layout.info.n_sit_sot == 1
+
+
+def test_states_with_other_initial_values_or_updates_stay_two():
+    b0 = pt.dscalar("b0")
+    same_update = innergraph.scan(
+        lambda s, a, b: [a * 0.5 + s, b * 0.5 + s], sequences=[x], outputs_info=[a0, b0], return_updates=False
+    )
+    other_update = innergraph.scan(
+        lambda s, a, b: [a * 0.5 + s, b * 0.25 + s], sequences=[x], outputs_info=[a0, a0], return_updates=False
+    )
+    for ys in (same_update, other_update):
+        check_rewrite(DUPLICATES, [x, a0, b0], [ys[0][-1] + ys[1][-1]], expect_change=False)
+
+
+def test_two_per_step_outputs_of_one_body_output_are_one():
+    ys = innergraph.scan(
+        lambda s, a: [a * 0.5 + s, pt.sin(s) * a, pt.sin(s) * a], sequences=[x], outputs_info=[a0, None, None],
+        return_updates=False,
+    )
+    fg = check_rewrite(DUPLICATES, [x, a0], [ys[1].sum() * ys[2][1]], gradients="none")
+    ((node),) = nodes_of(fg, Scan)
+    assert node.op.layout.info.n_nit_sot == 1
+
+
+def test_duplicate_outputs_of_calls_and_conditionals_are_one():
+    y = pt.dvector("y")
+    first, second = innergraph.call(lambda v: [pt.sin(v).sum(), pt.sin(v).sum()], x)
+    fg = check_rewrite(DUPLICATES, [x], [first * second])
+    ((node),) = nodes_of(fg, Call)
+    assert len(node.outputs) == 1
+    then, other = innergraph.ifelse(a0 > 0, [pt.exp(x).sum(), pt.exp(x).sum()], [y.sum(), y.sum()])
+    fg = check_rewrite(DUPLICATES, [x, y, a0], [then * other])
+    ((node),) = nodes_of(fg, IfElse)
+    assert len(node.outputs) == 1
+
+
+def test_conditional_outputs_equal_in_one_branch_only_stay_two():
+    y = pt.dvector("y")
+    then, other = innergraph.ifelse(a0 > 0, [pt.exp(x).sum(), pt.exp(x).sum()], [y.sum(), y.max()])
+    check_rewrite(DUPLICATES, [x, y, a0], [then * other], expect_change=False)
+
+
+# -- equal loops are merged before different loops ----------------------------------
+
+
+def issue_example():
+    r1 = pytensor.scan(lambda s, acc: acc * 0.5 + s, sequences=[x], outputs_info=[a0], return_updates=False)
+    r2 = pytensor.scan(
+        lambda s, acc: (acc * 1 + 0) * 0.5 + s * pt.exp(0), sequences=[x], outputs_info=[a0], return_updates=False
+    )
+    return [x, a0], [r1[-1] + r2[-1]]
+
+
+def test_the_issue_example_is_one_loop_with_one_state():
+    inputs, outputs = issue_example()
+    fn = pytensor.function(inputs, outputs, mode=mode_for("cvm"))
+    (info,) = scan_infos(fn)
+    assert info.n_sit_sot + info.n_untraced_sit_sot == 1 and info.n_seqs == 1
+    vanilla = compiled(*issue_example(), "cvm", vanilla=True)
+    (theirs,) = scan_infos(vanilla)  # PyTensor's ScanMerge: one loop, two equal recurrences
+    assert theirs.n_sit_sot + theirs.n_untraced_sit_sot == 2
+    values = [np.linspace(-1, 1, 7), 0.3]
+    np.testing.assert_allclose(fn(*values), vanilla(*values), rtol=1e-12)
+
+
+def test_merge_loops_merges_equal_loops_first_and_keeps_different_ones_side_by_side():
+    n = pt.iscalar("n")
+
+    def loop(decay):
+        return innergraph.scan(lambda acc: acc * decay + 1, outputs_info=[a0], n_steps=n, return_updates=False)
+
+    # three loops over the same n_steps, two of them equal (built apart: not merged yet)
+    outputs = [loop(0.5)[-1] + loop(0.5)[-1] + loop(0.25)[-1]]
+    fg = check_rewrite(merge_loops, [n, a0], outputs, values=[(np.int32(5), 0.3), (np.int32(2), -0.7)])
+    ((node),) = nodes_of(fg, Scan)
+    assert node.op.layout.info.n_sit_sot == 2  # the equal loops are one, merged with the other one
+
+
+# -- carried cotangents -------------------------------------------------------------
+
+
+def test_an_unread_mit_mot_becomes_a_carried_state_and_a_sequence():
+    ys = innergraph.scan(lambda s, acc: acc * pt.sin(s) + s, sequences=[x], outputs_info=[a0], return_updates=False)
+    (g,) = pytensor.grad((ys**2).sum(), [x])  # the initial value's cotangent is not asked for
+    fg = check_rewrite(carry_cotangents, [x, a0], [g], gradients="none")
+    (reverse,) = [n for n in nodes_of(fg, Scan) if n.op.layout.info.n_mit_mot == 0 and n.op.layout.info.n_untraced_sit_sot]
+    info = reverse.op.layout.info
+    assert info.n_untraced_sit_sot >= 1 and graph_stats(fg)["unread_buffers"] == 0
+
+
+def test_a_cotangent_carried_over_two_steps_becomes_a_mit_sot():
+    initial = pt.dvector("initial")
+    ys = innergraph.scan(
+        lambda s, acc: acc * pt.sin(s) + s, sequences=[x], outputs_info=[{"initial": initial, "taps": [-2]}],
+        return_updates=False,
+    )
+    (g,) = pytensor.grad((ys**2).sum(), [x])
+    values = [(np.linspace(-1, 1, 6), np.array([0.3, -0.2])), (np.linspace(0, 2, 4), np.array([1.0, 0.5]))]
+    fg = check_rewrite(carry_cotangents, [x, initial], [g], gradients="none", values=values)
+    infos = [n.op.layout.info for n in nodes_of(fg, Scan)]
+    assert [i.n_mit_mot for i in infos] == [0, 0] and sorted(i.mit_sot_in_slices for i in infos) == [((-2,),), ((-2,),)]
+
+
+def test_a_read_mit_mot_buffer_is_kept():
+    ys = innergraph.scan(lambda s, acc: acc * pt.sin(s) + s, sequences=[x], outputs_info=[a0], return_updates=False)
+    (g,) = pytensor.grad((ys**2).sum(), [a0])  # read from the buffer after the loop
+    check_rewrite(carry_cotangents, [x, a0], [g], gradients="none", expect_change=False)
+
+
+# -- the issue's cases, whole pipeline, against vanilla ------------------------------
+
+SMALL = {
+    "ar2": cases.ar2(30),
+    "garch": cases.garch(30),
+    "filter": cases.filter_loglik(30),
+    "1669-d2": cases.issue_1669(2),
+    "1669-d3": cases.issue_1669(3),
+}
+
+
+@pytest.fixture(scope="module")
+def stats_under_cvm():
+    out = {}
+    for name, case in SMALL.items():
+        fns = {v: compiled(*case.build(v), "cvm", vanilla=(v == "vanilla")) for v in ("vanilla", "innergraph")}
+        results = {v: fn(*case.values) for v, fn in fns.items()}
+        for ours, theirs in zip(results["innergraph"], results["vanilla"], strict=True):
+            np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
+        out[name] = {v: graph_stats(fn) for v, fn in fns.items()}
+    return out
+
+
+@pytest.mark.parametrize("name", list(SMALL))
+def test_no_unread_buffer_and_no_dead_output_on_the_issue_cases(stats_under_cvm, name):
+    vanilla, ours = stats_under_cvm[name]["vanilla"], stats_under_cvm[name]["innergraph"]
+    assert ours["unread_buffers"] == ours["dead_outputs"] == 0
+    assert vanilla["unread_buffers"] >= 1  # what vanilla leaves: reverse-loop buffers nobody reads
+
+
+def test_the_filter_gradient_keeps_six_buffers_in_vanilla_and_none_here(stats_under_cvm):
+    assert stats_under_cvm["filter"]["vanilla"]["unread_buffers"] == 6
+    assert stats_under_cvm["filter"]["innergraph"]["unread_buffers"] == 0
+
+
+@pytest.mark.parametrize("linker", [lk for lk in LINKERS if lk != "cvm"])
+def test_the_filter_gradient_gives_vanilla_numbers(linker):
+    case = cases.filter_loglik(12)
+    if linker == "jax":
+        case = dataclasses.replace(case, build=cases._with_static_shapes(case))
+    fns = {v: compiled(*case.build(v), linker, vanilla=(v == "vanilla")) for v in ("vanilla", "innergraph")}
+    ours, theirs = (fns[v](*case.values) for v in ("innergraph", "vanilla"))
+    for a, b in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
