@@ -23,7 +23,7 @@ def test_markdown_report_lists_ratios_and_targets():
     assert text.startswith("Measured today.")
     assert "| 1669-d2 | 1 | 0.50 | 1.00 | 1.00 | 10 → 8 (0.80) | 1 → 1 | 0.0e+00 |" in text
     assert "| compile ratio <= 1.0 on every case | 2/2 | - |" in text
-    assert "| compile ratio <= 0.5 on case 2 at K = 16 | 0/1 | seqs-K16 (0.75) |" in text
+    assert "| compile ratio <= 0.25 on case 2 at K = 16 | 0/1 | seqs-K16 (0.75) |" in text
     assert "| strictly fewer total nodes on case 1 | 1/1 | - |" in text
     assert "| seqs-K16 | innergraph | 750 | 10 | 1 | 2 scan | 8 | 2 | 0 |" in text
 
