@@ -46,6 +46,7 @@ from pytensor.scan.op import Scan as NativeScan
 from innergraph.backends.numba_code import BodyCode, Converted, body_code, convert_once, one_conversion, prepared_body
 from innergraph.dispatch import register_conversion_dispatch
 from innergraph.patching import DispatchPatch, Patch, apply_late
+from innergraph.rewriting.lift import was_lifted
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse
 from innergraph.ops.scan import Scan, build_native_scan, is_shared
@@ -90,10 +91,11 @@ def funcify_fgraph_as_one_conversion(fgraph: FunctionGraph, **kwargs: Any) -> Co
     """PyTensor's Numba conversion of a `FunctionGraph`, as `one_conversion`.
 
     The bodies its consumers inline then share the conversion of their equal
-    nodes (three ``Sum`` nodes of three branch bodies convert once). Nested
-    graphs (a ``Composite``'s, a Scan's) belong to the outer conversion.
+    nodes (three ``Sum`` nodes of three branch bodies convert once), and so do
+    the graph's own nodes when innergraph's pipeline rewrote it (`convert_once`).
+    Nested graphs (a ``Composite``'s, a Scan's) belong to the outer conversion.
     """
-    with one_conversion():
+    with one_conversion(outer_nodes=was_lifted(fgraph)):
         return _fgraph_funcify(fgraph, **kwargs)
 
 

@@ -69,24 +69,26 @@ class _Conversion:
 
     nodes: dict[tuple[Any, ...], Converted] = field(default_factory=dict)
     late_passes: dict[tuple[str, bool], Any] = field(default_factory=dict)
+    outer_nodes: bool = False  # whether `convert_once` shares the outer graph's equal nodes too
 
 
 _current: ContextVar[_Conversion | None] = ContextVar("innergraph_numba_conversion", default=None)
 
 
 @contextmanager
-def one_conversion() -> Iterator[None]:
+def one_conversion(outer_nodes: bool = False) -> Iterator[None]:
     """A conversion: within the block, bodies share the conversion of equal nodes and their late passes.
 
     `body_code` converts equal nodes of different bodies once, and `prepared_body`
     looks up the late passes once per linker and kind of body (the rewrite database
-    does not change while a function is converted). Nested blocks belong to the
-    outermost one.
+    does not change while a function is converted). With ``outer_nodes``,
+    `convert_once` shares the conversion of equal nodes outside bodies too. Nested
+    blocks belong to the outermost one.
     """
     if _current.get() is not None:
         yield
         return
-    token = _current.set(_Conversion())
+    token = _current.set(_Conversion(outer_nodes=outer_nodes))
     try:
         yield
     finally:
@@ -128,11 +130,14 @@ def convert_once(op: Any, *args: Any, node: Apply | None = None, storage_map: An
     `_GRAPH_WIDE`) and the same ``destroy_map``. PyTensor's Scan is left to
     `innergraph.backends.numba.funcify_native_scan_once`: its equality ignores the
     in-place decisions its conversion takes (``destroy_map``, ``mode``), and
-    vanilla Scans convert as PyTensor converts them. Outside a conversion, or when
-    that signature is not hashable, a node is converted as PyTensor converts it.
+    vanilla Scans convert as PyTensor converts them. Outside a conversion of a graph
+    innergraph's pipeline rewrote (``one_conversion(outer_nodes=True)``; a graph
+    compiled with ``mode.excluding("innergraph")`` converts exactly as PyTensor
+    converts it, so the benchmarks' vanilla figures stay vanilla), or when that
+    signature is not hashable, a node is converted as PyTensor converts it.
     """
     conversion = _current.get()
-    if conversion is None or node is None or args or isinstance(op, NativeScan):
+    if conversion is None or not conversion.outer_nodes or node is None or args or isinstance(op, NativeScan):
         return numba_funcify_ensure_cache(op, *args, node=node, storage_map=storage_map, **kwargs)
     try:
         signature = (
