@@ -78,8 +78,9 @@ def _parser() -> argparse.ArgumentParser:
         "--cases",
         nargs="+",
         metavar="CASE",
-        help="run only these cases: a case number ('1'..'7', 'ofg', 'jax', 'demo'), a case id or an id pattern such as 'seqs-*' "
-        "(default: all; --list shows the ids)",
+        help="run only these cases: a case number ('1'..'7', 'ofg', 'jax', 'demo'), a family ('shared': issue 22's "
+        "K family, not in the default run), a case id or an id pattern such as 'seqs-*' or 'shared-50ops-*' "
+        "(default: all but the families; --list shows the ids)",
     )
     bench.add_argument("--list", action="store_true", help="list the cases and exit")
     bench.add_argument(
@@ -219,6 +220,9 @@ def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         results.append(result)
         ratios = ", ".join(f"{title} {result.ratio(attr):.2f}" for attr, title in bench.METRICS)
         print(f"{ratios}, nodes {result.ratio('total_nodes'):.2f}", flush=True)
+    for (family, ops), row in bench.family_slopes(results).items():
+        slope = row["slope"]
+        print(f"{family} {ops} ops: compile ms per extra loop, vanilla {slope['vanilla'] * 1e3:.1f}, innergraph {slope['innergraph'] * 1e3:.1f}")
     report = bench.markdown_report(results, header=_header(rounds, budget))
     path = args.out / "benchmarks.md"
     path.write_text(report)

@@ -16,7 +16,12 @@ group
     The issue's case number (``"1"`` .. ``"7"``), ``"ofg"`` for PyTensor's own
     `OpFromGraph` lifted by the pipeline, ``"jax"`` for cases 1 and 5 under the JAX
     linker, plus ``"demo"`` for cases only the demonstration needs; `CASES` lists
-    every case in report order.
+    every case of the default run in report order.
+family
+    Cases that differ only in the number K of consumers sharing one body
+    (``"shared"``: `shared_step`, issue 22). The bench reports, per family, the
+    compile time against K and its slope (seconds per extra loop). They are left
+    out of the default run (`FAMILY_CASES`; ``--cases shared`` selects them).
 
 The builders are plain functions, so the pytest benchmarks (``tests/benchmarks``),
 ``python -m innergraph`` and ``python -m innergraph bench`` measure the very same
@@ -54,7 +59,9 @@ __all__ = [
     "nested_scan",
     "ofg_unused_output",
     "scan_over_sequences",
+    "FAMILY_CASES",
     "select",
+    "shared_step",
     "student_t",
     "student_t_ofg",
     "trivial_scan",
@@ -184,6 +191,32 @@ def identical_scans(n_ops: int, k: int = 4, steps: int = 50, size: int = 8) -> C
     values = [np.linspace(-1, 1, size)]
     title = f"K={k} identical scans, body of {n_ops} elementwise ops"
     return Case(f"same-{n_ops}ops", "3", title, build, values, params={"K": k, "ops": n_ops})
+
+
+# Issue 22: one body shared by K loops ---------------------------------------------------
+
+
+def shared_step(n_ops: int, k: int, length: int = 100) -> Case:
+    """One step ``acc + f(x_t)`` (``f``: ``n_ops`` elementwise ops) scanned over ``k`` sequences, summed.
+
+    Family ``"shared"``: ``params`` holds ``K`` and ``ops``, so the bench can fit the
+    compile time against K for each step size.
+    """
+
+    def build(variant: str) -> Graph:
+        xs = [pt.dvector(f"x{i}") for i in range(k)]
+        a = pt.dscalar("a")
+
+        def step(x_t: Any, acc: Any) -> Any:
+            return acc + elementwise_chain(x_t, n_ops)
+
+        finals = [pytensor.scan(step, sequences=[x], outputs_info=[a], return_updates=False)[-1] for x in xs]
+        return [*xs, a], [pt.add(*finals) if k > 1 else finals[0]]
+
+    rng = np.random.default_rng(22)
+    values = [rng.normal(size=length) for _ in range(k)] + [np.float64(0.3)]
+    title = f"a step of {n_ops} elementwise ops scanned over K={k} sequences"
+    return Case(f"shared-{n_ops}ops-K{k}", "shared", title, build, values, params={"K": k, "ops": n_ops, "family": "shared"})
 
 
 # Case 4 ------------------------------------------------------------------------------
@@ -517,12 +550,18 @@ def _with_static_shapes(case: Case) -> Callable[[str], Graph]:
     return build
 
 
-#: Every case, in report order.
+#: Every case of the default run, in report order.
 CASES: list[Case] = all_cases()
 
+#: Case families, measured only on request (``--cases shared``): issue 22's step of
+#: 5 / 50 / 200 elementwise ops over K = 1, 4, 16, 64 sequences.
+FAMILY_CASES: list[Case] = [shared_step(n, k) for n in (5, 50, 200) for k in (1, 4, 16, 64)]
 
-def select(patterns: Sequence[str] | None, cases: Sequence[Case] = CASES) -> list[Case]:
-    """The cases whose id or group matches one of ``patterns`` (all when empty).
+
+def select(patterns: Sequence[str] | None, cases: Sequence[Case] | None = None) -> list[Case]:
+    """The cases whose id or group matches one of ``patterns`` (`CASES` when empty).
+
+    Without ``cases``, patterns are matched against `CASES` and `FAMILY_CASES`.
 
     A pattern matches a case when it equals the case's group, or matches its id
     as a shell-style pattern (`fnmatch`): ``["1", "seqs-K16", "same-*"]`` selects
@@ -534,7 +573,9 @@ def select(patterns: Sequence[str] | None, cases: Sequence[Case] = CASES) -> lis
         If a pattern matches no case.
     """
     if not patterns:
-        return list(cases)
+        return list(CASES if cases is None else cases)
+    if cases is None:
+        cases = [*CASES, *FAMILY_CASES]
     chosen: list[Case] = []
     for pattern in patterns:
         hits = [c for c in cases if c.group == pattern or fnmatch.fnmatchcase(c.id, pattern)]

@@ -13,8 +13,9 @@ registers, with PyTensor's Numba dispatchers:
 * the in-graph `Scan`, delegating to PyTensor's own Numba Scan;
 * for PyTensor's own Scan, a memo in front of its conversion
   (`funcify_native_scan_once`), and for a `FunctionGraph`, its conversion as one
-  `one_conversion` (`funcify_fgraph_as_one_conversion`): patches that ``uninstall``
-  reverts.
+  `one_conversion` (`funcify_fgraph_as_one_conversion`), within which equal nodes
+  of the outer graph convert once (`numba_code.convert_once` in place of PyTensor's
+  ``numba_funcify_ensure_cache``): patches that ``uninstall`` reverts.
 
 The cache key of a consumer's function is derived from its bodies' own keys, so
 Numba's on-disk cache can never confuse two different bodies.
@@ -42,9 +43,10 @@ from pytensor.link.numba.cache import compile_numba_function_src
 from pytensor.link.numba.linker import NumbaLinker
 from pytensor.scan.op import Scan as NativeScan
 
-from innergraph.backends.numba_code import BodyCode, Converted, body_code, one_conversion, prepared_body
+from innergraph.backends.numba_code import BodyCode, Converted, body_code, convert_once, one_conversion, prepared_body
 from innergraph.dispatch import register_conversion_dispatch
 from innergraph.patching import DispatchPatch, Patch, apply_late
+from innergraph.rewriting.lift import was_lifted
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse
 from innergraph.ops.scan import Scan, build_native_scan, is_shared
@@ -89,14 +91,18 @@ def funcify_fgraph_as_one_conversion(fgraph: FunctionGraph, **kwargs: Any) -> Co
     """PyTensor's Numba conversion of a `FunctionGraph`, as `one_conversion`.
 
     The bodies its consumers inline then share the conversion of their equal
-    nodes (three ``Sum`` nodes of three branch bodies convert once). Nested
-    graphs (a ``Composite``'s, a Scan's) belong to the outer conversion.
+    nodes (three ``Sum`` nodes of three branch bodies convert once), and so do
+    the graph's own nodes when innergraph's pipeline rewrote it (`convert_once`).
+    Nested graphs (a ``Composite``'s, a Scan's) belong to the outer conversion.
     """
-    with one_conversion():
+    with one_conversion(outer_nodes=was_lifted(fgraph)):
         return _fgraph_funcify(fgraph, **kwargs)
 
 
 apply_late(DispatchPatch(numba_funcify_and_cache_key, FunctionGraph, funcify_fgraph_as_one_conversion))
+# PyTensor's conversion of a FunctionGraph converts each node through this module-level
+# function: within one conversion, equal nodes of the outer graph convert once too.
+apply_late(Patch(numba_basic, "numba_funcify_ensure_cache", convert_once))
 
 _original_cache_key_for_constant = numba_basic.cache_key_for_constant
 

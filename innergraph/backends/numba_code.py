@@ -45,6 +45,7 @@ from pytensor.compile.io import In, Out
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.link.numba.dispatch.basic import cache_key_for_constant, numba_funcify_ensure_cache, numba_typify
+from pytensor.scan.op import Scan as NativeScan
 
 from innergraph.errors import FreeVariableError
 from innergraph.fold import fold_inner_graphs
@@ -53,7 +54,7 @@ from innergraph.ops.runtime import body_rewriter, is_rewritten
 from innergraph.rewriting.tracks import skipping_untracked
 from innergraph.types import Body
 
-__all__ = ["BodyCode", "Converted", "Rendering", "body_code", "one_conversion", "prepared_body"]
+__all__ = ["BodyCode", "Converted", "Rendering", "body_code", "convert_once", "one_conversion", "prepared_body"]
 
 #: A slot names where a value lives: ``p<i>`` a param, ``c<k>`` a constant, ``v<j>`` a node output.
 Slot = str
@@ -68,24 +69,26 @@ class _Conversion:
 
     nodes: dict[tuple[Any, ...], Converted] = field(default_factory=dict)
     late_passes: dict[tuple[str, bool], Any] = field(default_factory=dict)
+    outer_nodes: bool = False  # whether `convert_once` shares the outer graph's equal nodes too
 
 
 _current: ContextVar[_Conversion | None] = ContextVar("innergraph_numba_conversion", default=None)
 
 
 @contextmanager
-def one_conversion() -> Iterator[None]:
+def one_conversion(outer_nodes: bool = False) -> Iterator[None]:
     """A conversion: within the block, bodies share the conversion of equal nodes and their late passes.
 
     `body_code` converts equal nodes of different bodies once, and `prepared_body`
     looks up the late passes once per linker and kind of body (the rewrite database
-    does not change while a function is converted). Nested blocks belong to the
-    outermost one.
+    does not change while a function is converted). With ``outer_nodes``,
+    `convert_once` shares the conversion of equal nodes outside bodies too. Nested
+    blocks belong to the outermost one.
     """
     if _current.get() is not None:
         yield
         return
-    token = _current.set(_Conversion())
+    token = _current.set(_Conversion(outer_nodes=outer_nodes))
     try:
         yield
     finally:
@@ -106,6 +109,50 @@ def _convert(node: Apply, storage_map: dict[Variable, list[Any]], constant_keys:
     converted = conversion.nodes.get(signature)
     if converted is None:
         converted = numba_funcify_ensure_cache(node.op, node=node, storage_map=storage_map)
+        conversion.nodes[signature] = converted
+    return converted
+
+
+#: What ``fgraph_to_python`` hands every node's conversion about the graph being converted
+#: (its storage lists, its name generator): no node's conversion reads them.
+_GRAPH_WIDE = frozenset({"input_storage", "output_storage", "unique_name"})
+
+
+def convert_once(op: Any, *args: Any, node: Apply | None = None, storage_map: Any = None, **kwargs: Any) -> Converted:
+    """PyTensor's ``numba_funcify_ensure_cache`` of a node of any graph, once per equal node in a conversion.
+
+    What `body_code` does for the nodes of bodies, for the nodes PyTensor's own
+    ``fgraph_to_python`` converts (the outer function's, a native Scan's inner
+    graph's): K loops over one body leave K equal nodes around them (a sequence's
+    first rows, its length), and a push-out out of a shared body K equal calls.
+    Nodes are equal when they apply an equal Op to inputs of equal types and the
+    same constants, with the same extra arguments (besides the graph-wide ones,
+    `_GRAPH_WIDE`) and the same ``destroy_map``. PyTensor's Scan is left to
+    `innergraph.backends.numba.funcify_native_scan_once`: its equality ignores the
+    in-place decisions its conversion takes (``destroy_map``, ``mode``), and
+    vanilla Scans convert as PyTensor converts them. Outside a conversion of a graph
+    innergraph's pipeline rewrote (``one_conversion(outer_nodes=True)``; a graph
+    compiled with ``mode.excluding("innergraph")`` converts exactly as PyTensor
+    converts it, so the benchmarks' vanilla figures stay vanilla), or when that
+    signature is not hashable, a node is converted as PyTensor converts it.
+    """
+    conversion = _current.get()
+    if conversion is None or not conversion.outer_nodes or node is None or args or isinstance(op, NativeScan):
+        return numba_funcify_ensure_cache(op, *args, node=node, storage_map=storage_map, **kwargs)
+    try:
+        signature = (
+            op,
+            tuple((k, tuple(v)) for k, v in sorted(op.destroy_map.items())),
+            tuple(v.type for v in node.inputs),
+            tuple(v.type for v in node.outputs),
+            tuple(v.signature() if isinstance(v, Constant) else None for v in node.inputs),  # equal values
+            tuple(sorted((k, v) for k, v in kwargs.items() if k not in _GRAPH_WIDE)),
+        )
+        converted = conversion.nodes.get(signature)
+    except TypeError:  # an unhashable extra argument: convert as PyTensor does
+        return numba_funcify_ensure_cache(op, node=node, storage_map=storage_map, **kwargs)
+    if converted is None:
+        converted = numba_funcify_ensure_cache(op, node=node, storage_map=storage_map, **kwargs)
         conversion.nodes[signature] = converted
     return converted
 

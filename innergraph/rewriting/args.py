@@ -27,7 +27,7 @@ from pytensor.tensor.variable import TensorConstant
 
 from innergraph.canonical import template
 from innergraph.fold import visible_nodes
-from innergraph.graph import scope_toposort
+from innergraph.graph import body_of, scope_toposort
 from innergraph.instantiate import LARGE_CONSTANT, is_large_constant, is_small_tensor_constant, small_constant_key
 from innergraph.rewriting.signature import Signature, Slot, consumers, replace_consumer
 from innergraph.slots import INPUT_MEANINGS, Meaning
@@ -202,6 +202,21 @@ def _value_constants(body: Body) -> dict[Any, list[Constant]]:
     return found
 
 
+def _template_with_holes(body: Body) -> tuple[Any, tuple[Constant, ...], list[list[Constant]]]:
+    """``(template, holes, the constants each hole stands for)`` of a body (`outline_constants`)."""
+    values = _value_constants(body)
+
+    def hole_key(c: Constant) -> Any:
+        if is_large_constant(c):
+            return ("large", id(c))  # always outlined: never hash its data
+        key = small_constant_key(c)
+        return key if key in values else None
+
+    key, holes = template(body, hole_key)
+    stands_for = [[c] if is_large_constant(c) else values[small_constant_key(c)] for c in holes]
+    return key, tuple(holes), stands_for
+
+
 def outline_constants(fgraph: FunctionGraph) -> int:
     """Fold the bodies of visible calls and branches with constants made arguments; return how many changed.
 
@@ -223,23 +238,16 @@ def outline_constants(fgraph: FunctionGraph) -> int:
     visible = visible_nodes(fgraph)
     kinds_of: dict[Apply, list[str]] = {}  # per consumer, the argument kind of each body
     members = []  # (signature, body index, template, holes, the constants each hole stands for)
+    seen: dict[Variable, Any] = {}  # one template per function variable, however many consumers read it (issue 22)
     for sig in consumers(fgraph):
         kinds = argument_kinds(sig)
         if sig.node not in visible or kinds is None:
             continue
         kinds_of[sig.node] = kinds
-        for b, body in enumerate(sig.bodies):
-            values = _value_constants(body)
-
-            def hole_key(c: Constant) -> Any:
-                if is_large_constant(c):
-                    return ("large", id(c))  # always outlined: never hash its data
-                key = small_constant_key(c)
-                return key if key in values else None
-
-            key, holes = template(body, hole_key)
-            stands_for = [[c] if is_large_constant(c) else values[small_constant_key(c)] for c in holes]
-            members.append((sig, b, key, holes, stands_for))
+        for b, function in enumerate(sig.form.functions(sig.node)):
+            if function not in seen:  # by identity: the holes are that body's own constants
+                seen[function] = _template_with_holes(body_of(function))
+            members.append((sig, b, *seen[function]))
     groups: dict[Any, list[tuple[Constant, ...]]] = {}
     for _, _, key, holes, _ in members:
         groups.setdefault(key, []).append(holes)

@@ -36,7 +36,10 @@ passes (``scan_eqopt1``, which finds no native Scan once the loops are lifted;
   ``scan_push_out_add``). `innergraph.rewriting.untrace` makes such states
   untraced when only their last step is read.
 
-Outputs computed outside are vectorized with `pytensor.graph.replace.vectorize_graph`.
+Outputs computed outside are vectorized with `pytensor.graph.replace.vectorize_graph`,
+once per body: when several loops share the body, the vectorized work is one call
+body applied to each loop's values (`innergraph.rewriting.outlined`), so it is
+fused and converted once, not once per loop.
 A buffer longer than the step count is padded with zeros, which is what the loop
 leaves in rows it never writes; an output whose vectorized form needs a
 ``Blockwise`` (an op with no batched form of its own) stays in the loop. Loops
@@ -63,6 +66,7 @@ from pytensor.tensor.subtensor import Subtensor, set_subtensor
 from innergraph.fold import always_computed
 from innergraph.graph import is_function, scope_leaves, scope_toposort
 from innergraph.instantiate import substitute
+from innergraph.rewriting.outlined import outline, readers
 from innergraph.rewriting.signature import Signature, Slot, consumers, replace_consumer
 from innergraph.slots import Meaning
 
@@ -76,7 +80,8 @@ class AfterLoop(Mapping[Variable, Variable]):
     sequence of every loop in every round would cost more than the analysis.
     """
 
-    def __init__(self, sig: Signature, *, mit_mot: bool = True):
+    def __init__(self, sig: Signature, *, mit_mot: bool = True, shared: bool = False):
+        self._shared = shared
         self._n_steps: Any = sig.header[0]
         self._recipes: dict[Variable, tuple[Any, int | None]] = {}  # param -> (outer variable, first row, or None: itself)
         self._built: dict[Variable, Variable] = {}
@@ -113,10 +118,14 @@ class AfterLoop(Mapping[Variable, Variable]):
         The first loop of a body vectorizes ``outputs`` over stand-ins for its
         outer variables and step count (into ``templates``); every loop then
         copies that graph over its own, which is much cheaper than vectorizing
-        again (each vectorized node is made anew). None when the vectorized graph
-        needs a ``Blockwise`` (an op with no batched form of its own).
+        again (each vectorized node is made anew); when the loop's body is shared
+        with other loops, every loop calls one body made of that graph instead
+        (`innergraph.rewriting.outlined`). None when the vectorized graph needs a
+        ``Blockwise`` (an op with no batched form of its own).
         """
         leaves = [p for p in scope_leaves(outputs) if p in self._recipes]
+        if self._shared:
+            return self._outlined(outputs, leaves, templates)
         outer = [self._recipes[p] for p in leaves]
         key = (tuple(outputs), tuple((p, var.type, start) for p, (var, start) in zip(leaves, outer, strict=True)), self._n_steps.type)
         if key not in templates:
@@ -130,6 +139,21 @@ class AfterLoop(Mapping[Variable, Variable]):
             return None
         stand_ins, n, template = templates[key]
         return substitute(template, {**dict(zip(stand_ins, (var for var, _ in outer), strict=True)), n: self._n_steps})
+
+    def _outlined(self, outputs: list[Variable], leaves: list[Variable], templates: dict[Any, Any]) -> list[Variable] | None:
+        """`vectorized` for a loop whose body other loops share: one call body, applied to this loop's rows.
+
+        The body's params are the after-loop values themselves (``seq[:n_steps]`` is
+        built in the outer graph, where the shape feature can tell it is ``seq``).
+        """
+        rows = [self[p] for p in leaves]
+        key = ("outline", tuple(outputs), tuple(r.type for r in rows))
+        if key not in templates:
+            stand_ins = [r.type() for r in rows]
+            vectorized = vectorize_graph(outputs, dict(zip(leaves, stand_ins, strict=True)))
+            blockwise = any(isinstance(node.op, Blockwise) for node in scope_toposort(vectorized))
+            templates[key] = None if blockwise else outline(_fold_broadcast_constants(vectorized), stand_ins)
+        return None if templates[key] is None else templates[key].apply(rows)
 
 
 def _fold_broadcast_constants(outputs: list[Variable]) -> list[Variable]:
@@ -273,11 +297,12 @@ def push_out_sequence_work(fgraph: FunctionGraph) -> int:
     placeholders: dict[Variable, Variable] = {}  # one per target: loops sharing a body share the new one
     analysed: dict[Any, tuple[list[Variable], set[Variable]]] = {}  # ... and one analysis
     templates: dict[Any, Any] = {}  # ... and one vectorization (`AfterLoop.vectorized`)
+    sharing = readers(fgraph)  # counted before any loop is rebuilt
     for sig in consumers(fgraph):
         sequence = sig.form.kind_for(Meaning.SEQUENCE, (0,))
         if not _applies(sig) or sequence is None:
             continue
-        values = AfterLoop(sig, mit_mot=False)
+        values = AfterLoop(sig, mit_mot=False, shared=sharing[sig.node.inputs[0]] > 1)
         whole_loop = _pushed_outputs(fgraph, sig, values, row_wise=True, templates=templates)
         if whole_loop:
             _push_out(fgraph, sig, whole_loop, "push_out_sequence_work")

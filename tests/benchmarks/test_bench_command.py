@@ -24,7 +24,7 @@ def test_markdown_report_lists_ratios_and_targets():
     assert text.startswith("Measured today.")
     assert "| 1669-d2 | 1 | 0.50 | 1.00 | 1.00 | 10 → 8 (0.80) | 1 → 1 | 0.0e+00 |" in text
     assert "| compile ratio <= 1.0 on every case | 2/2 | - |" in text
-    assert "| compile ratio <= 0.5 on case 2 at K = 16 | 0/1 | seqs-K16 (0.75) |" in text
+    assert "| compile ratio <= 0.25 on case 2 at K = 16 | 0/1 | seqs-K16 (0.75) |" in text
     assert "| strictly fewer total nodes on case 1 | 1/1 | - |" in text
     assert "| seqs-K16 | innergraph | 750 | 10 | 1 | 2 scan | 8 | 2 | 0 | 0 |" in text
 
@@ -88,3 +88,27 @@ def test_help_explains_every_option(argv, capsys):
         "--out", "--cases", "--list", "--rounds", "--steady-budget", "--quick", "--update", "--no-chart"]
     for option in options:
         assert option in text
+
+
+def test_the_k_family_is_selected_on_request_and_reported_with_its_slope():
+    from innergraph.bench import family_slopes
+    from innergraph.cases import FAMILY_CASES
+
+    assert not any(c.group == "shared" for c in select(None))  # not in the default run
+    family = select(["shared-50ops-*"])
+    assert [c.id for c in family] == ["shared-50ops-K1", "shared-50ops-K4", "shared-50ops-K16", "shared-50ops-K64"]
+    assert len(select(["shared"])) == len(FAMILY_CASES) == 12
+
+    def result(case):  # vanilla 100 ms + 50 ms per loop; innergraph 80 ms + 5 ms per loop
+        k = case.params["K"]
+        out = fake_result(case, 1.0)
+        out.vanilla.compile_s, out.innergraph.compile_s = 0.1 + 0.05 * k, 0.08 + 0.005 * k
+        return out
+
+    results = [result(c) for c in family]
+    slopes = family_slopes(results)[("shared", 50)]["slope"]
+    assert slopes["vanilla"] == pytest.approx(0.05) and slopes["innergraph"] == pytest.approx(0.005)
+    text = markdown_report(results)
+    assert "| shared | 50 | slope | 50 | 5 | 0.10 |  |" in text
+    assert "| shared | 50 | 16 | 900 | 160 | 0.18 | 1.88 |" in text
+    assert "| compile ratio <= 0.15 on the 50-op shared step at K = 16 | 0/1 | shared-50ops-K16 (0.18) |" in text

@@ -1,0 +1,158 @@
+"""Issue 22: a body shared by K consumers is paid for once.
+
+* work a push-out moves out of a body that K loops share is one call body applied
+  to each loop's rows (`innergraph.rewriting.outlined`), not K copies in the outer
+  graph: fused once, converted once, values equal vanilla under every linker;
+* within one Numba conversion, equal nodes of the outer graph convert once
+  (`innergraph.backends.numba_code.convert_once`).
+"""
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from pytensor.compile.mode import Mode
+from pytensor.scalar import Composite
+from pytensor.tensor.elemwise import Elemwise
+
+import innergraph
+from innergraph.cases import shared_step
+from innergraph.fold import folded_bodies
+from innergraph.graph import scope_toposort
+from innergraph.ops.call import Call
+from innergraph.stats import graph_stats
+
+K = 3
+CASE = shared_step(5, K, length=20)
+
+
+def compile_case(case, linker, variant="innergraph"):
+    mode = Mode(linker=linker, optimizer="fast_run")
+    if variant == "vanilla":
+        with innergraph.uninstalled():  # a Scan's inner function compiles with Scan's own mode
+            fn = pytensor.function(*case.build("vanilla"), mode=mode)
+            return fn, fn(*case.values)
+    fn = pytensor.function(*case.build("innergraph"), mode=mode)
+    return fn, fn(*case.values)
+
+
+@pytest.fixture(scope="module")
+def numba_fn():
+    return compile_case(CASE, "numba")
+
+
+def outer_composites(fn):
+    return [n for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, Elemwise) and isinstance(n.op.scalar_op, Composite)]
+
+
+def test_work_out_of_a_shared_body_is_one_call_body(numba_fn):
+    fn, _ = numba_fn
+    stats = graph_stats(fn)
+    assert stats["consumers"]["scan"] == K and stats["consumers"]["call"] == K
+    calls = [n for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, Call)]
+    assert len({id(n.inputs[0].data) for n in calls}) == 1  # one Body, one constant: fused and converted once
+    assert outer_composites(fn) == []  # no per-loop copy of the row-wise work in the outer graph
+    (body,) = {n.inputs[0].data for n in calls}
+    fused = [n for n in scope_toposort(body.outputs) if isinstance(n.op, Elemwise)]
+    assert len(fused) == 1 and isinstance(fused[0].op.scalar_op, Composite)  # the whole step, fused in the body
+
+
+def test_one_loop_keeps_its_work_inline():
+    fn, got = compile_case(shared_step(5, 1, length=20), "numba")
+    assert graph_stats(fn)["consumers"]["call"] == 0
+    assert len(outer_composites(fn)) == 1  # vanilla's form: the row-wise work fused in the outer graph
+    _, want = compile_case(shared_step(5, 1, length=20), "numba", "vanilla")
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("linker", ["py", "cvm", "numba", "jax"])
+def test_values_equal_vanilla(linker, numba_fn):
+    if linker == "jax":
+        pytest.importorskip("jax")
+    fn, got = numba_fn if linker == "numba" else compile_case(CASE, linker)
+    assert graph_stats(fn)["consumers"]["call"] == K
+    _, want = compile_case(CASE, linker, "vanilla")
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_the_pushed_work_of_a_shared_body_converts_once_under_numba(monkeypatch):
+    from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
+
+    import innergraph.backends.numba  # noqa: F401  (the dispatchers, patched)
+
+    original = numba_funcify_and_cache_key.dispatch(Composite)
+    seen = []
+
+    def counting(op, node=None, **kwargs):
+        seen.append(op)
+        return original(op, node=node, **kwargs)
+
+    numba_funcify_and_cache_key.register(Composite)(counting)
+    try:
+        compile_case(shared_step(6, 4, length=10), "numba")
+        ours = len(seen)
+        seen.clear()
+        compile_case(shared_step(6, 4, length=10), "numba", "vanilla")
+        theirs = len(seen)
+    finally:
+        numba_funcify_and_cache_key.register(Composite)(original)
+    assert (ours, theirs) == (1, 4)  # vanilla: one per Scan's inner function
+
+
+def test_equal_outer_nodes_convert_once(monkeypatch):
+    import innergraph.backends.numba_code as code
+
+    converted = []
+    convert = code.numba_funcify_ensure_cache
+    monkeypatch.setattr(code, "numba_funcify_ensure_cache", lambda op, **kw: converted.append(op) or convert(op, **kw))
+    xs = [pt.dvector(f"x{i}") for i in range(4)]
+    outs = [pt.cumsum(x) for x in xs]  # four equal CumOp nodes over different inputs
+    fn = pytensor.function(xs, outs, mode=Mode(linker="numba", optimizer="fast_run"))
+    assert len([n for n in fn.maker.fgraph.apply_nodes if type(n.op).__name__ == "CumOp"]) == 4
+    assert len([op for op in converted if type(op).__name__ == "CumOp"]) == 1
+    values = [np.arange(float(i + 2)) for i in range(4)]
+    for got, v in zip(fn(*values), values, strict=True):
+        np.testing.assert_array_equal(got, np.cumsum(v))
+
+
+def test_a_graph_compiled_without_innergraph_converts_as_pytensor_does(monkeypatch):
+    import innergraph.backends.numba_code as code
+
+    converted = []
+    convert = code.numba_funcify_ensure_cache
+    monkeypatch.setattr(code, "numba_funcify_ensure_cache", lambda op, **kw: converted.append(op) or convert(op, **kw))
+    xs = [pt.dvector(f"x{i}") for i in range(4)]
+    mode = Mode(linker="numba", optimizer="fast_run").excluding("innergraph")  # the benchmarks' vanilla
+    pytensor.function(xs, [pt.cumsum(x) for x in xs], mode=mode)
+    assert len([op for op in converted if type(op).__name__ == "CumOp"]) == 4
+
+
+def test_outer_nodes_that_differ_in_a_constant_convert_apart(monkeypatch):
+    import innergraph.backends.numba_code as code
+
+    converted = []
+    convert = code.numba_funcify_ensure_cache
+    monkeypatch.setattr(code, "numba_funcify_ensure_cache", lambda op, **kw: converted.append(op) or convert(op, **kw))
+    x, y = pt.dvector("x"), pt.dvector("y")
+    fn = pytensor.function([x, y], [pt.cumsum(x)[:2], pt.cumsum(y)[:3]], mode=Mode(linker="numba", optimizer="fast_run"))
+    slices = [n for n in fn.maker.fgraph.apply_nodes if type(n.op).__name__ == "Subtensor"]
+    assert len(slices) == 2 and slices[0].op == slices[1].op  # one Op, two constant stops
+    assert len([op for op in converted if type(op).__name__ == "Subtensor"]) == 2
+    assert len([op for op in converted if type(op).__name__ == "CumOp"]) == 1
+    got = fn(np.arange(5.0), np.arange(5.0) * 2)
+    np.testing.assert_array_equal(got[0], np.cumsum(np.arange(5.0))[:2])
+    np.testing.assert_array_equal(got[1], np.cumsum(np.arange(5.0) * 2)[:3])
+
+
+def test_uninstall_reverts_the_outer_conversion_memo():
+    import pytensor.link.numba.dispatch.basic as numba_basic
+
+    from innergraph.backends import numba_code
+
+    assert numba_basic.numba_funcify_ensure_cache is numba_code.convert_once
+    innergraph.uninstall()
+    try:
+        assert numba_basic.numba_funcify_ensure_cache is numba_code.numba_funcify_ensure_cache
+    finally:
+        innergraph.install()
+    assert numba_basic.numba_funcify_ensure_cache is numba_code.convert_once
