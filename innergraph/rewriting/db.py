@@ -105,6 +105,7 @@ from innergraph.rewriting.fusion import fuse_bodies
 from innergraph.rewriting.lift import fold_bodies, lift_native, lower_consumers
 from innergraph.rewriting.lift_ifelse import lift_native_ifelse
 from innergraph.rewriting.lift_ofg import lift_op_from_graphs
+from innergraph.rewriting.read_back import local_read_of_written_region
 from innergraph.rewriting.outer import (
     local_merge_slices_of_known_length,
     local_set_row_of_expand_dims,
@@ -169,6 +170,7 @@ _REWRITES: list[tuple[str, Any, float, tuple[str, ...]]] = [
 #: Local rewrites registered in a sub-database of ``optdb``: (name, rewriter, database, tags).
 _LOCAL_REWRITES: list[tuple[str, Any, str, tuple[str, ...]]] = [
     ("innergraph_sum_of_one_row", local_sum_of_one_row, "canonicalize", ("fast_run", "innergraph")),
+    ("innergraph_read_of_written_region", local_read_of_written_region, "canonicalize", ("fast_run", "innergraph")),
     ("innergraph_merge_slices_of_known_length", local_merge_slices_of_known_length, "specialize", ("fast_run", "innergraph")),
 ]
 
