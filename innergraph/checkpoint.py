@@ -48,6 +48,7 @@ from pytensor.graph.replace import clone_replace
 
 __all__ = [
     "Policy",
+    "checked",
     "checkpointed_pullback",
     "checkpointing",
     "current_policy",
@@ -67,7 +68,8 @@ TAG = "innergraph_checkpoint"
 _default: list[Policy] = [None]
 
 
-def _checked(policy: Any) -> Policy:
+def checked(policy: Any) -> Policy:
+    """``policy`` if it is a valid policy (``"12"`` read as 12), else a `ValueError` naming it."""
     if policy is None or policy == "sqrt":
         return policy  # type: ignore[no-any-return]
     if isinstance(policy, str) and policy.isdigit():
@@ -85,7 +87,7 @@ def set_checkpointing(policy: Policy) -> None:
     policy
         ``None`` (off), ``"sqrt"`` or a positive segment length.
     """
-    _default[0] = _checked(policy)
+    _default[0] = checked(policy)
 
 
 def current_policy() -> Policy:
@@ -103,7 +105,7 @@ def checkpointing(policy: Policy = "sqrt") -> Iterator[None]:
     ...     idata = pm.sample()          # the NUTS gradient stores O(sqrt n) carries
     """
     previous = _default[0]
-    _default[0] = _checked(policy)
+    _default[0] = checked(policy)
     try:
         yield
     finally:
@@ -122,7 +124,7 @@ def mark(outputs: Variable | Sequence[Variable], policy: Policy = "sqrt") -> Non
         node = _scan_node_of(out)
         if node is None:
             raise TypeError(f"checkpoint.mark: {out} is not computed by a Scan (its owner is {out.owner})")
-        setattr(node.tag, TAG, "none" if policy is None else _checked(policy))
+        setattr(node.tag, TAG, "none" if policy is None else checked(policy))
 
 
 def _scan_node_of(var: Variable) -> Apply | None:
@@ -146,13 +148,13 @@ def policy_of(node: Apply) -> Policy:
     return own if own is not None else _default[0]
 
 
-def segment_length(n_steps: Variable, policy: Policy, min_length: int = 1) -> Variable:
-    """The segment length for ``n_steps`` steps under ``policy`` (at least ``min_length``)."""
+def segment_length(n_steps: Variable, policy: Policy) -> Variable:
+    """The segment length for ``n_steps`` steps under ``policy``."""
     if policy == "sqrt":
         k = pt.cast(pt.ceil(pt.sqrt(pt.cast(n_steps, "float64"))), "int64")
     else:
         k = pt.constant(int(policy), dtype="int64")  # type: ignore[arg-type]
-    return pt.maximum(k, min_length)
+    return pt.maximum(k, 1)
 
 
 def supports(op: Any) -> bool:
@@ -275,7 +277,9 @@ def segmented_outputs(node: Apply, policy: Policy, requests: Sequence[str | None
     init_lens = [-min(taps) for taps in info.mit_sot_in_slices] + [1] * info.n_sit_sot
     n_states = len(init_lens)
     traced = [i for i, r in enumerate(requests) if r == "trace"]
-    k = segment_length(n_steps, policy, max(init_lens, default=1))
+    # at most n steps a segment, so that the segment loop runs at least once (when n > 0):
+    # PyTensor's gradient of a loop that runs zero times mis-shapes its per-step outputs
+    k = pt.minimum(segment_length(n_steps, policy), pt.maximum(n_steps, 1))
     n_seg = n_steps // k
     heads = [_initial_rows(buf)[:length] for buf, length in zip(parts["states"], init_lens, strict=True)]
     # a sit-sot's carry is the value itself, a mit-sot's the window of its last values
@@ -286,7 +290,10 @@ def segmented_outputs(node: Apply, policy: Policy, requests: Sequence[str | None
         n_seqs = len(parts["seqs"])
         seqs, wins, nons = args[:n_seqs], args[n_seqs : n_seqs + n_states], args[n_seqs + n_states :]
         traces = step.run(list(seqs), list(wins), list(nons), k)
-        new_windows = [tr[-length:] for tr, length in zip(traces[: info.n_mit_sot], init_lens, strict=False)]
+        new_windows = [
+            pt.concatenate([win, tr], axis=0)[-length:]  # a segment may be shorter than a window
+            for win, tr, length in zip(wins, traces[: info.n_mit_sot], init_lens, strict=False)
+        ]
         new_windows += [tr[-1] for tr in traces[info.n_mit_sot : n_states]]
         return new_windows + [traces[i] for i in traced]
 
@@ -392,7 +399,7 @@ def _scan(fn: Any, **kwargs: Any) -> list[Variable]:
 def _policy_from_environment() -> None:
     value = os.environ.get("INNERGRAPH_CHECKPOINT")
     if value:
-        set_checkpointing(_checked(value))
+        set_checkpointing(checked(value))
 
 
 _policy_from_environment()
