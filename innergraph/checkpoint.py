@@ -71,7 +71,7 @@ _default: list[Policy] = [None]
 def checked(policy: Any) -> Policy:
     """``policy`` if it is a valid policy (``"12"`` read as 12), else a `ValueError` naming it."""
     if policy is None or policy == "sqrt":
-        return policy  # type: ignore[no-any-return]
+        return policy
     if isinstance(policy, str) and policy.isdigit():
         policy = int(policy)
     if isinstance(policy, int) and not isinstance(policy, bool) and policy > 0:
@@ -112,7 +112,7 @@ def checkpointing(policy: Policy = "sqrt") -> Iterator[None]:
         _default[0] = previous
 
 
-def mark(outputs: Variable | Sequence[Variable], policy: Policy = "sqrt") -> None:
+def mark(outputs: Any | Sequence[Any], policy: Policy = "sqrt") -> None:
     """Give the Scan that computed ``outputs`` its own policy (a tag on its node).
 
     ``outputs`` are what ``pytensor.scan`` or `innergraph.scan` returned (a slice of
@@ -127,7 +127,7 @@ def mark(outputs: Variable | Sequence[Variable], policy: Policy = "sqrt") -> Non
         setattr(node.tag, TAG, "none" if policy is None else checked(policy))
 
 
-def _scan_node_of(var: Variable) -> Apply | None:
+def _scan_node_of(var: Any) -> Apply | None:
     from pytensor.scan.op import Scan as NativeScan
 
     from innergraph.ops.scan import Scan
@@ -148,7 +148,7 @@ def policy_of(node: Apply) -> Policy:
     return own if own is not None else _default[0]
 
 
-def segment_length(n_steps: Variable, policy: Policy) -> Variable:
+def segment_length(n_steps: Any, policy: Policy) -> Any:
     """The segment length for ``n_steps`` steps under ``policy``."""
     if policy == "sqrt":
         k = pt.cast(pt.ceil(pt.sqrt(pt.cast(n_steps, "float64"))), "int64")
@@ -166,8 +166,8 @@ def supports(op: Any) -> bool:
 
 
 def checkpointed_pullback(
-    node: Apply, cotangents: Sequence[Variable], policy: Policy
-) -> list[Variable] | None:
+    node: Apply, cotangents: Sequence[Any], policy: Policy
+) -> list[Any] | None:
     """The pullback of native Scan ``node`` through its segmented form, or ``None`` when unsupported.
 
     Returns one gradient per input of ``node``, in PyTensor's conventions
@@ -183,17 +183,17 @@ def checkpointed_pullback(
     wrt = [i for i, inp in enumerate(node.inputs) if _differentiable(node, i, inp)]
     # the segmented form reads a scan-built buffer's initial values, not the buffer
     targets = [_initial_rows(node.inputs[i]) for i in wrt]
-    grads = pytensor.grad(
+    grads: Any = pytensor.grad(
         None, targets, known_grads=known, disconnected_inputs="ignore", return_disconnected="disconnected"
     )
-    result: list[Variable] = [disconnected_type() for _ in node.inputs]
+    result: list[Any] = [disconnected_type() for _ in node.inputs]
     for i, target, g in zip(wrt, targets, grads, strict=True):
         buffer = node.inputs[i]
         result[i] = g if target is buffer or isinstance(g.type, DisconnectedType) else _buffer_gradient(buffer, g)
     return result
 
 
-def _buffer_gradient(buffer: Variable, initial_gradient: Variable) -> Variable:
+def _buffer_gradient(buffer: Any, initial_gradient: Any) -> Any:
     """The gradient of a scan-built buffer whose initial values receive ``initial_gradient``.
 
     Written with the very index of the ``set_subtensor`` that built the buffer, so
@@ -208,7 +208,7 @@ def _buffer_gradient(buffer: Variable, initial_gradient: Variable) -> Variable:
     return increment(pt.zeros_like(buffer), initial_gradient, *written.inputs[2:])
 
 
-def _request(node: Apply, i: int, cotangent: Variable) -> tuple[str | None, Variable]:
+def _request(node: Apply, i: int, cotangent: Any) -> tuple[str | None, Variable]:
     """What the gradient needs of output ``i``: ``None``, its ``"last"`` value or its ``"trace"``.
 
     A cotangent that is zero except at the last position (``trace[-1]``'s gradient,
@@ -222,15 +222,16 @@ def _request(node: Apply, i: int, cotangent: Variable) -> tuple[str | None, Vari
     return ("last", last) if last is not None else ("trace", cotangent)
 
 
-def _last_position_value(cotangent: Variable) -> Variable | None:
+def _last_position_value(cotangent: Any) -> Any | None:
     from pytensor.tensor.subtensor import IncSubtensor, get_idx_list
 
     var = cotangent
     while var.owner is not None and isinstance(var.owner.op, IncSubtensor) and not var.owner.op.set_instead_of_inc:
         x, y = var.owner.inputs[:2]
-        (index, *rest) = [*get_idx_list(var.owner.inputs[1:], var.owner.op.idx_list), None]
-        if rest != [None] or not _is_zero(x):
+        indices: list[Any] = list(get_idx_list(var.owner.inputs[1:], var.owner.op.idx_list))
+        if len(indices) != 1 or not _is_zero(x):
             return None
+        index = indices[0]
         if isinstance(index, slice):
             if index.stop is not None or index.step is not None:
                 return None  # only ``[s:]`` keeps the last position the last
@@ -246,7 +247,7 @@ def _constant(value: Any) -> Any:
     return get_underlying_scalar_constant_value(value, raise_not_constant=False)
 
 
-def _is_zero(var: Variable) -> bool:
+def _is_zero(var: Any) -> bool:
     from pytensor.tensor.basic import get_underlying_scalar_constant_value
 
     try:
@@ -255,7 +256,7 @@ def _is_zero(var: Variable) -> bool:
         return False
 
 
-def _differentiable(node: Apply, i: int, inp: Variable) -> bool:
+def _differentiable(node: Apply, i: int, inp: Any) -> bool:
     info = node.op.info
     first_nit_sot_size = 1 + info.n_seqs + info.n_mit_sot + info.n_sit_sot
     if i == 0 or first_nit_sot_size <= i < first_nit_sot_size + info.n_nit_sot:
@@ -263,7 +264,7 @@ def _differentiable(node: Apply, i: int, inp: Variable) -> bool:
     return inp.type.dtype in pt.type.continuous_dtypes if hasattr(inp.type, "dtype") else False
 
 
-def segmented_outputs(node: Apply, policy: Policy, requests: Sequence[str | None] | None = None) -> list[Variable | None]:
+def segmented_outputs(node: Apply, policy: Policy, requests: Sequence[str | None] | None = None) -> list[Any | None]:
     """The outputs of native Scan ``node``, recomputed by its segmented form.
 
     ``requests[i]`` is ``"trace"`` (default: equal to ``node.outputs[i]``), ``"last"``
@@ -286,7 +287,7 @@ def segmented_outputs(node: Apply, policy: Policy, requests: Sequence[str | None
     windows = heads[: info.n_mit_sot] + [head[0] for head in heads[info.n_mit_sot :]]
     step = _Step(op)
 
-    def segment(*args: Variable) -> list[Variable]:
+    def segment(*args: Any) -> list[Any]:
         n_seqs = len(parts["seqs"])
         seqs, wins, nons = args[:n_seqs], args[n_seqs : n_seqs + n_states], args[n_seqs + n_states :]
         traces = step.run(list(seqs), list(wins), list(nons), k)
@@ -309,7 +310,7 @@ def segmented_outputs(node: Apply, policy: Policy, requests: Sequence[str | None
     last_windows = [pt.concatenate([pt.shape_padleft(w0), w], axis=0)[-1] for w0, w in zip(windows, outer, strict=False)]
     tail_seqs = [seq[n_seg * k : n_steps] for seq in parts["seqs"]]
     tail = step.run(tail_seqs, last_windows, parts["non_seqs"], n_steps - n_seg * k)
-    results: list[Variable | None] = [None] * len(requests)
+    results: list[Any | None] = [None] * len(requests)
     for i, seg_trace in zip(traced, outer[n_states:], strict=True):
         flat = seg_trace.reshape((n_seg * k, *tuple(seg_trace.shape[2:])), ndim=seg_trace.ndim - 1)
         trace = pt.concatenate([flat, tail[i]], axis=0)
@@ -321,7 +322,7 @@ def segmented_outputs(node: Apply, policy: Policy, requests: Sequence[str | None
     return results
 
 
-def _split_outer(node: Apply) -> dict[str, list[Variable]]:
+def _split_outer(node: Apply) -> dict[str, list[Any]]:
     info = node.op.info
     inputs = list(node.inputs[1:])
     n_states = info.n_mit_sot + info.n_sit_sot
@@ -331,7 +332,7 @@ def _split_outer(node: Apply) -> dict[str, list[Variable]]:
     return {"seqs": seqs, "states": states, "non_seqs": non_seqs}
 
 
-def _initial_rows(buffer: Variable) -> Variable:
+def _initial_rows(buffer: Any) -> Any:
     """The defined leading rows of a state buffer: the initial values, not the buffer, when scan built it.
 
     ``pytensor.scan`` writes a state's initial values ``y`` into an uninitialised
@@ -354,7 +355,7 @@ def _initial_rows(buffer: Variable) -> Variable:
     return y
 
 
-def _blocks(seq: Variable, n_seg: Variable, k: Variable) -> Variable:
+def _blocks(seq: Any, n_seg: Any, k: Any) -> Any:
     return seq[: n_seg * k].reshape((n_seg, k, *tuple(seq.shape[1:])), ndim=seq.ndim + 1)
 
 
@@ -367,13 +368,13 @@ class _Step:
         self.taps = [list(t) for t in info.mit_sot_in_slices] + [[-1]] * info.n_sit_sot
         self.n_nit_sot = info.n_nit_sot
 
-    def body(self, *args: Variable) -> list[Variable]:
+    def body(self, *args: Any) -> list[Any]:
         replace = dict(zip(self.op.inner_inputs, args, strict=True))
         return list(clone_replace(self.op.inner_outputs, replace=replace))
 
     def run(
-        self, seqs: list[Variable], windows: list[Variable], non_seqs: list[Variable], n_steps: Variable
-    ) -> list[Variable]:
+        self, seqs: list[Any], windows: list[Any], non_seqs: list[Any], n_steps: Any
+    ) -> list[Any]:
         outputs_info: list[Any] = [
             {"initial": w, "taps": taps} if taps != [-1] else w for w, taps in zip(windows, self.taps, strict=True)
         ]
@@ -388,7 +389,7 @@ class _Step:
         )
 
 
-def _scan(fn: Any, **kwargs: Any) -> list[Variable]:
+def _scan(fn: Any, **kwargs: Any) -> list[Any]:
     outs = pytensor.scan(fn, return_list=True, return_updates=False, **kwargs)
     node = _scan_node_of(outs[0])
     if node is not None:
