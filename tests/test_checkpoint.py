@@ -130,6 +130,18 @@ def test_second_derivative(rng):
         _assert_close(fn(*values), reference(*values))
 
 
+def test_py_linker(rng):
+    py = Mode(linker="py", optimizer="fast_run")
+    with innergraph.uninstalled():
+        reference = pytensor.function([x, w], pytensor.grad(_small(x, w), [x, w]), mode=py)
+    with checkpoint.checkpointing(3):
+        checked = pytensor.function([x, w], pytensor.grad(_small(x, w), [x, w]), mode=py)
+    assert _segment_loops(checked)
+    for n in (2, 9):
+        values = (rng.normal(size=n), 0.7)
+        _assert_close(checked(*values), reference(*values))
+
+
 def test_numba(rng):
     fn = pytensor.function([x, w], pytensor.grad(_small(x, w), [x, w]), mode=NUMBA)
     with checkpoint.checkpointing("sqrt"):
