@@ -24,6 +24,10 @@ third, `innergraph.rewriting.outer.local_set_row_of_expand_dims`, is
 it, the one change it makes to a small graph cost ``specialize`` a second round
 over every node, 3 % of a trivial loop's compilation).
 
+``innergraph_read_of_written_region`` (`innergraph.rewriting.read_back`, canonicalize,
+fast_run, innergraph) reads back what a set/inc-subtensor wrote; it lets the
+checkpointed gradients of `innergraph.checkpoint` drop buffer-sized zeros.
+
 ``innergraph_lift`` converts PyTensor's own Scans (nested ones and those gradients
 created included) into the in-graph form right before PyTensor's first Scan pass
 (``scan_eqopt1``, 0.05: push-out, which then finds no native Scan; its work is done
