@@ -13,7 +13,9 @@ inner_graph
 call
     Apply a function to arguments in the graph (an in-graph OpFromGraph).
 scan
-    `pytensor.scan`, building the in-graph Scan.
+    `pytensor.scan`, building the in-graph Scan (``checkpoint=`` for checkpointed gradients).
+checkpointing
+    Checkpoint the gradients of the Scans differentiated in a block (`innergraph.checkpoint`).
 lift, lower, lift_graph, lower_graph
     Convert PyTensor's own Scans to the in-graph form and back (a FunctionGraph
     in place, or a graph by rebuilding).
@@ -33,6 +35,7 @@ graph_stats
 import innergraph._supported  # noqa: F401  (first: on an unsupported PyTensor, one ImportError and no patch)
 from innergraph.build import Closure, inner_graph
 from innergraph.builders import op_from_graph, scan
+from innergraph.checkpoint import checkpointing
 from innergraph.convert import lift, lift_graph, lower, lower_graph
 from innergraph.errors import ArityError, BodyTypeError, FreeVariableError, ParamError
 from innergraph.fold import fold_function, fold_inner_graphs, unfold_inner_graphs, visible_nodes
@@ -58,6 +61,7 @@ __all__ = [
     "ParamError",
     "body_of",
     "call",
+    "checkpointing",
     "fold_function",
     "fold_inner_graphs",
     "graph_stats",

@@ -23,8 +23,17 @@ from innergraph.convert import LIFTERS, lift_graph
 __all__ = ["InGraphOpFromGraph", "op_from_graph", "scan"]
 
 
-def scan(*args: Any, **kwargs: Any) -> Any:
-    """`pytensor.scan`, building the in-graph form (see the module docstring)."""
+def scan(*args: Any, checkpoint: Any = None, **kwargs: Any) -> Any:
+    """`pytensor.scan`, building the in-graph form (see the module docstring).
+
+    ``checkpoint`` (``None``, ``"sqrt"`` or a segment length ``k``) is this loop's
+    checkpoint policy for its gradients (`innergraph.checkpoint`): store every
+    k-th carry and recompute the rest in the reverse pass. ``None`` leaves the
+    current default policy (`innergraph.checkpointing`) in charge.
+    """
+    from innergraph import checkpoint as checkpointing
+
+    policy = checkpointing.checked(checkpoint)
     before = _native_nodes(_variables_in((args, kwargs)))
     result = pytensor.scan(*args, **kwargs)
     outputs, updates = result if isinstance(result, tuple) else (result, None)
@@ -34,6 +43,8 @@ def scan(*args: Any, **kwargs: Any) -> Any:
     new = _native_nodes(targets) - before
     lifted = lift_graph(targets, only=new)
     lifted_outputs = lifted[: len(out_list)]
+    if policy is not None:
+        checkpointing.mark(lifted_outputs, policy)
     new_outputs: Any = lifted_outputs[0] if isinstance(outputs, Variable) else type(outputs)(lifted_outputs)
     if not isinstance(result, tuple):
         return new_outputs
@@ -43,7 +54,13 @@ def scan(*args: Any, **kwargs: Any) -> Any:
     return new_outputs, new_updates
 
 
-scan.__signature__ = inspect.signature(pytensor.scan)  # type: ignore[attr-defined]
+_scan_signature = inspect.signature(pytensor.scan)
+scan.__signature__ = _scan_signature.replace(  # type: ignore[attr-defined]
+    parameters=[
+        *_scan_signature.parameters.values(),
+        inspect.Parameter("checkpoint", inspect.Parameter.KEYWORD_ONLY, default=None),
+    ]
+)
 
 
 def _variables_in(obj: Any) -> Iterable[Variable]:

@@ -49,6 +49,8 @@ __all__ = [
     "VARIANTS",
     "Case",
     "ar2",
+    "checkpoint_cases",
+    "checkpointed_filter",
     "elementwise_chain",
     "filter_loglik",
     "garch",
@@ -486,6 +488,37 @@ def ofg_unused_output(size: int = 200) -> Case:
     return Case("ofg-unused", "ofg", title, build, values, params={"size": size})
 
 
+# Checkpointing -----------------------------------------------------------------------
+
+
+def checkpointed_filter(n: int, policy: Any = None, linker: str = "numba") -> Case:
+    """The filter step of `filter_loglik` over one series of ``n`` points + gradient, under a checkpoint policy.
+
+    ``policy`` is the checkpoint policy its gradient is built under (`innergraph.checkpoint`):
+    ``None`` stores every step, ``"sqrt"`` stores ``sqrt(n)`` segment carries.
+    """
+
+    def build(variant: str) -> Graph:
+        from innergraph.checkpoint import checkpointing
+
+        y, phi, q, r = pt.dvector("y"), pt.dscalar("phi"), pt.dscalar("q"), pt.dscalar("r")
+        zero = pt.constant(0.0, dtype="float64")
+        _, _, ll = pytensor.scan(_filter_step, sequences=[y], outputs_info=[zero, zero + 1, zero], non_sequences=[phi, q, r], return_updates=False)
+        with checkpointing(policy):
+            grads = _grad(ll[-1], [phi, q, r])
+        return [y, phi, q, r], [ll[-1], *grads]
+
+    values = [np.random.default_rng(3).normal(size=n), np.float64(0.8), np.float64(0.5), np.float64(0.3)]
+    tag = "" if policy is None else f"-ckpt-{policy}"
+    title = f"filter log-likelihood over {n} points + gradient, {'stored trace' if policy is None else f'checkpointed ({policy})'}"
+    return Case(f"filter-{n}{tag}", "checkpoint", title, build, values, linker=linker, rtol=1e-9, params={"n": n, "policy": policy})
+
+
+def checkpoint_cases() -> list[Case]:
+    """The checkpointing cases (group ``"checkpoint"``): not in the default run, selected by ``--cases``."""
+    return [checkpointed_filter(n, policy) for n in (1_000, 100_000) for policy in (None, "sqrt")]
+
+
 def all_cases() -> list[Case]:
     """Every benchmark case, in report order (cases 1-7, then the demonstration's)."""
     return [
@@ -575,7 +608,7 @@ def select(patterns: Sequence[str] | None, cases: Sequence[Case] | None = None) 
     if not patterns:
         return list(CASES if cases is None else cases)
     if cases is None:
-        cases = [*CASES, *FAMILY_CASES]
+        cases = [*CASES, *FAMILY_CASES, *checkpoint_cases()]  # optional cases answer to patterns only
     chosen: list[Case] = []
     for pattern in patterns:
         hits = [c for c in cases if c.group == pattern or fnmatch.fnmatchcase(c.id, pattern)]

@@ -12,9 +12,11 @@ from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.op import Op
 from pytensor.link.basic import Linker, PerformLinker
 from pytensor.link.vm import VMLinker
+from pytensor.scan.op import Scan as NativeScan
 
 import innergraph
 from innergraph import InnerGraph, call, inner_graph
+from innergraph.patching import gradient as gradient_patch
 from innergraph.patching import linker as linker_patch
 from innergraph.patching import printing as printing_patch
 
@@ -51,14 +53,15 @@ def patched_state():
         pytensor.printing.debugprint,
         pytensor.dprint,
         "innergraph_fold" in optdb._names,
+        vars(NativeScan)["pullback"],
     )
 
 
 def test_uninstall_restores_pytensor_exactly_and_install_is_idempotent():
-    assert patched_state() == (linker_patch.schedule, printing_patch.debugprint, printing_patch.debugprint, True)
+    assert patched_state() == (linker_patch.schedule, printing_patch.debugprint, printing_patch.debugprint, True, gradient_patch.pullback)
     from innergraph.rewriting import db
 
-    assert len(db.registered()) == 13  # 11 graph passes in optdb, 2 node rewriters in canonicalize/specialize
+    assert len(db.registered()) == 14  # 11 graph passes in optdb, 3 node rewriters in canonicalize/specialize
     innergraph.uninstall()
     try:
         assert patched_state() == (
@@ -66,12 +69,13 @@ def test_uninstall_restores_pytensor_exactly_and_install_is_idempotent():
             printing_patch._original_debugprint,
             printing_patch._original_debugprint,
             False,
+            gradient_patch._original,
         )
         from innergraph.rewriting import db
 
         names = [name for name, *_ in db._REWRITES]
         local = [(name, where) for name, _, where, _ in db._LOCAL_REWRITES]
-        assert len(names) == 11 and len(local) == 2 and db.registered() == []
+        assert len(names) == 11 and len(local) == 3 and db.registered() == []
         assert not any(name in optdb.__db__ for name in names)
         assert not any(name in optdb[where].__db__ or name in optdb[where]._names for name, where in local)
         assert not any("innergraph" in optdb[where].__db__ for _, where in local)
@@ -79,10 +83,10 @@ def test_uninstall_restores_pytensor_exactly_and_install_is_idempotent():
     finally:
         innergraph.install()
         innergraph.install()
-    assert patched_state() == (linker_patch.schedule, printing_patch.debugprint, printing_patch.debugprint, True)
+    assert patched_state() == (linker_patch.schedule, printing_patch.debugprint, printing_patch.debugprint, True, gradient_patch.pullback)
     from innergraph.rewriting import db
 
-    assert len(db.registered()) == 13
+    assert len(db.registered()) == 14
 
 
 def program():

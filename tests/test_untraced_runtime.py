@@ -78,3 +78,26 @@ def test_the_runtime_loses_an_uncopied_state(monkeypatch):
         (right,) = pytensor.function([s0, k], grad, mode=mode)(*SAMPLE)
     assert right == pytest.approx(80.25)
     assert wrong == pytest.approx(37.5)  # twice the last step's term: the carried sum was overwritten
+
+
+@pytest.mark.parametrize("linker", ["py", "cvm"])
+def test_nested_loops_gradient_of_a_vector_non_sequence(linker):
+    """The inner reverse loop accumulates ``v``'s gradient in an untraced state (found by issue 24's work)."""
+    X, v, init = pt.dmatrix("X"), pt.dvector("v"), pt.dscalar("init")
+
+    def outer(row, s, w):
+        inner = pytensor.scan(
+            lambda xt, s, w: s * 0.9 + xt * pt.sum(w) + w[0], sequences=[row], outputs_info=[s], non_sequences=[w],
+            return_updates=False,
+        )
+        return inner[-1]
+
+    trace = pytensor.scan(outer, sequences=[X], outputs_info=[init], non_sequences=[v], return_updates=False)
+    grad = pytensor.grad(trace[-1], v)
+    values = (np.arange(12.0).reshape(3, 4) / 10, np.array([0.5, -0.2, 0.3]), 0.7)
+    mode = Mode(linker=linker, optimizer="fast_run")
+    got = pytensor.function([X, v, init], grad, mode=mode)(*values)
+    with innergraph.uninstalled():
+        expected = pytensor.function([X, v, init], grad, mode=mode)(*values)
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    np.testing.assert_allclose(expected, [12.0, 4.82429536, 4.82429536], rtol=1e-8)

@@ -308,6 +308,7 @@ class Scan(Op):
         from innergraph.convert import lift_graph
 
         native = self._native_for_graph(inputs)
+        _carry_policy(outputs[0].owner, native)
         grads = native.op.L_op(native.inputs, native.outputs, list(cotangents))
         return [disconnected_type(), *lift_graph(_repoint(grads, native, inputs, outputs))]
 
@@ -325,6 +326,14 @@ class Scan(Op):
     def __str__(self) -> str:
         return f"Scan{{{self.name}, in-graph}}"
 
+
+
+def _carry_policy(node: Apply | None, native: Apply) -> None:
+    """Give the native node this consumer's checkpoint policy tag (`innergraph.checkpoint`)."""
+    from innergraph.checkpoint import TAG
+
+    if node is not None and hasattr(node.tag, TAG):
+        setattr(native.tag, TAG, getattr(node.tag, TAG))
 
 
 def _repoint_map(native: Apply, inputs: Sequence[Variable], outputs: Sequence[Variable]) -> dict[Variable, Variable]:

@@ -1,6 +1,6 @@
 """Apply and remove innergraph's patches to PyTensor.
 
-One module per PyTensor area patched (`linker`, `printing`, `pickling`); each
+One module per PyTensor area patched (`linker`, `printing`, `pickling`, `gradient`); each
 exposes ``patches()``, a list of `Patch` (or `ItemPatch`) records. Parts of PyTensor that load on demand
 (its Numba dispatchers) are patched when they load (`apply_late`, a
 `DispatchPatch`), and unpatched by `uninstall` like the others. `install` is idempotent and `uninstall`
@@ -95,10 +95,10 @@ def install() -> None:
     """Apply every patch and register innergraph's rewrites (idempotent)."""
     if _applied:
         return
-    from innergraph.patching import linker, pickling, printing
+    from innergraph.patching import gradient, linker, pickling, printing
     from innergraph.rewriting import db
 
-    for module in (linker, printing, pickling):
+    for module in (linker, printing, pickling, gradient):
         for patch in module.patches():
             patch.apply()
             _applied.append(patch)

@@ -24,6 +24,10 @@ third, `innergraph.rewriting.outer.local_set_row_of_expand_dims`, is
 it, the one change it makes to a small graph cost ``specialize`` a second round
 over every node, 3 % of a trivial loop's compilation).
 
+``innergraph_read_of_written_region`` (`innergraph.rewriting.read_back`, canonicalize,
+fast_run, innergraph) reads back what a set/inc-subtensor wrote; it lets the
+checkpointed gradients of `innergraph.checkpoint` drop buffer-sized zeros.
+
 ``innergraph_lift`` converts PyTensor's own Scans (nested ones and those gradients
 created included) into the in-graph form right before PyTensor's first Scan pass
 (``scan_eqopt1``, 0.05: push-out, which then finds no native Scan; its work is done
@@ -105,6 +109,7 @@ from innergraph.rewriting.fusion import fuse_bodies
 from innergraph.rewriting.lift import fold_bodies, lift_native, lower_consumers
 from innergraph.rewriting.lift_ifelse import lift_native_ifelse
 from innergraph.rewriting.lift_ofg import lift_op_from_graphs
+from innergraph.rewriting.read_back import local_read_of_written_region
 from innergraph.rewriting.outer import (
     local_merge_slices_of_known_length,
     local_set_row_of_expand_dims,
@@ -169,6 +174,7 @@ _REWRITES: list[tuple[str, Any, float, tuple[str, ...]]] = [
 #: Local rewrites registered in a sub-database of ``optdb``: (name, rewriter, database, tags).
 _LOCAL_REWRITES: list[tuple[str, Any, str, tuple[str, ...]]] = [
     ("innergraph_sum_of_one_row", local_sum_of_one_row, "canonicalize", ("fast_run", "innergraph")),
+    ("innergraph_read_of_written_region", local_read_of_written_region, "canonicalize", ("fast_run", "innergraph")),
     ("innergraph_merge_slices_of_known_length", local_merge_slices_of_known_length, "specialize", ("fast_run", "innergraph")),
 ]
 
