@@ -5,6 +5,7 @@ name                           position  tags
 =============================  ========  ==================================================
 ``innergraph_lift``            0.04      fast_run, innergraph
 ``innergraph_lift_ofg``        0.041     fast_run, innergraph
+``innergraph_inline_args``     0.042     fast_run, innergraph, scan_inline_invariant_constants, scan_merge_duplicate_inputs
 ``innergraph_branch``          1.55      fast_run, innergraph
 ``innergraph_simplify``        1.56      fast_run, innergraph
 ``innergraph_lower``           1.59      fast_run, innergraph
@@ -43,6 +44,11 @@ body becomes one native Op, compiled once. ``mode.excluding("innergraph")`` give
 output, an unused input, a constant or repeated argument, a repeated inner graph);
 ``mode.excluding("innergraph_lift_ofg")`` keeps them native. See
 ``design/opfromgraph.md``.
+
+``innergraph_inline_args`` (`innergraph.rewriting.inline_args`) inlines the
+constant arguments of the freshly lifted consumers (and merges duplicate ones),
+as PyTensor's first Scan pass does, so canonicalize and stabilize see the
+constants' values inside bodies.
 
 ``innergraph_branch`` (`innergraph.rewriting.share_branch`) passes work a lazy
 branch shares with the outer graph into the branch as an argument, after
@@ -106,6 +112,7 @@ from pytensor.graph.rewriting.db import RewriteDatabase
 
 from innergraph.rewriting.contiguous import contiguous_constants
 from innergraph.rewriting.fusion import fuse_bodies
+from innergraph.rewriting.inline_args import inline_lifted_arguments
 from innergraph.rewriting.lift import fold_bodies, lift_native, lower_consumers
 from innergraph.rewriting.lift_ifelse import lift_native_ifelse
 from innergraph.rewriting.lift_ofg import lift_op_from_graphs
@@ -160,6 +167,12 @@ class ConsumerRewritesDB(RewriteDatabase):
 _REWRITES: list[tuple[str, Any, float, tuple[str, ...]]] = [
     ("innergraph_lift", FunctionRewriter(lift_native), 0.04, ("fast_run", "innergraph")),
     ("innergraph_lift_ofg", FunctionRewriter(lift_op_from_graphs), 0.041, ("fast_run", "innergraph")),
+    (
+        "innergraph_inline_args",
+        FunctionRewriter(inline_lifted_arguments),
+        0.042,
+        ("fast_run", "innergraph", "scan_inline_invariant_constants", "scan_merge_duplicate_inputs"),
+    ),
     ("innergraph_branch", FunctionRewriter(share_branch_work), 1.55, ("fast_run", "innergraph")),
     ("innergraph_simplify", ConsumerRewritesDB(), 1.56, ("fast_run", "innergraph")),
     ("innergraph_lower", FunctionRewriter(lower_consumers), 1.59, ("fast_run", "innergraph")),
