@@ -49,7 +49,7 @@ from innergraph.graph import InnerGraph, body_of, param, scope_toposort
 from innergraph.instantiate import carry_shapes, copy_scope, instantiate
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse, ifelse
-from innergraph.ops.scan import Scan, native_scan
+from innergraph.ops.scan import Scan, native_scan, retraced_outputs
 from innergraph.types import InnerGraphType
 
 __all__ = ["LIFTERS", "LOWERERS", "lift", "lift_graph", "lower", "lower_graph"]
@@ -183,9 +183,11 @@ def _lift_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
 def _lower_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
     consumer: Scan = op
     lowered = Scan(consumer.layout, **{**consumer.flags(), "mode": already_rewritten(consumer.mode)})
-    # PyTensor's own Scan runtime needs untraced states copied; a JIT backend converts the Scan itself
-    copy_untraced = not compiling_for_jit()
-    return native_scan(body_of(inputs[0]), lowered, copy_untraced=copy_untraced).make_node(*inputs[1:]).outputs
+    if compiling_for_jit():  # the backend converts the Scan itself, untraced states included
+        return native_scan(body_of(inputs[0]), lowered, copy_untraced=False).make_node(*inputs[1:]).outputs
+    if consumer.layout.info.n_untraced_sit_sot:  # PyTensor's own runtime gets vanilla's form: traced states
+        return retraced_outputs(body_of(inputs[0]), lowered, inputs[1:])
+    return native_scan(body_of(inputs[0]), lowered).make_node(*inputs[1:]).outputs
 
 
 _already_rewritten: dict[int, tuple[Any, Any]] = {}

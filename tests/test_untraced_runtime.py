@@ -5,8 +5,10 @@ and feeds an untraced state's next value back as the next step's input without a
 copy. An inner function that computes the value in place of an intermediate
 (``Add{inplace}`` over a ``Sum``) then loses the state at the next step. PyTensor
 makes untraced states only for the JIT backends, so it never meets this; innergraph
-untraces for every linker, and lowers with the next value copied
-(`innergraph.ops.scan.copy_untraced_outputs`) when the linker is not a JIT one.
+untraces for every linker. Lowering for a linker that is not a JIT one traces such
+states again (`innergraph.ops.scan.retraced_outputs`: vanilla's form), and an
+in-graph Scan run by its own thunk copies their next values
+(`innergraph.ops.scan.copy_untraced_outputs`).
 """
 
 import numpy as np
@@ -48,26 +50,39 @@ def test_untraced_gradient_accumulator_matches_vanilla(name):
     assert expected == pytest.approx(EXPECTED)
     assert got == pytest.approx(expected, rel=1e-12)
     untraced = [n for n in _native_scans(fn) if n.op.info.n_untraced_sit_sot]
-    assert untraced, "the reverse loop's accumulator is untraced (what this test is about)"
+    # Numba converts the loop itself and keeps the accumulator untraced; PyTensor's runtime gets it traced
+    assert bool(untraced) == (name == "numba")
+
+
+def test_an_in_graph_scan_run_by_its_thunk_copies_untraced_values():
+    """Not lowered (its lowering excluded), the in-graph Scan runs a native Scan whose untraced values are copied."""
+    from innergraph.ops.scan import Scan
+
+    mode = Mode(linker="cvm", optimizer="fast_run").excluding("innergraph_lower")
+    fn = pytensor.function([s0, k], GRAD, mode=mode)
+    consumers = [n for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, Scan)]
+    native = [n.op.native_node(n) for n in consumers]
     copied = [
-        isinstance(o.owner.op, DeepCopyOp) if o.owner else False
-        for n in untraced
+        isinstance(o.owner.op, DeepCopyOp)
+        for n in native
         for o in n.op.inner_untraced_sit_sot_outs(n.op.inner_outputs)
     ]
-    # PyTensor's runtime gets fresh memory for each next value; Numba converts the loop itself
-    assert all(copied) if name != "numba" else not any(copied)
+    assert copied and all(copied)
+    (got,) = fn(*SAMPLE)
+    assert got == pytest.approx(EXPECTED)
 
 
 def test_the_runtime_loses_an_uncopied_state(monkeypatch):
-    """Without the copy PyTensor's own Scan runtime gives the wrong number (a PyTensor defect).
+    """Untraced and uncopied, the state is lost by PyTensor's own Scan runtime (a PyTensor defect).
 
-    The lowering is made to skip the copy; the compiled function is then plain
-    PyTensor (native Scans only) run by PyTensor's Python runtime. A step of its
-    own keeps the bodies of the other tests (and their cached native Scans) apart.
+    The lowering is made to believe it compiles for a JIT linker, so it keeps the
+    untraced state as it is; the compiled function is then plain PyTensor (native
+    Scans only) run by PyTensor's Python runtime. A step of its own keeps the bodies
+    of the other tests (and their cached native Scans) apart.
     """
-    import innergraph.ops.scan as scan_module
+    import innergraph.convert
 
-    monkeypatch.setattr(scan_module, "copy_untraced_outputs", lambda outputs, info: list(outputs))
+    monkeypatch.setattr(innergraph.convert, "compiling_for_jit", lambda: True)
     trace = pytensor.scan(lambda s: s * k + 2.0, outputs_info=[s0], n_steps=3, return_updates=False)
     grad = pytensor.grad(trace[-1].sum(), [k])
     mode = Mode(linker="py", optimizer="fast_run")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import innergraph_pickle
 
+import dataclasses
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from innergraph.fold import fold_scope
 from innergraph.ops.runtime import body_value
 from innergraph.types import Body
 
-__all__ = ["Scan", "ScanLayout", "build_native_scan", "copy_untraced_outputs", "is_shared", "mark_shared", "native_scan"]
+__all__ = ["Scan", "ScanLayout", "build_native_scan", "copy_untraced_outputs", "is_shared", "mark_shared", "native_scan", "retraced_outputs"]
 
 
 @dataclass(frozen=True)
@@ -405,6 +406,47 @@ def build_native_scan(body: Body, op: Scan, *, copy_untraced: bool = False) -> N
     return NativeScan(inner_inputs, inner_outputs, op.layout.info, **op.flags())
 
 
+def retraced_outputs(body: Body, op: Scan, outer: Sequence[Variable]) -> list[Variable]:
+    """The consumer's outputs computed by a native Scan whose untraced states are traced again.
+
+    ``outer`` is the consumer node's inputs after the function (``n_steps`` first).
+    Each untraced state becomes a sit-sot over a buffer of ``n_steps`` more rows
+    (as `pytensor.scan` lays one out), and its result is the buffer's last row:
+    the form vanilla PyTensor gives its own Python and C Scan runtime, which
+    cannot carry an untraced state whose next value the inner function computes in
+    place of an intermediate (`copy_untraced_outputs`). PyTensor's save-memory
+    pass then trims the buffer as it does vanilla's. The native Op is built once
+    per body and op.
+    """
+    from pytensor.scan.utils import expand_empty
+    from pytensor.tensor.basic import shape_padleft
+
+    info = op.layout.info
+    n_untraced = info.n_untraced_sit_sot
+    retraced_info = dataclasses.replace(
+        info, sit_sot_in_slices=(*info.sit_sot_in_slices, *((-1,),) * n_untraced), n_untraced_sit_sot=0
+    )
+
+    def build() -> NativeScan:
+        inner_inputs = [t(name=f"p{i}") for i, t in enumerate(body.param_types)]
+        groups = op.layout.split_inner_outputs(fold_scope(instantiate(body, inner_inputs)))
+        order = ("mit_mot", "mit_sot", "sit_sot", "untraced", "nit_sot", "until")
+        inner_outputs = [v for name in order for v in groups[name]]
+        return mark_shared(NativeScan(inner_inputs, inner_outputs, retraced_info, **op.flags()))
+
+    native = body.cached(("retraced_native_scan", op, id(op.mode), op.strict), build)
+    n_steps, *rest = outer
+    ins = op.layout.split_outer_inputs(rest)
+    buffers = [expand_empty(shape_padleft(init), n_steps) for init in ins["untraced"]]
+    order = ("seqs", "mit_mot", "mit_sot", "sit_sot")
+    native_inputs = [n_steps, *(v for name in order for v in ins[name]), *buffers, *ins["nit_sot"], *ins["non_seqs"]]
+    outs = ScanLayout(retraced_info).split_outer_outputs(native.make_node(*native_inputs).outputs)
+    n_sit_sot = info.n_sit_sot
+    finals = [trace[-1] for trace in outs["sit_sot"][n_sit_sot:]]
+    finals = [init.type.filter_variable(f, allow_convert=True) for init, f in zip(ins["untraced"], finals, strict=True)]
+    return [*outs["mit_mot"], *outs["mit_sot"], *outs["sit_sot"][:n_sit_sot], *outs["nit_sot"], *finals]
+
+
 def copy_untraced_outputs(inner_outputs: Sequence[Variable], info: ScanInfo) -> list[Variable]:
     """``inner_outputs`` with each untraced state's next value computed into fresh memory.
 
@@ -419,7 +461,9 @@ def copy_untraced_outputs(inner_outputs: Sequence[Variable], info: ScanInfo) -> 
     Numba, JAX and PyTorch backends), so this runtime never saw one of this form.
     A `DeepCopyOp` as the inner output allocates a fresh array each step (the
     runtime clears the inner output's storage before every step), which is what a
-    traced state's write into its buffer costs anyway.
+    traced state's write into its buffer costs anyway. This is the form an in-graph
+    Scan's own thunk runs; the compile pipeline's lowering gives the runtime
+    vanilla's traced form instead (`retraced_outputs`).
     """
     from pytensor.compile.ops import DeepCopyOp, deep_copy_op
 
