@@ -1,6 +1,5 @@
 """Checkpointed reverse mode (`innergraph.checkpoint`): values, structure, memory, policy."""
 
-import tracemalloc
 
 import numpy as np
 import pytensor
@@ -12,6 +11,7 @@ from pytensor.scan.utils import until
 
 import innergraph
 from innergraph import checkpoint
+from innergraph.checkpoint_bench import peak_bytes
 
 CVM = Mode(linker="cvm", optimizer="fast_run")
 NUMBA = Mode(linker="numba", optimizer="fast_run")
@@ -220,21 +220,11 @@ def _filter_gradient(policy):
     return pytensor.function([y, phi, q], [ll[-1], *grads], mode=CVM)
 
 
-def _peak_bytes(fn, *values):
-    fn(*values)
-    tracemalloc.start()
-    try:
-        fn(*values)
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-
-
 def test_reverse_pass_memory_is_sublinear(rng):
     values = (rng.normal(size=20_000), 0.8, 0.5)
     stored, checked = _filter_gradient(None), _filter_gradient("sqrt")
     _assert_close(checked(*values), stored(*values))
-    assert _peak_bytes(checked, *values) < 0.05 * _peak_bytes(stored, *values)
+    assert peak_bytes(checked, values) < 0.05 * peak_bytes(stored, values)
 
 
 def test_read_back_of_a_written_region():
