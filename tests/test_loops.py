@@ -226,8 +226,8 @@ def test_pushforward_against_finite_differences(which):
     np.testing.assert_allclose(fn(1.0, 1.5, 1.0), fd, rtol=1e-5)
 
 
-@pytest.mark.parametrize("which", ["while", "fori"])
-def test_loops_pass_check_inner_graph_op(which):
+@pytest.mark.parametrize("which, linker", [("while", "cvm"), ("fori", "cvm"), ("fori", "numba")])
+def test_loops_pass_check_inner_graph_op(which, linker):
     from innergraph.testing import check_inner_graph_op
     from innergraph.testing.kit import OpCase
 
@@ -255,6 +255,6 @@ def test_loops_pass_check_inner_graph_op(which):
         sample=lambda rng: [np.array([1.0, 2.0]), 2.5],
         differentiable=(0, 1),
     )
-    # fori under numba: under cvm the reference itself (a vector Scan's gradient) hits a bug of main's untracing;
-    # while under cvm: under numba, reloading the pickled gradient fails in PyTensor's Numba Scan conversion (api report)
-    check_inner_graph_op(case, mode=mode_for("numba" if which == "fori" else "cvm"))
+    # Not the while loop under numba: reloading its pickled gradient fails in PyTensor's Numba Scan
+    # conversion (a LookupError in insert_deepcopy), a known open defect (design/loops.md).
+    check_inner_graph_op(case, mode=mode_for(linker))
