@@ -127,6 +127,9 @@ def _subset(rules: dict[type, Rule], only: Container[type] | None) -> dict[type,
 _lifted_bodies: ContextVar[dict[Any, Variable] | None] = ContextVar("innergraph_lifted_bodies", default=None)
 
 
+#: The graph and node a rule is rewriting (a rule is called with the node's Op and inputs only).
+_current_node: ContextVar[tuple[FunctionGraph, Apply] | None] = ContextVar("innergraph_current_node", default=None)
+
 #: The rules `lift` applies, so that the nested nodes of the bodies it lifts follow them too.
 _active_lifters: ContextVar[dict[type, Rule] | None] = ContextVar("innergraph_active_lifters", default=None)
 
@@ -148,7 +151,11 @@ def _rewrite_nodes(fgraph: FunctionGraph, rules: dict[type, Rule], reason: str) 
             return count
         for node in todo:
             if node in fgraph.apply_nodes and node not in declined:
-                new = rules[type(node.op)](node.op, node.inputs)
+                token = _current_node.set((fgraph, node))
+                try:
+                    new = rules[type(node.op)](node.op, node.inputs)
+                finally:
+                    _current_node.reset(token)
                 if new is None:
                     declined.add(node)
                     continue
@@ -185,8 +192,11 @@ def _lower_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
     lowered = Scan(consumer.layout, **{**consumer.flags(), "mode": already_rewritten(consumer.mode)})
     if compiling_for_jit():  # the backend converts the Scan itself, untraced states included
         return native_scan(body_of(inputs[0]), lowered, copy_untraced=False).make_node(*inputs[1:]).outputs
-    if consumer.layout.info.n_untraced_sit_sot:  # PyTensor's own runtime gets vanilla's form: traced states
-        return retraced_outputs(body_of(inputs[0]), lowered, inputs[1:])
+    if consumer.layout.info.n_untraced_sit_sot:  # PyTensor's own runtime: vanilla's form, traced states
+        current = _current_node.get()
+        results = consumer.layout.split_outer_outputs(current[1].outputs)["untraced"] if current else []
+        read = [bool(current[0].clients.get(r)) for r in results] if current else [True] * consumer.layout.info.n_untraced_sit_sot
+        return retraced_outputs(body_of(inputs[0]), lowered, inputs[1:], read)
     return native_scan(body_of(inputs[0]), lowered).make_node(*inputs[1:]).outputs
 
 

@@ -406,45 +406,54 @@ def build_native_scan(body: Body, op: Scan, *, copy_untraced: bool = False) -> N
     return NativeScan(inner_inputs, inner_outputs, op.layout.info, **op.flags())
 
 
-def retraced_outputs(body: Body, op: Scan, outer: Sequence[Variable]) -> list[Variable]:
-    """The consumer's outputs computed by a native Scan whose untraced states are traced again.
+def retraced_outputs(body: Body, op: Scan, outer: Sequence[Variable], retrace: Sequence[bool]) -> list[Variable]:
+    """The consumer's outputs computed by a native Scan in which chosen untraced states are traced again.
 
-    ``outer`` is the consumer node's inputs after the function (``n_steps`` first).
-    Each untraced state becomes a sit-sot over a buffer of ``n_steps`` more rows
-    (as `pytensor.scan` lays one out), and its result is the buffer's last row:
-    the form vanilla PyTensor gives its own Python and C Scan runtime, which
-    cannot carry an untraced state whose next value the inner function computes in
-    place of an intermediate (`copy_untraced_outputs`). PyTensor's save-memory
-    pass then trims the buffer as it does vanilla's. The native Op is built once
-    per body and op.
+    ``outer`` is the consumer node's inputs after the function (``n_steps`` first);
+    ``retrace`` says, per untraced state, whether it is traced again. Such a state
+    becomes a sit-sot over a buffer of ``n_steps`` more rows (as `pytensor.scan`
+    lays one out) and its result is the buffer's last row: the form vanilla
+    PyTensor gives its own Python and C Scan runtime, which loses an untraced state
+    whose next value the inner function computes in place of an intermediate
+    (`copy_untraced_outputs`); PyTensor's save-memory pass then trims the buffer
+    as it does vanilla's. The other untraced states stay untraced, their next
+    values copied (a state whose final value nobody reads: a buffer there would
+    cost one row per step). The native Op is built once per body, op and choice.
     """
     from pytensor.scan.utils import expand_empty
     from pytensor.tensor.basic import shape_padleft
 
     info = op.layout.info
-    n_untraced = info.n_untraced_sit_sot
-    retraced_info = dataclasses.replace(
-        info, sit_sot_in_slices=(*info.sit_sot_in_slices, *((-1,),) * n_untraced), n_untraced_sit_sot=0
+    chosen = [i for i, r in enumerate(retrace) if r]
+    kept = [i for i, r in enumerate(retrace) if not r]
+    new_info = dataclasses.replace(
+        info, sit_sot_in_slices=(*info.sit_sot_in_slices, *((-1,),) * len(chosen)), n_untraced_sit_sot=len(kept)
     )
 
     def build() -> NativeScan:
-        inner_inputs = [t(name=f"p{i}") for i, t in enumerate(body.param_types)]
-        groups = op.layout.split_inner_outputs(fold_scope(instantiate(body, inner_inputs)))
-        order = ("mit_mot", "mit_sot", "sit_sot", "untraced", "nit_sot", "until")
-        inner_outputs = [v for name in order for v in groups[name]]
-        return mark_shared(NativeScan(inner_inputs, inner_outputs, retraced_info, **op.flags()))
+        params = [t(name=f"p{i}") for i, t in enumerate(body.param_types)]
+        ins = op.layout.split_inner_inputs(params)
+        inner_inputs = [*(v for name in ("seqs", "mit_mot", "mit_sot", "sit_sot") for v in ins[name])]
+        inner_inputs += [ins["untraced"][i] for i in (*chosen, *kept)] + ins["non_seqs"]
+        outs = op.layout.split_inner_outputs(fold_scope(instantiate(body, params)))
+        inner_outputs = [*(v for name in ("mit_mot", "mit_sot", "sit_sot") for v in outs[name])]
+        inner_outputs += [outs["untraced"][i] for i in chosen] + outs["nit_sot"] + [outs["untraced"][i] for i in kept] + outs["until"]
+        return mark_shared(NativeScan(inner_inputs, copy_untraced_outputs(inner_outputs, new_info), new_info, **op.flags()))
 
-    native = body.cached(("retraced_native_scan", op, id(op.mode), op.strict), build)
+    native = body.cached(("retraced_native_scan", op, id(op.mode), op.strict, tuple(retrace)), build)
     n_steps, *rest = outer
     ins = op.layout.split_outer_inputs(rest)
-    buffers = [expand_empty(shape_padleft(init), n_steps) for init in ins["untraced"]]
-    order = ("seqs", "mit_mot", "mit_sot", "sit_sot")
-    native_inputs = [n_steps, *(v for name in order for v in ins[name]), *buffers, *ins["nit_sot"], *ins["non_seqs"]]
-    outs = ScanLayout(retraced_info).split_outer_outputs(native.make_node(*native_inputs).outputs)
+    buffers = [expand_empty(shape_padleft(ins["untraced"][i]), n_steps) for i in chosen]
+    native_inputs = [n_steps, *(v for name in ("seqs", "mit_mot", "mit_sot", "sit_sot") for v in ins[name]), *buffers]
+    native_inputs += [ins["untraced"][i] for i in kept] + ins["nit_sot"] + ins["non_seqs"]
+    outs = ScanLayout(new_info).split_outer_outputs(native.make_node(*native_inputs).outputs)
     n_sit_sot = info.n_sit_sot
-    finals = [trace[-1] for trace in outs["sit_sot"][n_sit_sot:]]
-    finals = [init.type.filter_variable(f, allow_convert=True) for init, f in zip(ins["untraced"], finals, strict=True)]
-    return [*outs["mit_mot"], *outs["mit_sot"], *outs["sit_sot"][:n_sit_sot], *outs["nit_sot"], *finals]
+    finals: dict[int, Variable] = {}
+    for i, trace in zip(chosen, outs["sit_sot"][n_sit_sot:], strict=True):
+        finals[i] = ins["untraced"][i].type.filter_variable(trace[-1], allow_convert=True)
+    finals.update(zip(kept, outs["untraced"], strict=True))
+    untraced = [finals[i] for i in range(len(retrace))]
+    return [*outs["mit_mot"], *outs["mit_sot"], *outs["sit_sot"][:n_sit_sot], *outs["nit_sot"], *untraced]
 
 
 def copy_untraced_outputs(inner_outputs: Sequence[Variable], info: ScanInfo) -> list[Variable]:
