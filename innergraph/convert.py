@@ -28,7 +28,8 @@ and `op_from_graph` build the in-graph forms directly.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, cast
 
@@ -40,10 +41,10 @@ from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.op import Op
 from pytensor.ifelse import IfElse as NativeIfElse
 from pytensor.scan.op import Scan as NativeScan
+from pytensor.tensor.type import TensorType
 
 from innergraph._compat import queried_once
 from innergraph.build import inner_graph
-from innergraph.dispatch import compiling_for_jit
 from innergraph.fold import fold_scope
 from innergraph.graph import InnerGraph, body_of, param, scope_toposort
 from innergraph.instantiate import carry_shapes, copy_scope, instantiate
@@ -130,6 +131,22 @@ _lifted_bodies: ContextVar[dict[Any, Variable] | None] = ContextVar("innergraph_
 #: The graph and node a rule is rewriting (a rule is called with the node's Op and inputs only).
 _current_node: ContextVar[tuple[FunctionGraph, Apply] | None] = ContextVar("innergraph_current_node", default=None)
 
+#: Whether the Scans being lowered will run on a JIT backend (which converts untraced states
+#: itself) rather than PyTensor's own Scan runtime. Only the compile pipeline knows
+#: (`lowering_for_jit`); anywhere else the answer is no, the form every runtime runs correctly.
+_for_jit: ContextVar[bool] = ContextVar("innergraph_lowering_for_jit", default=False)
+
+
+@contextmanager
+def lowering_for_jit(jit: bool) -> Iterator[None]:
+    """Lower, in this block, for a JIT backend (``jit``) or for PyTensor's own Scan runtime."""
+    token = _for_jit.set(jit)
+    try:
+        yield
+    finally:
+        _for_jit.reset(token)
+
+
 #: The rules `lift` applies, so that the nested nodes of the bodies it lifts follow them too.
 _active_lifters: ContextVar[dict[type, Rule] | None] = ContextVar("innergraph_active_lifters", default=None)
 
@@ -190,13 +207,15 @@ def _lift_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
 def _lower_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
     consumer: Scan = op
     lowered = Scan(consumer.layout, **{**consumer.flags(), "mode": already_rewritten(consumer.mode)})
-    if compiling_for_jit():  # the backend converts the Scan itself, untraced states included
+    if _for_jit.get():  # the backend converts the Scan itself, untraced states included
         return native_scan(body_of(inputs[0]), lowered, copy_untraced=False).make_node(*inputs[1:]).outputs
     if consumer.layout.info.n_untraced_sit_sot:  # PyTensor's own runtime: vanilla's form, traced states
         current = _current_node.get()
         results = consumer.layout.split_outer_outputs(current[1].outputs)["untraced"] if current else []
         read = [bool(current[0].clients.get(r)) for r in results] if current else [True] * consumer.layout.info.n_untraced_sit_sot
-        return retraced_outputs(body_of(inputs[0]), lowered, inputs[1:], read)
+        initial = consumer.layout.split_outer_inputs(inputs[2:])["untraced"]
+        retrace = [r and isinstance(v.type, TensorType) for r, v in zip(read, initial, strict=True)]  # not a generator
+        return retraced_outputs(body_of(inputs[0]), lowered, inputs[1:], retrace)
     return native_scan(body_of(inputs[0]), lowered).make_node(*inputs[1:]).outputs
 
 

@@ -87,9 +87,9 @@ def test_the_runtime_loses_an_uncopied_state(monkeypatch):
     Scans only) run by PyTensor's Python runtime. A step of its own keeps the bodies
     of the other tests (and their cached native Scans) apart.
     """
-    import innergraph.convert
+    import innergraph.rewriting.lift
 
-    monkeypatch.setattr(innergraph.convert, "compiling_for_jit", lambda: True)
+    monkeypatch.setattr(innergraph.rewriting.lift, "compiling_for_jit", lambda: True)
     trace = pytensor.scan(lambda s: s * k + 2.0, outputs_info=[s0], n_steps=3, return_updates=False)
     grad = pytensor.grad(trace[-1].sum(), [k])
     mode = Mode(linker="py", optimizer="fast_run")

@@ -7,7 +7,8 @@ import weakref
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import MergeOptimizer
 
-from innergraph.convert import PIPELINE_LIFTS, PIPELINE_LOWERS, lift, lower
+from innergraph.convert import PIPELINE_LIFTS, PIPELINE_LOWERS, lift, lower, lowering_for_jit
+from innergraph.dispatch import compiling_for_jit
 from innergraph.debugmode import forget_hidden
 from innergraph.fold import fold_inner_graphs, folded_bodies, unfold_inner_graphs
 from innergraph.ops.runtime import mark_rewritten
@@ -49,7 +50,8 @@ def lift_native(fgraph: FunctionGraph) -> int:
 
 def lower_consumers(fgraph: FunctionGraph) -> int:
     """Convert the in-graph consumers the pipeline lifted back into PyTensor's own nodes."""
-    return lower(fgraph, PIPELINE_LOWERS)
+    with lowering_for_jit(compiling_for_jit()):  # the pipeline knows the linker it compiles for
+        return lower(fgraph, PIPELINE_LOWERS)
 
 
 def fold_bodies(fgraph: FunctionGraph) -> int:
