@@ -50,7 +50,7 @@ from pytensor.graph.op import Op
 from pytensor.link.basic import JITLinker, Linker, LocalLinker, WrapLinker
 from pytensor.link.c.basic import CLinker, DualLinker
 
-__all__ = ["compiling_for_jit", "conversion_dispatches", "implements", "register_conversion_dispatch", "runs"]
+__all__ = ["compiling_for_jit", "conversion_dispatches", "implements", "linker_being_compiled", "register_conversion_dispatch", "runs"]
 
 #: Linker families that run nodes through ``op.make_thunk`` (a `JITLinker` is checked first).
 THUNK_LINKERS: tuple[type, ...] = (LocalLinker, CLinker, WrapLinker, DualLinker)
@@ -178,18 +178,26 @@ def _import(name: str, level: int, package: str | None) -> Any:
         return None
 
 
-def compiling_for_jit() -> bool:
-    """Whether the mode being compiled links with a JIT linker (Numba, JAX, ...).
+def linker_being_compiled() -> Linker | None:
+    """The linker of the mode being compiled; None for an unknown mode.
 
-    PyTensor compiles with ``config.mode`` set to the `Mode` whose rewriter runs;
-    outside a compilation it is the default mode. An unknown mode counts as not
-    JIT: the answer chooses the form PyTensor's own runtime needs.
+    PyTensor compiles with ``config.mode`` set to the `Mode` whose rewriter runs
+    (``pytensor.compile.maker.FunctionMaker.prepare_fgraph``); outside a
+    compilation it is the default mode.
     """
     from pytensor import config
     from pytensor.compile.mode import get_mode
 
     try:
-        linker = get_mode(config.mode).linker
-    except Exception:
-        return False
-    return isinstance(linker, JITLinker)
+        return get_mode(config.mode).linker
+    except Exception:  # an unknown mode name
+        return None
+
+
+def compiling_for_jit() -> bool:
+    """Whether the mode being compiled links with a JIT linker (Numba, JAX, ...).
+
+    An unknown mode counts as not JIT: the answer chooses the form PyTensor's own
+    runtime needs.
+    """
+    return isinstance(linker_being_compiled(), JITLinker)

@@ -477,15 +477,16 @@ def copy_untraced_outputs(inner_outputs: Sequence[Variable], info: ScanInfo) -> 
     from pytensor.compile.ops import DeepCopyOp, deep_copy_op
     from pytensor.tensor.type import TensorType
 
-    outputs = list(inner_outputs)
-    first = sum(len(s) for s in info.mit_mot_out_slices) + info.n_mit_sot + info.n_sit_sot + info.n_nit_sot
-    for i in range(first, first + info.n_untraced_sit_sot):
-        out = outputs[i]
+    def copied(out: Variable) -> Variable:
         if not isinstance(out.type, TensorType):
-            continue  # a random generator or other object: PyTensor carries those untraced itself
-        if not (out.owner is not None and isinstance(out.owner.op, DeepCopyOp)):
-            outputs[i] = deep_copy_op.make_node(out).outputs[0]
-    return outputs
+            return out  # a random generator or other object: PyTensor carries those untraced itself
+        if out.owner is not None and isinstance(out.owner.op, DeepCopyOp):
+            return out
+        return deep_copy_op.make_node(out).outputs[0]
+
+    groups = ScanLayout(info).split_inner_outputs(inner_outputs)
+    groups["untraced"] = [copied(out) for out in groups["untraced"]]
+    return [v for name in ("mit_mot", "mit_sot", "sit_sot", "nit_sot", "untraced", "until") for v in groups[name]]
 
 
 # Declared as a consumer (slot kinds, meanings, form) next to it; imported last: it reads `Scan`.

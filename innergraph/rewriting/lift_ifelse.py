@@ -86,21 +86,16 @@ def lift_applies() -> bool:
     thunk, Numba and JAX innergraph's implementations; a linker with none (MLX,
     PyTorch) keeps PyTensor's IfElse rather than getting it back at link time.
 
-    PyTensor compiles with ``config.mode`` set to the `Mode` whose rewriter runs
-    (``pytensor.compile.maker.FunctionMaker.prepare_fgraph``); outside a
-    compilation it is the default mode.
+    The linker is the compiled mode's (`innergraph.dispatch.linker_being_compiled`).
     """
-    from pytensor import config
-    from pytensor.compile.mode import get_mode
     from pytensor.link.vm import VMLinker
 
-    from innergraph.dispatch import runs
+    from innergraph.dispatch import linker_being_compiled, runs
     from innergraph.ops.ifelse import IfElse
     from innergraph.patching.linker import load_on_demand
 
-    try:
-        linker = get_mode(config.mode).linker
-    except Exception:  # an unknown mode name: leave the graph as it is
+    linker = linker_being_compiled()
+    if linker is None:  # an unknown mode name: leave the graph as it is
         return False
     if isinstance(linker, VMLinker):
         return False
