@@ -1,7 +1,10 @@
 """innergraph: control-flow bodies as real PyTensor graph inputs.
 
 ``import innergraph`` patches PyTensor (see `innergraph.patching`) and registers
-innergraph's rewrites; `uninstall` restores PyTensor exactly. Unpickling
+innergraph's rewrites; `uninstall` restores PyTensor exactly. On a PyTensor built
+from the upstream series (``patches/``) it applies no patch: ``innergraph`` is
+PyTensor's own ``pytensor.innergraph`` (see `innergraph._upstream`), and `form`
+says which form is active. Unpickling
 innergraph's objects imports its modules without running this package, so it
 installs nothing (see `innergraph_pickle`); a later ``import innergraph`` runs
 it, reusing those modules, and installs.
@@ -32,7 +35,11 @@ graph_stats
     Node, body and consumer counts, for vanilla and in-graph graphs alike.
 """
 
-import innergraph._supported  # noqa: F401  (first: on an unsupported PyTensor, one ImportError and no patch)
+import innergraph._supported  # noqa: F401  library only (first: on an unsupported PyTensor, one ImportError and no patch)
+from innergraph._upstream import alias_upstream, patched_pytensor  # library only
+
+if patched_pytensor():  # library only
+    alias_upstream()  # library only: ``innergraph`` is now ``pytensor.innergraph``, one copy of each class
 from innergraph.build import Closure, inner_graph
 from innergraph.builders import op_from_graph, scan
 from innergraph.checkpoint import checkpointing
@@ -45,7 +52,7 @@ from innergraph.ops.call import Call, call
 from innergraph.ops.ifelse import ifelse
 from innergraph.loops import do_while, fori_loop, loop, while_loop
 from innergraph import consumer  # noqa: F401  (the contributor API: innergraph.consumer)
-from innergraph.patching import install, installed, uninstall, uninstalled
+from innergraph.patching import form, install, installed, uninstall, uninstalled
 from innergraph.stats import graph_stats
 from innergraph.types import Body, InnerGraphType
 
@@ -64,6 +71,7 @@ __all__ = [
     "checkpointing",
     "fold_function",
     "fold_inner_graphs",
+    "form",
     "graph_stats",
     "consumer",
     "do_while",

@@ -40,6 +40,8 @@ from pytensor.misc.ordered_set import OrderedSet
 
 __all__ = ["forget_innergraph", "reduce_function_graph"]
 
+_PACKAGE = __name__.rpartition(".")[0] + "."  # "innergraph." (or "pytensor.innergraph." in a patched PyTensor)
+
 
 def reduce_function_graph(fgraph: FunctionGraph) -> str | tuple[Any, ...]:
     """``copyreg`` reducer of `FunctionGraph`: the default one, after `forget_innergraph`."""
@@ -155,4 +157,4 @@ def _own_mention(item: Any) -> bool:
 
 
 def _is_innergraph(obj: Any) -> bool:
-    return obj is not None and type(obj).__module__.split(".", 1)[0] == "innergraph"
+    return obj is not None and type(obj).__module__.startswith(_PACKAGE)

@@ -57,6 +57,7 @@ def patched_state():
     )
 
 
+@pytest.mark.monkey_patch_only
 def test_uninstall_restores_pytensor_exactly_and_install_is_idempotent():
     assert patched_state() == (linker_patch.schedule, printing_patch.debugprint, printing_patch.debugprint, True, gradient_patch.pullback)
     from innergraph.rewriting import db

@@ -52,7 +52,7 @@ from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse
 from innergraph.ops.runtime import body_value, compile_count, is_rewritten, pipeline_passes
 from innergraph.ops.scan import Scan, build_native_scan
-from innergraph.patching import DispatchPatch, Patch, apply_late
+from innergraph.patching import DispatchPatch, Patch, apply_late, original
 from innergraph.types import Body
 
 __all__ = [
@@ -201,7 +201,7 @@ def jax_funcify_native_scan(op: NativeScan, node: Apply | None = None, **kwargs:
     return _native_scan_funcify(shifted_mit_mot_taps(op), node=node, **kwargs)
 
 
-_original_jit_compile = JAXLinker.jit_compile
+_original_jit_compile = original(JAXLinker, "jit_compile")
 
 
 #: What tracing a function under ``jax.jit`` raises when a shape is only known at run time.

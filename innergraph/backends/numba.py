@@ -45,7 +45,7 @@ from pytensor.scan.op import Scan as NativeScan
 
 from innergraph.backends.numba_code import BodyCode, Converted, body_code, convert_once, one_conversion, prepared_body
 from innergraph.dispatch import register_conversion_dispatch
-from innergraph.patching import DispatchPatch, Patch, apply_late
+from innergraph.patching import DispatchPatch, Patch, apply_late, original
 from innergraph.rewriting.lift import was_lifted
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse
@@ -104,7 +104,7 @@ apply_late(DispatchPatch(numba_funcify_and_cache_key, FunctionGraph, funcify_fgr
 # function: within one conversion, equal nodes of the outer graph convert once too.
 apply_late(Patch(numba_basic, "numba_funcify_ensure_cache", convert_once))
 
-_original_cache_key_for_constant = numba_basic.cache_key_for_constant
+_original_cache_key_for_constant = original(numba_basic, "cache_key_for_constant")
 
 
 def cache_key_for_constant(data: Any) -> str:

@@ -44,7 +44,8 @@ from pytensor.compile.aliasing import add_supervisor_to_fgraph, insert_deepcopy
 from pytensor.compile.io import In, Out
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
-from pytensor.link.numba.dispatch.basic import cache_key_for_constant, numba_funcify_ensure_cache, numba_typify
+from pytensor.link.numba.dispatch import basic as numba_basic
+from pytensor.link.numba.dispatch.basic import cache_key_for_constant, numba_typify
 from pytensor.scan.op import Scan as NativeScan
 
 from innergraph.errors import FreeVariableError
@@ -53,6 +54,10 @@ from innergraph.instantiate import private_fgraph
 from innergraph.ops.runtime import body_rewriter, is_rewritten
 from innergraph.rewriting.tracks import skipping_untracked
 from innergraph.types import Body
+from innergraph.patching import original
+
+# PyTensor's own conversion of a node, which `convert_once` replaces (a patched PyTensor keeps it under another name)
+numba_funcify_ensure_cache = original(numba_basic, "numba_funcify_ensure_cache")
 
 __all__ = ["BodyCode", "Converted", "Rendering", "body_code", "convert_once", "one_conversion", "prepared_body"]
 

@@ -7,6 +7,17 @@ exposes ``patches()``, a list of `Patch` (or `ItemPatch`) records. Parts of PyTe
 puts back the very objects it replaced, so PyTensor is restored exactly.
 The rewrites innergraph registers in PyTensor's database are installed and
 removed together with the patches (see `innergraph.rewriting.db`).
+
+Two forms
+---------
+monkey-patched
+    PyTensor as released: `install` applies the `Patch` records above.
+patched pytensor
+    A PyTensor built from the upstream series (``patches/``, `innergraph.patches`): its own
+    files call the same hook functions these records install (each record's upstream edit,
+    `innergraph.patches.series.EDITS`), so `install` applies *no* record. It registers the
+    rewrites and turns the hooks on (`installed`); `uninstall` turns them off again, which
+    is how PyTensor behaves without innergraph. `form` says which form is active.
 """
 
 from __future__ import annotations
@@ -14,9 +25,23 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
-__all__ = ["DispatchPatch", "ItemPatch", "Patch", "apply_late", "install", "installed", "uninstall", "uninstalled"]
+__all__ = [
+    "DispatchPatch",
+    "ItemPatch",
+    "Patch",
+    "apply_late",
+    "form",
+    "hook",
+    "install",
+    "installed",
+    "original",
+    "patched_pytensor",
+    "uninstall",
+    "uninstalled",
+]
 
 
 @dataclass
@@ -76,10 +101,62 @@ class ItemPatch:
 
 _applied: list[Patch | DispatchPatch | ItemPatch] = []
 _late: list[Patch | DispatchPatch | ItemPatch] = []  # patches of on-demand parts, once those have loaded
+_registered: list[DispatchPatch] = []  # patched PyTensor: dispatch registrations of the backends
+_active = [False]  # patched PyTensor: whether the hooks its files call are on
+
+#: The suffix of the name under which a patched PyTensor keeps a function the series
+#: delegates to innergraph (``cache_key_for_constant`` -> ``_cache_key_for_constant_base``).
+BASE_SUFFIX = "_base"
+
+
+@cache
+def patched_pytensor() -> bool:
+    """Whether the imported PyTensor carries the upstream series (``pytensor.innergraph`` exists)."""
+    import importlib.util
+
+    return __name__.startswith("pytensor.") or importlib.util.find_spec("pytensor.innergraph") is not None
+
+
+def form() -> str:
+    """Which form of innergraph is active: ``"patched pytensor"``, ``"monkey-patched"`` or ``"not installed"``."""
+    if not installed():
+        return "not installed"
+    return "patched pytensor" if patched_pytensor() else "monkey-patched"
+
+
+def original(owner: Any, name: str) -> Any:
+    """PyTensor's own ``owner.name``, which a `Patch` record replaces (or a patched PyTensor delegates).
+
+    A patched PyTensor keeps it as ``_<name>_base`` (its ``name`` calls innergraph's
+    replacement through `hook`); released PyTensor as ``name``, read before any patch.
+    """
+    members = vars(owner)
+    base = members.get(f"_{name}{BASE_SUFFIX}")
+    return base if base is not None else members[name]
+
+
+def hook(module: str, name: str, base: Any) -> Any:
+    """What a function of a patched PyTensor that delegates to innergraph calls: ``module.name`` if installed, else ``base``."""
+    if not installed():
+        return base
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
 
 
 def apply_late(patch: Patch | DispatchPatch) -> None:
-    """Patch a part of PyTensor that loads on demand (Numba): now if installed, and on every `install`."""
+    """Patch a part of PyTensor that loads on demand (Numba): now if installed, and on every `install`.
+
+    On a patched PyTensor a `Patch` record is not applied (the series made it a direct
+    edit); a `DispatchPatch` is a registration with PyTensor's dispatcher, as PyTensor's
+    own backend modules register theirs, made while installed.
+    """
+    if patched_pytensor():
+        if isinstance(patch, DispatchPatch):
+            _registered.append(patch)
+            if installed():
+                patch.apply()
+        return
     _late.append(patch)
     if _applied:
         patch.apply()
@@ -87,13 +164,25 @@ def apply_late(patch: Patch | DispatchPatch) -> None:
 
 
 def installed() -> bool:
-    """Whether innergraph's patches are currently applied."""
-    return bool(_applied)
+    """Whether innergraph is active: its patches applied, or the hooks of a patched PyTensor on."""
+    return bool(_applied) or _active[0]
 
 
 def install() -> None:
-    """Apply every patch and register innergraph's rewrites (idempotent)."""
-    if _applied:
+    """Apply every patch and register innergraph's rewrites (idempotent).
+
+    On a patched PyTensor no patch is applied: the rewrites are registered and the
+    hooks PyTensor's own files call are turned on.
+    """
+    if installed():
+        return
+    if patched_pytensor():
+        from innergraph.rewriting import db as registry
+
+        _active[0] = True
+        for registration in _registered:
+            registration.apply()
+        registry.register_all()
         return
     from innergraph.patching import gradient, linker, pickling, printing
     from innergraph.rewriting import db
@@ -114,6 +203,10 @@ def uninstall() -> None:
 
     while _applied:
         _applied.pop().revert()
+    if _active[0]:
+        _active[0] = False
+        for registration in reversed(_registered):
+            registration.revert()
     db.unregister_all()
 
 

@@ -38,17 +38,25 @@ from pytensor.compile.debug import debugmode
 
 from innergraph.patching import Patch, apply_late
 
-__all__ = ["find_bad_optimizations"]
+__all__ = ["find_bad_optimizations", "without_refused_in_place"]
 
 _original = debugmode._find_bad_optimizations
 
 
 def find_bad_optimizations(order: list[Any], reasons: dict[Any, list[Any]], r_vals: dict[Any, Any]) -> None:
     """DebugMode's check of every replacement, without those of in-place rewrites the graph refused."""
+    _original(order, without_refused_in_place(order, reasons), r_vals)
+
+
+def without_refused_in_place(order: list[Any], reasons: dict[Any, list[Any]]) -> dict[Any, list[Any]]:
+    """``reasons`` without the records of refused in-place variables (a patched DebugMode's check calls it first)."""
+    from innergraph.patching import installed
+
+    if not installed():
+        return reasons
     outputs = [out for node in order for out in node.outputs]
     refused = {r for out in outputs for why, r, _, _ in reasons[out] if _revert_of_in_place(why, r)}
-    checked = {out: [] if out in refused else [t for t in reasons[out] if t[1] not in refused] for out in outputs}
-    _original(order, checked, r_vals)
+    return {out: [] if out in refused else [t for t in reasons[out] if t[1] not in refused] for out in outputs}
 
 
 def _revert_of_in_place(reason: str, reverted: Any) -> bool:

@@ -15,21 +15,32 @@ from pytensor.scan.op import Scan as NativeScan
 
 from innergraph.patching import Patch
 
-__all__ = ["patches"]
+__all__ = ["checkpointed_pullback", "patches", "pullback"]
 
 _original = vars(NativeScan)["pullback"]
 
 
 def pullback(self: NativeScan, inputs: Sequence[Variable], outs: Sequence[Variable], cotangents: Sequence[Variable]) -> Any:
-    from innergraph import checkpoint
+    grads = checkpointed_pullback(outs, cotangents)
+    return grads if grads is not None else _original(self, inputs, outs, cotangents)
+
+
+def checkpointed_pullback(outs: Sequence[Variable], cotangents: Sequence[Variable]) -> Any:
+    """The checkpointed gradients of the Scan computing ``outs``, or None for PyTensor's own pullback.
+
+    A patched PyTensor's ``Scan.pullback`` calls it first.
+    """
+    from innergraph.patching import installed
 
     node = outs[0].owner
-    policy = checkpoint.policy_of(node) if node is not None else None
+    if node is None or not installed():
+        return None
+    from innergraph import checkpoint
+
+    policy = checkpoint.policy_of(node)
     if policy is not None:
-        grads = checkpoint.checkpointed_pullback(node, cotangents, policy)
-        if grads is not None:
-            return grads
-    return _original(self, inputs, outs, cotangents)
+        return checkpoint.checkpointed_pullback(node, cotangents, policy)
+    return None
 
 
 def patches() -> list[Patch]:

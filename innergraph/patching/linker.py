@@ -25,11 +25,9 @@ from pytensor.graph.basic import Apply
 from pytensor.graph.fg import FunctionGraph
 from pytensor.link.basic import Linker
 
-from innergraph.fold import fold_inner_graphs
-from innergraph.handover import hand_over
 from innergraph.patching import Patch
 
-__all__ = ["ON_DEMAND", "load_on_demand", "patches", "schedule"]
+__all__ = ["ON_DEMAND", "load_on_demand", "patches", "prepare_schedule", "schedule"]
 
 _original_schedule = Linker.schedule
 
@@ -44,10 +42,22 @@ ON_DEMAND: tuple[tuple[str, str, str], ...] = (
 
 def schedule(self: Linker, fgraph: FunctionGraph) -> list[Apply]:
     """`Linker.schedule`, after folding inner-graph nodes out of ``fgraph``."""
-    load_on_demand(type(self))
-    fold_inner_graphs(fgraph, reason="Linker.schedule")
-    hand_over(fgraph, self)
+    prepare_schedule(self, fgraph)
     return _original_schedule(self, fgraph)
+
+
+def prepare_schedule(linker: Linker, fgraph: FunctionGraph) -> None:
+    """What innergraph does before ``linker`` schedules ``fgraph`` (a patched PyTensor's `Linker.schedule` calls it)."""
+    from innergraph.patching import installed
+
+    if not installed():
+        return
+    from innergraph.fold import fold_inner_graphs
+    from innergraph.handover import hand_over
+
+    load_on_demand(type(linker))
+    fold_inner_graphs(fgraph, reason="Linker.schedule")
+    hand_over(fgraph, linker)
 
 
 def load_on_demand(linker_class: type) -> None:

@@ -13,9 +13,17 @@ import copyreg
 from pytensor.graph.fg import FunctionGraph
 
 from innergraph.patching import ItemPatch
-from innergraph.pickling import reduce_function_graph
+from innergraph.pickling import forget_innergraph, reduce_function_graph
 
-__all__ = ["patches"]
+__all__ = ["before_pickle", "patches"]
+
+
+def before_pickle(fgraph: FunctionGraph) -> None:
+    """Drop ``fgraph``'s stale entries while innergraph is installed (a patched ``FunctionGraph.__getstate__`` calls it)."""
+    from innergraph.patching import installed
+
+    if installed():
+        forget_innergraph(fgraph)
 
 
 def patches() -> list[ItemPatch]:

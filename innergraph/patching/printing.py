@@ -22,7 +22,7 @@ from innergraph.fold import folded_bodies
 from innergraph.instantiate import instantiate
 from innergraph.patching import Patch
 
-__all__ = ["debugprint", "patches"]
+__all__ = ["bodies_section", "debugprint", "patches"]
 
 _original_debugprint = pytensor.printing.debugprint
 
@@ -34,7 +34,7 @@ def debugprint(graph_like: Any, *args: Any, file: Any = None, **kwargs: Any) -> 
     ids: dict[Any, str] = kwargs.pop("used_ids", None) or {}
     buffer = io.StringIO()
     _original_debugprint(graph_like, *args, **{**kwargs, "file": buffer, "used_ids": ids})
-    text = buffer.getvalue() + _bodies_section(_outputs_of(graph_like), ids)
+    text = buffer.getvalue() + bodies_section(graph_like, ids)
     if file == "str":
         return text
     stream = sys.stdout if file is None else file
@@ -57,10 +57,30 @@ def _outputs_of(graph_like: Any) -> list[Variable]:
     return outputs
 
 
-def _bodies_section(outputs: list[Variable], ids: dict[Any, str]) -> str:
-    bodies = folded_bodies(outputs)
+_printing_body = [False]
+
+
+def bodies_section(graph_like: Any, ids: dict[Any, str]) -> str:
+    """The ``Bodies:`` section of ``graph_like``'s listing (a patched PyTensor's `debugprint` appends it).
+
+    ``ids`` are the ``[id X]`` labels the main listing gave; empty when no folded body shows
+    (or innergraph is not installed, or this is the listing of a body itself).
+    """
+    from innergraph.patching import installed
+
+    if not installed() or _printing_body[0]:
+        return ""
+    bodies = folded_bodies(_outputs_of(graph_like))
     if not bodies:
         return ""
+    _printing_body[0] = True
+    try:
+        return _listing(bodies, ids)
+    finally:
+        _printing_body[0] = False
+
+
+def _listing(bodies: Any, ids: dict[Any, str]) -> str:
     lines = ["", "Bodies:", ""]
     for constant, body in bodies:
         named = [t(name=f"p{i}") for i, t in enumerate(body.param_types)]

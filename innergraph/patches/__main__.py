@@ -1,0 +1,30 @@
+"""``python -m innergraph.patches build|check [--sdist PATH]``: write or verify ``patches/``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from innergraph.patches.build import build_series, check_series
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m innergraph.patches", description=__doc__)
+    parser.add_argument("command", choices=["build", "check"])
+    parser.add_argument("--sdist", type=Path, default=None, help="PyTensor 3.0.7 sdist (default: downloaded once, cached)")
+    parser.add_argument("--out", type=Path, default=None, help="folder of the series (default: the repository's patches/)")
+    args = parser.parse_args(argv)
+    if args.command == "build":
+        written = build_series(out=args.out, sdist=args.sdist)
+        print(f"wrote {len(written)} files to {written[0].parent}")
+        return 0
+    problems = check_series(out=args.out, sdist=args.sdist)
+    for line in problems:
+        print(line)
+    print("patches/: up to date" if not problems else "patches/ differs from the generated series: run `python -m innergraph.patches build`")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""The two forms of innergraph (issue 25): monkey-patched PyTensor, and PyTensor built from ``patches/``.
+
+On a patched PyTensor no monkey-patch may be applied: every patch target must be PyTensor's
+own object and ``innergraph`` must be ``pytensor.innergraph`` (one copy of each class). On a
+released PyTensor each monkey-patch record must be paired with its upstream edit in
+`innergraph.patches.series`. ``INNERGRAPH_EXPECT_FORM`` (set by ``.ci/patched``) pins the
+form, so a run in the wrong environment fails instead of checking the other branch.
+"""
+
+import copyreg
+import importlib
+import os
+import sys
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from pytensor.graph.fg import FunctionGraph
+from pytensor.link.basic import Linker
+from pytensor.scan.op import Scan as NativeScan
+
+import innergraph
+from innergraph import patching
+from innergraph.patches import series
+
+PATCHED = patching.patched_pytensor()
+
+#: (owner module, attribute path, the module PyTensor defines it in) of objects monkey-patch records replace
+TARGETS = [
+    ("pytensor.link.basic", "Linker.schedule", "pytensor.link.basic"),
+    ("pytensor.printing", "debugprint", "pytensor.printing"),
+    ("pytensor", "dprint", "pytensor.printing"),
+    ("pytensor.scan.op", "Scan.pullback", "pytensor.scan.op"),
+]
+
+#: how `innergraph.patches.series` names a record's owner
+_OWNER_LABELS = {"pytensor.link.numba.dispatch.basic": "numba_basic", "pytensor.compile.debug.debugmode": "debugmode", "pytensor.printing": "printing"}
+
+
+def _resolve(module, path):
+    obj = importlib.import_module(module)
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def test_the_expected_form_is_active():
+    expected = os.environ.get("INNERGRAPH_EXPECT_FORM")
+    form = innergraph.form()
+    assert form in ("patched pytensor", "monkey-patched")
+    assert form == ("patched pytensor" if PATCHED else "monkey-patched")
+    if expected:
+        assert form == expected
+
+
+def _load_backends():
+    """Compile once with Numba so that its on-demand patches (or registrations) are made."""
+    x = pt.dvector("x")
+    f = pytensor.function([x], innergraph.ifelse(x.sum() > 0, x + 1, x - 1), mode="NUMBA")
+    np.testing.assert_allclose(f(np.array([1.0, 2.0])), [2.0, 3.0])
+    np.testing.assert_allclose(f(np.array([-1.0, -2.0])), [-2.0, -3.0])
+    importlib.import_module("innergraph.patching.debugmode")  # what a DebugMode link loads
+    importlib.import_module("innergraph.backends.jax")  # what a JAX link loads
+
+
+
+
+def test_no_monkey_patch_on_a_patched_pytensor_or_every_record_paired():
+    _load_backends()
+    if PATCHED:
+        assert patching._applied == [] and patching._late == []
+        assert innergraph is sys.modules["pytensor.innergraph"]
+        assert innergraph.types is importlib.import_module("pytensor.innergraph.types")
+        for module, path, defined_in in TARGETS:
+            assert _resolve(module, path).__module__ == defined_in, path
+        assert pytensor.dprint is pytensor.printing.debugprint
+        assert FunctionGraph not in copyreg.dispatch_table
+        from pytensor.link.numba.dispatch import basic as numba_basic
+
+        for name in ("cache_key_for_constant", "numba_funcify_ensure_cache"):
+            assert vars(numba_basic)[name].__module__ == "pytensor.link.numba.dispatch.basic", name
+        assert Linker.schedule.__qualname__ == "Linker.schedule" and NativeScan.pullback.__qualname__ == "Scan.pullback"
+    else:
+        replaced = {_owner_name(p) for p in patching._applied if not isinstance(p, patching.DispatchPatch)}
+        paired = {edit.replaces for edit in series.EDITS if edit.replaces}
+        assert replaced, "no monkey-patch applied on a released PyTensor"
+        assert replaced <= paired, f"monkey-patches with no upstream edit in innergraph/patches/series.py: {replaced - paired}"
+        # the hooks the edits call exist, with the names the series gives them
+        for edit in series.EDITS:
+            if isinstance(edit, series.Delegate):
+                module = importlib.import_module(edit.module.replace("pytensor.innergraph", "innergraph"))
+                assert callable(getattr(module, edit.replacement)), edit
+
+
+def _owner_name(patch):
+    """``"Owner.name"`` of a record, as `series.Edit.replaces` spells it."""
+    if isinstance(patch, patching.ItemPatch):
+        return f"copyreg.dispatch_table[{patch.key.__name__}]"
+    if patch.owner is pytensor and patch.name == "dprint":
+        return "printing.debugprint"  # pytensor.dprint is pytensor.printing.debugprint: one edit
+    owner = patch.owner
+    label = _OWNER_LABELS.get(owner.__name__, owner.__name__) if isinstance(owner, type(sys)) else owner.__name__
+    return f"{label}.{patch.name}"
+
+
+def test_hooks_are_off_while_uninstalled_in_either_form():
+    x = pt.dvector("x")
+    graph = innergraph.call(lambda u: pt.tanh(u) * 2, x)
+    with innergraph.uninstalled():
+        assert innergraph.form() == "not installed"
+        assert not innergraph.installed()
+    assert innergraph.installed()
+    f = pytensor.function([x], graph)
+    np.testing.assert_allclose(f(np.array([0.5, -1.0])), np.tanh([0.5, -1.0]) * 2)
+    assert "Bodies:" in pytensor.dprint(f, file="str")
