@@ -40,6 +40,7 @@ def rewrite_imports(source: str, path: str) -> str:
     source = re.sub(r"^(\s*)import innergraph(?=[\s.])", r"\1import pytensor.innergraph", source, flags=re.M)
     source = re.sub(r"([\"'])innergraph((?:\.\w+)+)\1", r"\1pytensor.innergraph\2\1", source)  # module names in strings
     source = "".join(line for line in source.splitlines(keepends=True) if not _LIBRARY_ONLY_LINE.search(line))
+    source = source.rstrip("\n") + "\n" if source.strip() else ""  # git apply warns of blank lines at the end of a new file
     if path == "innergraph_pickle/__init__.py":
         source = source.replace('PACKAGE = "innergraph"', 'PACKAGE = "pytensor.innergraph"')
     return source

@@ -20,6 +20,8 @@ innergraph's own implementations for it have loaded).
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import sys
 
 from pytensor.graph.basic import Apply
 from pytensor.graph.fg import FunctionGraph
@@ -64,8 +66,16 @@ def load_on_demand(linker_class: type) -> None:
     """Import the innergraph modules `ON_DEMAND` names for ``linker_class`` or a base class of it."""
     bases = {(c.__module__, c.__qualname__) for c in linker_class.__mro__}
     for module, name, needed in ON_DEMAND:
-        if (module, name) in bases:
+        if (module, name) in bases and needed not in sys.modules and _exists(needed):
             importlib.import_module(needed)
+
+
+def _exists(module: str) -> bool:
+    """Whether ``module`` is there: a PyTensor patched up to the rewrites has no backends yet (its consumers are handed over)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its package is missing
+        return False
 
 
 def patches() -> list[Patch]:
