@@ -1,0 +1,66 @@
+"""The generator of the upstream series (`innergraph.patches`): module table, import rewriting, anchors.
+
+Building the series needs PyTensor's sdist; ``.ci/patched`` runs ``python -m innergraph.patches
+check`` and applies the result. These tests need only the installed PyTensor (the same files).
+"""
+
+import shutil
+from pathlib import Path
+
+import pytensor
+import pytest
+
+from innergraph.patches import build, series
+from innergraph.patching import patched_pytensor
+
+REPOSITORY = build.REPOSITORY
+
+
+def test_every_library_module_is_in_exactly_one_patch_or_library_only():
+    assert series.unassigned(REPOSITORY) == []
+    shipped = [m for spec in series.SERIES for m in spec.modules]
+    assert len(shipped) == len(set(shipped))
+
+
+def test_an_unassigned_module_stops_the_build_and_says_what_to_add(tmp_path, monkeypatch):
+    copy = tmp_path / "repo"
+    shutil.copytree(REPOSITORY / "innergraph", copy / "innergraph", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPOSITORY / "innergraph_pickle", copy / "innergraph_pickle", ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "innergraph" / "rewriting" / "brand_new.py").write_text('"""A module nobody assigned."""\n')
+    assert series.unassigned(copy) == ["rewriting/brand_new.py"]
+    monkeypatch.setattr(build, "REPOSITORY", copy)
+    with pytest.raises(SystemExit, match=r"(?s)PatchSpec in innergraph/patches/series.py.*innergraph/rewriting/brand_new.py"):
+        build.build_series(out=tmp_path / "out", sdist=tmp_path / "never-read.tar.gz")
+
+
+def test_copies_import_pytensor_innergraph_only():
+    source = (
+        "import innergraph_pickle\n"
+        "from innergraph.fold import fold_inner_graphs\n"
+        "from innergraph import consumer as api\n"
+        "    import innergraph.backends.numba  # noqa: F401\n"
+        'ON_DEMAND = ("innergraph.backends.numba",)\n'
+        'mode.excluding("innergraph")\n'
+        "import innergraph._supported  # noqa: F401  library only\n"
+    )
+    assert build.rewrite_imports(source, "x.py") == (
+        "from pytensor.innergraph import _pickle as innergraph_pickle\n"
+        "from pytensor.innergraph.fold import fold_inner_graphs\n"
+        "from pytensor.innergraph import consumer as api\n"
+        "    import pytensor.innergraph.backends.numba  # noqa: F401\n"
+        'ON_DEMAND = ("pytensor.innergraph.backends.numba",)\n'
+        'mode.excluding("innergraph")\n'
+    )
+
+
+@pytest.mark.parametrize("edit", series.EDITS, ids=lambda e: e.replaces or e.file)
+def test_each_edit_finds_its_anchor_once_in_pytensor_3_0_7_or_is_there(edit):
+    """Released PyTensor: where each edit goes is unambiguous. Patched PyTensor: each edit is in it, once."""
+    text = (Path(pytensor.__file__).parent.parent / edit.file).read_text()
+    patched = patched_pytensor()
+    if isinstance(edit, series.Edit):
+        assert text.count(edit.before + edit.text + edit.after if patched else edit.before + edit.after) == 1
+    elif patched:
+        assert text.count(f"def _{edit.name}_base(") == 1 and text.count(f"def {edit.name}(*args, **kwargs):") == 1
+    else:
+        assert text.count(f"def {edit.name}(") == 1
