@@ -93,4 +93,18 @@ def alias_upstream() -> ModuleType:
         if name.startswith(UPSTREAM + ".") and module is not None:
             sys.modules[PACKAGE + name[len(UPSTREAM) :]] = module
     sys.modules[PACKAGE] = package
+    if "__getattr__" not in vars(package):
+        setattr(package, "__getattr__", _library_only_attribute)  # PEP 562: the package answers from-imports
     return package
+
+
+def _library_only_attribute(name: str) -> ModuleType:
+    """``from innergraph import cases``: a library-only module, which ``pytensor.innergraph`` does not ship.
+
+    ``from package import name`` looks for ``<package.__name__>.name``, that is
+    ``pytensor.innergraph.cases``; this module ``__getattr__`` of the package answers
+    with the library's ``innergraph.cases`` instead.
+    """
+    if name.startswith("__") or not os.path.exists(os.path.join(_LIBRARY, name)) and not os.path.exists(os.path.join(_LIBRARY, name + ".py")):
+        raise AttributeError(f"module {UPSTREAM!r} has no attribute {name!r}")
+    return importlib.import_module(f"{PACKAGE}.{name}")
