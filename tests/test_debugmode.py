@@ -204,6 +204,7 @@ def test_a_wrong_rewrite_of_a_lifted_body_is_still_caught():
         optdb.__db__.pop(type(rewriter).__name__, None)
 
 
+@pytest.mark.monkey_patch_only
 def test_the_patch_of_debugmode_is_reverted_by_uninstall():
     from pytensor.compile.debug import debugmode
 

@@ -41,6 +41,7 @@ def test_copies_import_pytensor_innergraph_only():
         "    import innergraph.backends.numba  # noqa: F401\n"
         'ON_DEMAND = ("innergraph.backends.numba",)\n'
         'mode.excluding("innergraph")\n'
+        'fgraph.replace_all(pairs, reason="innergraph.lift")\n'
         "import innergraph._supported  # noqa: F401  library only\n"
     )
     assert build.rewrite_imports(source, "x.py") == (
@@ -50,6 +51,7 @@ def test_copies_import_pytensor_innergraph_only():
         "    import pytensor.innergraph.backends.numba  # noqa: F401\n"
         'ON_DEMAND = ("pytensor.innergraph.backends.numba",)\n'
         'mode.excluding("innergraph")\n'
+        'fgraph.replace_all(pairs, reason="innergraph.lift")\n'
     )
 
 

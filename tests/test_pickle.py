@@ -139,6 +139,7 @@ def test_a_pytensor_only_function_loads_without_importing_innergraph(compiled, r
     assert report["modules_after_pytensor_only"] == []
 
 
+@pytest.mark.monkey_patch_only
 def test_in_graph_functions_load_and_run_without_installing(compiled, report):
     _close(report["in_graph"], compiled["in_graph"](X, A))
     _close([report["in_graph_scan"]], [compiled["in_graph_scan"](X, A)])
@@ -152,6 +153,7 @@ def test_import_innergraph_after_loading_still_installs(report):
     assert report["after_import"] == {"installed": True, "rewrites": len(db.registered())}
 
 
+@pytest.mark.monkey_patch_only
 def test_what_each_pickle_imports(compiled):
     assert not any(m.split(".")[0].startswith("innergraph") for m in modules_named(pickle.dumps(compiled["pytensor_only"])))
     named = modules_named(pickle.dumps(compiled["in_graph"]))
@@ -182,6 +184,7 @@ def test_forget_innergraph_drops_only_stale_entries():
     assert any(v not in live for v in fgraph.clients)  # PyTensor's own leftovers stay, as without innergraph
 
 
+@pytest.mark.monkey_patch_only
 def test_uninstall_removes_the_pickling_patch():
     assert copyreg.dispatch_table.get(FunctionGraph) is not None
     innergraph.uninstall()
