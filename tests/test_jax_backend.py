@@ -391,6 +391,7 @@ def test_untraced_states(untraced_fns, kind, mode):
 # --- reversibility ----------------------------------------------------------------------
 
 
+@pytest.mark.monkey_patch_only  # checks the JAXLinker.jit_compile record (a delegate in a patched PyTensor)
 @pytest.mark.parametrize("cls", [Call, IfElse, Scan, NativeScan])
 def test_uninstall_removes_the_jax_registrations(cls):
     import innergraph.backends.jax as backend
