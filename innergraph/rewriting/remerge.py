@@ -52,7 +52,7 @@ def merge_fully(fgraph: FunctionGraph) -> int:
     pending; ``MergeOptimizer`` forgets its refusals after each run).
     """
     MergeOptimizer().rewrite(fgraph)
-    feature = fgraph.merge_feature  # type: ignore[attr-defined]
+    feature = fgraph.merge_feature  # attached by MergeOptimizer
     reruns = 0
     while any(node not in feature.nodes_seen for node in fgraph.apply_nodes):
         for node in fgraph.toposort():
