@@ -1,7 +1,8 @@
 """innergraph with PyMC 6.0.1 and pymc-extras 0.12.1 (run in the ``pymc`` environment: ``.ci/pymc``).
 
 * the NUTS functions of the five models of `innergraph.pymc_models` give vanilla's numbers;
-* importing innergraph before or after PyMC gives the same compiled graph, and
+* importing innergraph before or after PyMC gives the same compiled graph and the same
+  copies of canonicalize in PyMC's logprob database (`innergraph.rewriting.copies`), and
   ``import innergraph; import pymc; innergraph.uninstall()`` gives exactly what PyMC
   alone gives (PyMC's logp derivation and the compiled graph);
 * a second process loads the CustomDist GARCH's NUTS function from Numba's cache.
@@ -55,3 +56,18 @@ def test_uninstall_after_import_before_pymc_gives_pymc_alone(model):
 def test_customdist_garch_loads_from_numbas_cache_in_a_second_process():
     _run("nuts_compilations.py", "pymc-garch-customdist")  # fills the cache (or finds it filled)
     assert _run("nuts_compilations.py", "pymc-garch-customdist").split() == ["0"]
+
+
+def _copies(order):
+    return _run("copies.py", order).splitlines()
+
+
+def test_pymcs_copies_of_canonicalize_hold_innergraphs_rewriters_exactly_while_installed():
+    """Either import order gives PyMC the same logprob rewrites; uninstall gives PyMC's own (issue 21, item 5)."""
+    vanilla, first, after = _copies("vanilla"), _copies("innergraph-first"), _copies("pymc-first")
+    assert any("innergraph_sum_of_one_row" in line for line in first)
+    assert not any("innergraph" in line for line in vanilla)
+    assert after == first
+    assert _copies("innergraph-first-uninstalled") == vanilla
+    assert _copies("pymc-first-uninstalled") == vanilla
+    assert _copies("innergraph-first-reinstalled") == first

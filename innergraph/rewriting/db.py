@@ -111,6 +111,7 @@ from pytensor.graph.rewriting.basic import GraphRewriter, dfs_rewriter
 from pytensor.graph.rewriting.db import RewriteDatabase
 
 from innergraph.rewriting.contiguous import contiguous_constants
+from innergraph.rewriting.copies import add_to_copies, remove_from_copies
 from innergraph.rewriting.fusion import fuse_bodies
 from innergraph.rewriting.inline_args import inline_lifted_arguments
 from innergraph.rewriting.lift import fold_bodies, lift_native, lower_consumers
@@ -218,6 +219,12 @@ def register_all() -> None:
             before = {tag for tag, members in db.__db__.items() if members}
             db.register(name, rewriter, *tags, **kwargs)
             _added_keys.setdefault(id(db), set()).update(set(db.__db__) - before)
+    add_to_copies(_copied_rewriters())  # PyMC's copies of canonicalize (`innergraph.rewriting.copies`)
+
+
+def _copied_rewriters() -> list[Any]:
+    """The node rewriters that copies of ``canonicalize`` hold: those registered in it."""
+    return [rewriter for _, rewriter, db, _ in _LOCAL_REWRITES if db == "canonicalize"]
 
 
 def unregister(db: RewriteDatabase, name: str, rewriter: Any) -> None:
@@ -233,7 +240,8 @@ def unregister(db: RewriteDatabase, name: str, rewriter: Any) -> None:
 
 
 def unregister_all() -> None:
-    """Remove innergraph's rewrites (and the tags only they used) from ``optdb`` and its sub-databases."""
+    """Remove innergraph's rewrites (and the tags only they used) from ``optdb``, its sub-databases and known copies."""
+    remove_from_copies(_copied_rewriters())
     dbs = {}
     for db, name, rewriter, _, _ in _entries():
         if name not in db._names:

@@ -13,6 +13,7 @@ from innergraph.debugmode import forget_hidden
 from innergraph.fold import fold_inner_graphs, folded_bodies, unfold_inner_graphs
 from innergraph.ops.runtime import mark_rewritten
 from innergraph.rewriting.args import outline_constants
+from innergraph.rewriting.remerge import merge_fully
 from innergraph.rewriting.signature import sharing_rebuilt_functions
 
 __all__ = ["fold_bodies", "lift_native", "lower_consumers", "mark_lifted", "was_lifted"]
@@ -44,7 +45,7 @@ def lift_native(fgraph: FunctionGraph) -> int:
     while changed := unfold_inner_graphs(fgraph, reason="innergraph_lift") + lift(fgraph, PIPELINE_LIFTS):
         total += changed
     if total > 1:
-        MergeOptimizer().rewrite(fgraph)
+        merge_fully(fgraph)  # MergeOptimizer alone can leave a body's copies of a constant's users unmerged
     return total
 
 

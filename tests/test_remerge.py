@@ -1,0 +1,74 @@
+"""Merging to the end (`innergraph.rewriting.remerge`): the merges PyTensor's MergeOptimizer drops.
+
+The graph ``[exp(c2), expand_dims(c2) * x, expand_dims(c2) - x, expand_dims(c1) + x]``
+with ``c1``, ``c2`` two equal constants keeps two ``expand_dims(0.5)`` after
+``MergeOptimizer`` (PyTensor 3.0.7): the pending duplicate's candidate is merged
+away first. The lift's merge must leave no duplicate: on pymc-extras' structural
+model the survivors made the Kalman gradient compute one chain twice per step.
+"""
+
+import collections
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.rewriting.basic import MergeOptimizer
+
+from innergraph.rewriting.lift import lift_native
+from innergraph.rewriting.remerge import merge_fully
+
+
+def _duplicates(fgraph):
+    """Nodes equal to another one (same Op, the very same inputs): what a full merge leaves none of."""
+    keys = collections.Counter((node.op, tuple(node.inputs)) for node in fgraph.apply_nodes)
+    return sum(count - 1 for count in keys.values() if count > 1)
+
+
+def _dropping_graph(x):
+    """Outputs whose merge MergeOptimizer leaves unfinished (see the module docstring)."""
+    c1, c2 = pt.constant(0.5), pt.constant(0.5)
+    return [pt.exp(c2), pt.expand_dims(c2, 0) * x, pt.expand_dims(c2, 0) - x, pt.expand_dims(c1, 0) + x]
+
+
+def test_merge_optimizer_drops_a_pending_merge():
+    """PyTensor's own defect, kept visible: this fails once PyTensor merges such graphs fully."""
+    x = pt.vector("x")
+    fgraph = FunctionGraph([x], _dropping_graph(x), clone=False)
+    MergeOptimizer().rewrite(fgraph)
+    assert _duplicates(fgraph) == 1
+
+
+def test_merge_fully_leaves_no_duplicate():
+    x = pt.vector("x")
+    fgraph = FunctionGraph([x], _dropping_graph(x), clone=False)
+    assert merge_fully(fgraph) == 1
+    assert _duplicates(fgraph) == 0
+    assert sorted(type(n.op).__name__ for n in fgraph.apply_nodes) == sorted(  # one expand_dims(0.5) left
+        ["DimShuffle", "Elemwise", "Elemwise", "Elemwise", "Elemwise"]
+    )
+
+
+def test_merge_fully_on_a_merged_graph_is_one_merge():
+    x = pt.vector("x")
+    fgraph = FunctionGraph([x], [pt.exp(x) + pt.exp(x)], clone=False)
+    assert merge_fully(fgraph) == 0
+    assert len(fgraph.apply_nodes) == 2
+
+
+def test_lift_leaves_no_duplicate_and_vanillas_values():
+    """Two lifted loops next to the dropping pattern: the lift's merge finishes it."""
+    x = pt.vector("x")
+    loops = [
+        pytensor.scan(lambda s, k=k: s * 0.5 + k, outputs_info=[x], n_steps=3, return_updates=False)[-1] for k in (1.0, 2.0)
+    ]
+    outputs = [*_dropping_graph(x), *loops]
+    fgraph = FunctionGraph([x], outputs, clone=True)
+    assert lift_native(fgraph) == 2
+    assert _duplicates(fgraph) == 0
+    value = np.array([1.0, -2.0])
+    mode = pytensor.compile.mode.get_default_mode()
+    ours = pytensor.function([x], outputs, mode=mode)(value)
+    vanilla = pytensor.function([x], outputs, mode=mode.excluding("innergraph"))(value)
+    for a, b in zip(vanilla, ours, strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-15)
