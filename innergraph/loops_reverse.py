@@ -94,7 +94,7 @@ def _step_count(op: WhileLoop, parts: dict[str, Any]) -> Variable:
     def pre(xs: list[Variable]) -> Variable:
         return api.instantiate(parts["cond_fn"], [*xs[:c], *parts["cond_args"], *parts["args"]])[0]
 
-    def step(xs: list[Variable]) -> tuple[list[Variable], Variable]:
+    def step(xs: list[Any]) -> tuple[list[Variable], Variable]:
         *new, post = api.instantiate(parts["step_fn"], [*xs[:c], *parts["step_args"], *parts["args"]])
         return [*new, xs[c] + 1], post
 
@@ -129,7 +129,7 @@ def reverse_pullback(
     g0 = [outputs[i].type.filter_variable(g, allow_convert=True) for i, g in zip(diff, g0, strict=True)]
     a0 = [pt.zeros_like(others[j]) for j in wrt_others]
 
-    def back(rows: list[Variable], state: list[Variable]) -> list[Variable]:
+    def back(rows: list[Variable], state: list[Any]) -> list[Variable]:
         xs, gs, acc = state[:c], state[c : c + len(diff)], state[c + len(diff) :]
         prev = api.instantiate(rev_fn, [*xs, *rev_args])
         prev = [x.type.filter_variable(p, allow_convert=True) for x, p in zip(xs, prev, strict=True)]
@@ -137,7 +137,7 @@ def reverse_pullback(
         new = api.instantiate(parts["step_fn"], [*at, *others])[:-1]
         wrt = [at[i] for i in diff] + [others[j] for j in wrt_others]
         known = {new[i]: g for i, g in zip(diff, gs, strict=True)}
-        grads = pytensor.grad(None, wrt, known_grads=known, disconnected_inputs="ignore", return_disconnected="zero")
+        grads: Any = pytensor.grad(None, wrt, known_grads=known, disconnected_inputs="ignore", return_disconnected="zero")
         grads = clone_replace(grads, dict(zip(at, prev, strict=True)))
         new_gs = [g.type.filter_variable(d, allow_convert=True) for g, d in zip(gs, grads[: len(diff)], strict=True)]
         return [*prev, *new_gs, *(a + d for a, d in zip(acc, grads[len(diff) :], strict=True))]
@@ -145,8 +145,9 @@ def reverse_pullback(
     n = _step_count(op, parts)
     final = _fori(n, [], back, [*outputs, *g0, *a0])
     g_init, g_others = final[c : c + len(diff)], final[c + len(diff) :]
-    known = {parts["init"][i]: g for i, g in zip(diff, g_init, strict=True)}
+    known: dict[Variable, Any] = {parts["init"][i]: g for i, g in zip(diff, g_init, strict=True)}
     for j, g in zip(wrt_others, g_others, strict=True):
         v = others[j]
         known[v] = known[v] + g if v in known else g
-    return list(pytensor.grad(None, list(inputs), known_grads=known, disconnected_inputs="ignore", return_disconnected="zero"))
+    result: Any = pytensor.grad(None, list(inputs), known_grads=known, disconnected_inputs="ignore", return_disconnected="zero")
+    return list(result)

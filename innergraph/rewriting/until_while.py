@@ -131,7 +131,7 @@ def _initial(buffer: Variable, row_type: TensorType) -> Variable:
     """A traced state's initial value, of ``row_type``, from its buffer (`first_row`, broadcast to a row)."""
     written = first_row(buffer)
     if written.type != row_type:  # a write broadcasts: [[1.]] into every column of the row
-        written = pt.broadcast_to(written, pt.shape(buffer)[1:])  # type: ignore[arg-type]
+        written = pt.broadcast_to(written, pt.shape(buffer)[1:])
     return row_type.filter_variable(written, allow_convert=True)
 
 
