@@ -40,9 +40,14 @@ def _case(
             return inputs, [_until_loop(s, st, start, max_steps)]
         return inputs, [innergraph.do_while(s, lambda x: pt.invert(st(x)), start)]
 
-    if scan_only:  # the same Scan for both variants: innergraph_until_to_while makes it a while loop
+    if scan_only:  # the same Scan for both variants: innergraph_until_to_while (opt-in) makes it a while loop
         case_id, title = f"{case_id}-scan", title.replace("do_while vs scan until", "scan until, both variants")
+        return Case(case_id, "loops", title, build, values, rtol=1e-9, compile=_until_to_while)
     return Case(case_id, "loops", title, build, values, rtol=1e-9)
+
+
+def _until_to_while(inputs: list[Any], outputs: list[Any], mode: Any) -> Any:
+    return pytensor.function(inputs, outputs, mode=mode.including("scan_until_to_while"))
 
 
 def while_step(steps: int = 10_000, scan_only: bool = False) -> Case:

@@ -1,5 +1,6 @@
 """``innergraph_until_to_while``: a Scan with ``until`` read only at its final states becomes one
-WhileLoop (under Numba by default, under py and cvm with INNERGRAPH_UNTIL_TO_WHILE=always); the
+WhileLoop (opt-in: mode.including("scan_until_to_while"); under Numba, and under py and cvm with
+INNERGRAPH_UNTIL_TO_WHILE=always); the
 values equal vanilla PyTensor's; a Scan any other way (traces read whole, JAX, the rewrite
 excluded) stays a Scan."""
 
@@ -48,8 +49,9 @@ def kinds(fn):
     return sorted(type(node.op).__name__ for node in fn.maker.fgraph.apply_nodes if isinstance(node.op, WhileLoop | Scan | NativeScan))
 
 
-def mode_for(linker):
-    return get_mode("NUMBA") if linker == "numba" else Mode(linker=linker, optimizer="fast_run")
+def mode_for(linker, convert=True):
+    mode = get_mode("NUMBA") if linker == "numba" else Mode(linker=linker, optimizer="fast_run")
+    return mode.including("scan_until_to_while") if convert else mode
 
 
 @pytest.fixture(scope="module", params=["numba", "cvm", "py"])
@@ -59,7 +61,7 @@ def compiled(request):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(ENV_FLAG, "always")
         fn = pytensor.function([c, a, x0, n], graphs(), mode=mode)
-    vanilla = pytensor.function([c, a, x0, n], graphs(), mode=mode.excluding("innergraph"))
+    vanilla = pytensor.function([c, a, x0, n], graphs(), mode=mode_for(request.param, convert=False).excluding("innergraph"))
     return request.param, fn, vanilla
 
 
@@ -87,6 +89,11 @@ def test_not_converted_by_default_under_thunk_linkers(monkeypatch):
     assert kinds(fn) == ["Scan"]
 
 
+def test_opt_in_the_default_mode_keeps_the_scan():
+    fn = pytensor.function([c], newton(c), mode=get_mode("NUMBA"))
+    assert kinds(fn) == ["Scan"]
+
+
 @pytest.fixture(scope="module")
 def numba_others():
     """Under Numba: a trace read whole, a trace read at [-2], the rewrite excluded; with vanilla twins."""
@@ -98,10 +105,10 @@ def numba_others():
 
     trace = whole(a, x0, n)
     outs = [trace, trace[-2]]
-    mode = get_mode("NUMBA")
+    mode = mode_for("numba")
     kept = pytensor.function([a, x0, n], outs, mode=mode)
     excluded = pytensor.function([c], newton(c), mode=mode.excluding("scan_until_to_while"))
-    vanilla = pytensor.function([a, x0, n], outs, mode=mode.excluding("innergraph"))
+    vanilla = pytensor.function([a, x0, n], outs, mode=get_mode("NUMBA").excluding("innergraph"))
     return kept, excluded, vanilla
 
 
@@ -120,6 +127,6 @@ def test_under_jax_converted_only_if_jax_runs_a_while_loop():
 
     load_on_demand(JAXLinker)
     cs = pt.dvector("cs", shape=(7,))
-    fn = pytensor.function([cs], newton(cs), mode="JAX")
+    fn = pytensor.function([cs], newton(cs), mode=get_mode("JAX").including("scan_until_to_while"))
     assert kinds(fn) == (["WhileLoop"] if runs(JAXLinker(), WhileLoop) else ["Scan"])  # no JAX code today: a Scan
     np.testing.assert_allclose(fn(VALUES[0]), np.sqrt(VALUES[0]), rtol=1e-10)
