@@ -13,7 +13,9 @@ lower
     is built once per body (`Body.cache`), so consumers that share a merged body
     share one native Op — and one compilation.
 
-Both are rule tables keyed by Op class (`LIFTERS`, `LOWERERS`): a new consumer
+Both are rule tables keyed by Op class (`LIFTERS`, `LOWERERS`, with the passes
+applying them, live in `innergraph.conversion`, which knows no consumer; this
+module registers the rules of innergraph's own and re-exports it): a new consumer
 family registers its rules next to its Op, no central function changes.
 `PIPELINE_LIFTS` / `PIPELINE_LOWERS` say which rules the rewrite pipeline applies
 by itself: Scan is lifted and lowered around PyTensor's Scan passes. An in-graph
@@ -28,9 +30,7 @@ and `op_from_graph` build the in-graph forms directly.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterator, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import pytensor.tensor as pt
@@ -45,6 +45,21 @@ from pytensor.tensor.type import TensorType
 
 from innergraph._compat import queried_once
 from innergraph.build import inner_graph
+from innergraph.conversion import (
+    LIFTERS,
+    LOWERERS,
+    PIPELINE_LIFTS,
+    PIPELINE_LOWERS,
+    Rule,
+    current_node,
+    for_jit,
+    lift,
+    lift_graph,
+    lifted_bodies,
+    lower,
+    lower_graph,
+    lowering_for_jit,
+)
 from innergraph.fold import fold_scope
 from innergraph.graph import InnerGraph, body_of, param, scope_toposort
 from innergraph.instantiate import carry_shapes, copy_scope, instantiate
@@ -53,133 +68,18 @@ from innergraph.ops.ifelse import IfElse, ifelse
 from innergraph.ops.scan import Scan, native_scan, retraced_outputs
 from innergraph.types import InnerGraphType
 
-__all__ = ["LIFTERS", "LOWERERS", "lift", "lift_graph", "lower", "lower_graph"]
-
-Rule = Callable[[Op, Sequence[Variable]], list[Variable] | None]  # None: not lifted
-
-#: Lift rules: native Op class -> (op, inputs) -> outputs of the in-graph form.
-LIFTERS: dict[type, Rule] = {}
-#: Lower rules: consumer class -> (op, inputs) -> outputs of the native form.
-LOWERERS: dict[type, Rule] = {}
-#: The Op classes the rewrite pipeline lifts and lowers by itself.
-PIPELINE_LIFTS: set[type] = set()
-PIPELINE_LOWERS: set[type] = set()
-
-
-def _rewrite_graph(
-    outputs: Sequence[Variable], rules: dict[type, Rule], only: Container[Apply] | None = None
-) -> list[Variable]:
-    memo: dict[Variable, Variable] = {}
-    for node in scope_toposort(outputs):
-        inputs = [memo.get(v, v) for v in node.inputs]
-        rule = rules.get(type(node.op))
-        lifted = rule(node.op, inputs) if rule is not None and (only is None or node in only) else None
-        if lifted is not None:
-            new_outputs = lifted
-        elif any(a is not b for a, b in zip(inputs, node.inputs, strict=True)):
-            new_outputs = node.clone_with_new_inputs(inputs, strict=True).outputs
-        else:
-            continue
-        memo.update(zip(node.outputs, new_outputs, strict=True))
-    return [memo.get(o, o) for o in outputs]
-
-
-def lift_graph(outputs: Sequence[Variable], only: Container[Apply] | None = None) -> list[Variable]:
-    """``outputs`` with the native nodes of one scope lifted (all, or those in ``only``).
-
-    Nothing is mutated: nodes downstream of a lifted node are rebuilt, the rest shared.
-    The new consumers read their functions folded, like every graph built outside
-    the rewrite pipeline (see ``design/architecture.md``). Within `lift` (a lift rule
-    lifting a body's nested nodes), the rules are those `lift` was given.
-    """
-    return fold_scope(_rewrite_graph(outputs, _active_lifters.get() or LIFTERS, only))
-
-
-def lower_graph(outputs: Sequence[Variable]) -> list[Variable]:
-    """``outputs`` with every consumer of one scope lowered to its native node."""
-    return _rewrite_graph(outputs, LOWERERS)
-
-
-def lift(fgraph: FunctionGraph, only: Container[type] | None = None, rules: dict[type, Rule] | None = None) -> int:
-    """Lift the native nodes of ``fgraph`` (of the classes in ``only``, default all).
-
-    ``rules`` adds or replaces rules of `LIFTERS` for this call (the pipeline's own
-    `OpFromGraph` policy). The bodies lifted meanwhile lift their nested nodes with
-    the same rules.
-    """
-    chosen = _subset({**LIFTERS, **(rules or {})}, only)
-    token = _active_lifters.set(chosen)
-    try:
-        return _rewrite_fgraph(fgraph, chosen, "innergraph.lift")
-    finally:
-        _active_lifters.reset(token)
-
-
-def lower(fgraph: FunctionGraph, only: Container[type] | None = None) -> int:
-    """Lower the consumers of ``fgraph`` (of the classes in ``only``, default all), nested first."""
-    return _rewrite_fgraph(fgraph, _subset(LOWERERS, only), "innergraph.lower")
-
-
-def _subset(rules: dict[type, Rule], only: Container[type] | None) -> dict[type, Rule]:
-    return rules if only is None else {k: v for k, v in rules.items() if k in only}
-
-
-#: Native Scan Op -> the function its body became, within one `_rewrite_fgraph`.
-_lifted_bodies: ContextVar[dict[Any, Variable] | None] = ContextVar("innergraph_lifted_bodies", default=None)
-
-
-#: The graph and node a rule is rewriting (a rule is called with the node's Op and inputs only).
-_current_node: ContextVar[tuple[FunctionGraph, Apply] | None] = ContextVar("innergraph_current_node", default=None)
-
-#: Whether the Scans being lowered will run on a JIT backend (which converts untraced states
-#: itself) rather than PyTensor's own Scan runtime. Only the compile pipeline knows
-#: (`lowering_for_jit`); anywhere else the answer is no, the form every runtime runs correctly.
-_for_jit: ContextVar[bool] = ContextVar("innergraph_lowering_for_jit", default=False)
-
-
-@contextmanager
-def lowering_for_jit(jit: bool) -> Iterator[None]:
-    """Lower, in this block, for a JIT backend (``jit``) or for PyTensor's own Scan runtime."""
-    token = _for_jit.set(jit)
-    try:
-        yield
-    finally:
-        _for_jit.reset(token)
-
-
-#: The rules `lift` applies, so that the nested nodes of the bodies it lifts follow them too.
-_active_lifters: ContextVar[dict[type, Rule] | None] = ContextVar("innergraph_active_lifters", default=None)
-
-
-def _rewrite_fgraph(fgraph: FunctionGraph, rules: dict[type, Rule], reason: str) -> int:
-    token = _lifted_bodies.set({})
-    try:
-        return _rewrite_nodes(fgraph, rules, reason)
-    finally:
-        _lifted_bodies.reset(token)
-
-
-def _rewrite_nodes(fgraph: FunctionGraph, rules: dict[type, Rule], reason: str) -> int:
-    count = 0
-    declined: set[Any] = set()
-    while True:  # new nodes (a lifted body's nested scans) are handled in the next round
-        todo = [n for n in fgraph.toposort() if type(n.op) in rules and n not in declined]
-        if not todo:
-            return count
-        for node in todo:
-            if node in fgraph.apply_nodes and node not in declined:
-                token = _current_node.set((fgraph, node))
-                try:
-                    new = rules[type(node.op)](node.op, node.inputs)
-                finally:
-                    _current_node.reset(token)
-                if new is None:
-                    declined.add(node)
-                    continue
-                carry_shapes(fgraph, node.outputs, new)
-                fgraph.replace_all(list(zip(node.outputs, new, strict=True)), reason=reason, import_missing=True)
-                count += 1
-
+__all__ = [
+    "LIFTERS",
+    "LOWERERS",
+    "PIPELINE_LIFTS",
+    "PIPELINE_LOWERS",
+    "Rule",
+    "lift",
+    "lift_graph",
+    "lower",
+    "lower_graph",
+    "lowering_for_jit",
+]
 
 def _lift_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
     """The in-graph Scan of a native one.
@@ -189,7 +89,7 @@ def _lift_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
     then merges node by node.
     """
     native: NativeScan = op
-    memo = _lifted_bodies.get()
+    memo = lifted_bodies.get()
     function = memo.get(native) if memo is not None else None
     if function is None:
         body = lift_graph(copy_scope(native.inner_outputs))
@@ -207,10 +107,10 @@ def _lift_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
 def _lower_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
     consumer: Scan = op
     lowered = Scan(consumer.layout, **{**consumer.flags(), "mode": already_rewritten(consumer.mode)})
-    if _for_jit.get():  # the backend converts the Scan itself, untraced states included
+    if for_jit.get():  # the backend converts the Scan itself, untraced states included
         return native_scan(body_of(inputs[0]), lowered, copy_untraced=False).make_node(*inputs[1:]).outputs
     if consumer.layout.info.n_untraced_sit_sot:  # PyTensor's own runtime: vanilla's form, traced states
-        current = _current_node.get()
+        current = current_node.get()
         results = consumer.layout.split_outer_outputs(current[1].outputs)["untraced"] if current else []
         read = [bool(current[0].clients.get(r)) for r in results] if current else [True] * consumer.layout.info.n_untraced_sit_sot
         initial = consumer.layout.split_outer_inputs(inputs[2:])["untraced"]

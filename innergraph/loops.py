@@ -197,13 +197,19 @@ def loop(
     init_val: Tree,
     *,
     max_steps: Any = None,
+    reverse: Callable[[Tree], Tree] | None = None,
 ) -> Tree:
-    """The design notes' ``Loop(pre_condition, update, post_condition)``.
+    """The design notes' ``Loop(pre_condition, update, post_condition, reverse)``.
 
     While ``pre_condition(val)`` holds (None: always), ``val = update(val)``, then stop
     unless ``post_condition(val)`` holds (None: always holds). `while_loop` is
     ``loop(c, f, c, ...)``, `do_while` ``loop(None, f, c, ...)``; with no condition at
     all, ``max_steps`` bounds the loop (a counted loop is better written `fori_loop`).
+
+    ``reverse`` undoes ``update`` (``reverse(update(val)) == val``, same structure and
+    types). Given, reverse mode needs no bound and stores no history: the loop runs
+    again to count its steps, then backwards (`innergraph.loops_reverse`). Without it
+    and without ``max_steps``, differentiating the loop raises an error saying so.
     """
     init, structure = flatten(init_val)
     where = "loop"
@@ -212,7 +218,15 @@ def loop(
     true = lambda xs: pt.constant(True)  # noqa: E731
     pre = true if pre_condition is None else _condition(where, pre_condition, structure)
     post = true if post_condition is None else _condition(where, post_condition, structure)
-    out = _while(pre, _then(_state_step(where, update, structure, init), post), init, max_steps, do_while=pre_condition is None)
+    step = _then(_state_step(where, update, structure, init), post)
+    if reverse is None:
+        return unflatten(structure, _while(pre, step, init, max_steps, do_while=pre_condition is None))
+    from innergraph.loops_reverse import reversible_while
+
+    out = reversible_while(
+        lambda xs: _while(pre, step, xs, max_steps, do_while=pre_condition is None),
+        _state_step(f"{where} reverse", reverse, structure, init), init, where,
+    )
     return unflatten(structure, out)
 
 
@@ -333,8 +347,8 @@ def while_pullback(op: WhileLoop, inputs: Sequence[Variable], outputs: Sequence[
     if not op.bounded:
         raise ValueError(
             f"{op} ({', '.join(map(str, outputs))}): reverse mode needs the loop's carry history, whose length is "
-            "unknown; pass max_steps= to innergraph.while_loop/do_while (a bound on the steps), or use "
-            "innergraph.fori_loop for a known trip count"
+            "unknown; pass max_steps= to innergraph.while_loop/do_while/loop (a bound on the steps), reverse= to "
+            "innergraph.loop (a function undoing one step), or use innergraph.fori_loop for a known trip count"
         )
     parts = op.split(inputs)
     c = op.n_carry

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pytensor.graph.basic import Apply, Constant, Variable
-from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.fg import FunctionGraph, Output
 from pytensor.graph.op import HasInnerGraph, Op
 from pytensor.graph.type import Type
 from pytensor.misc.ordered_set import OrderedSet
@@ -53,12 +53,13 @@ def forget_innergraph(fgraph: FunctionGraph) -> int:
     """Drop the stale entries of ``fgraph``'s features; return how many were dropped."""
     mentions = _Mentions()
     live_vars, live_nodes = fgraph.variables, fgraph.apply_nodes
+    outputs = fgraph.outputs
 
     def stale(obj: Any) -> bool:
         if isinstance(obj, Variable):
             return obj not in live_vars and mentions(obj)
         if isinstance(obj, Apply):
-            return obj not in live_nodes and mentions.node(obj)
+            return obj not in live_nodes and not _output_marker(obj, outputs) and mentions.node(obj)
         if isinstance(obj, tuple | frozenset):
             return any(stale(x) for x in obj)
         node, var = getattr(obj, "node", None), getattr(obj, "var", None)  # a History record
@@ -74,6 +75,17 @@ def forget_innergraph(fgraph: FunctionGraph) -> int:
     if shape_feature is not None:
         dropped += _renew_shapes(shape_feature, live_vars, mentions)
     return dropped
+
+
+def _output_marker(node: Apply, outputs: list[Variable]) -> bool:
+    """Whether ``node`` is the graph's dummy ``Output`` client of one of its ``outputs``.
+
+    Those clients are in no ``apply_nodes``, yet live: PyTensor's Numba Scan
+    conversion looks them up (``FunctionGraph.get_output_client``) when it loads
+    a pickled Scan whose inner outputs mention innergraph (an in-graph conditional).
+    """
+    idx = getattr(node.op, "idx", None)
+    return isinstance(node.op, Output) and isinstance(idx, int) and idx < len(outputs) and outputs[idx] is node.inputs[0]
 
 
 def _scrub(container: Any, stale: Callable[[Any], bool], depth: int) -> int:

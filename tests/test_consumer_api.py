@@ -112,6 +112,28 @@ def test_no_generic_rewrite_reads_a_consumer_class_or_kind_name():
                 assert not literals & names, (name, ast.unparse(node))
 
 
+def _imported_modules(path):
+    """Every module ``path`` imports, at top level or inside a function."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def test_no_consumer_imports_convert_and_the_conversion_engine_knows_no_consumer():
+    """The convert.py <-> ops/scan.py cycle (issue 23 item 1) stays split: consumers lift graphs through
+    innergraph.conversion, which imports no consumer, builder or convert."""
+    for path in sorted((ROOT / "innergraph" / "ops").glob("*.py")):
+        assert "innergraph.convert" not in _imported_modules(path), path.name
+    engine = _imported_modules(ROOT / "innergraph" / "conversion.py")
+    assert not {m for m in engine if m.startswith(("innergraph.ops", "innergraph.convert", "innergraph.builders"))}
+    signature = _imported_modules(ROOT / "innergraph" / "rewriting" / "signature.py")
+    assert not {m for m in signature if m.startswith(("innergraph.ops", "innergraph.convert", "innergraph.builders", "innergraph.loops"))}
+
+
 # --- the worked example of design/contributing.md -----------------------------------------------
 
 

@@ -226,7 +226,7 @@ def test_pushforward_against_finite_differences(which):
     np.testing.assert_allclose(fn(1.0, 1.5, 1.0), fd, rtol=1e-5)
 
 
-@pytest.mark.parametrize("which, linker", [("while", "cvm"), ("fori", "cvm"), ("fori", "numba")])
+@pytest.mark.parametrize("which, linker", [("while", "cvm"), ("while", "numba"), ("fori", "cvm"), ("fori", "numba")])
 def test_loops_pass_check_inner_graph_op(which, linker):
     from innergraph.testing import check_inner_graph_op
     from innergraph.testing.kit import OpCase
@@ -255,6 +255,4 @@ def test_loops_pass_check_inner_graph_op(which, linker):
         sample=lambda rng: [np.array([1.0, 2.0]), 2.5],
         differentiable=(0, 1),
     )
-    # Not the while loop under numba: reloading its pickled gradient fails in PyTensor's Numba Scan
-    # conversion (a LookupError in insert_deepcopy), a known open defect (design/loops.md).
     check_inner_graph_op(case, mode=mode_for(linker))

@@ -193,3 +193,22 @@ def test_uninstall_removes_the_pickling_patch():
     finally:
         innergraph.install()
     assert FunctionGraph in copyreg.dispatch_table
+
+
+def test_pickled_graph_keeps_the_output_clients_of_outputs_that_mention_innergraph():
+    """The dummy ``Output`` clients are in no ``apply_nodes`` but live: forgetting them broke PyTensor's
+    Numba Scan conversion of a pickled while-loop gradient (LookupError in insert_deepcopy)."""
+    import pickle
+
+    import pytensor.tensor as pt
+    from pytensor.graph.fg import FunctionGraph
+
+    import innergraph
+
+    x = pt.dvector("x")
+    outs = innergraph.ifelse(pt.sum(x) > 0, [x * 2.0, x + 1.0], [x, x])
+    fgraph = FunctionGraph([x], list(outs), clone=True)
+    loaded = pickle.loads(pickle.dumps(fgraph))
+    for i, out in enumerate(loaded.outputs):
+        node, idx = loaded.get_output_client(i)
+        assert node.inputs[idx] is out

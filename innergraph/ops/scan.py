@@ -28,6 +28,7 @@ from pytensor.scan.op import Scan as NativeScan
 from pytensor.scan.op import ScanInfo
 
 from innergraph import _compat
+from innergraph.conversion import lift_graph
 from innergraph.errors import ArityError, BodyTypeError
 from innergraph.graph import body_of, is_function
 from innergraph.instantiate import instantiate, step_output_shapes, substitute
@@ -306,8 +307,6 @@ class Scan(Op):
     def pullback(self, inputs: Sequence[Variable], outputs: Sequence[Variable], cotangents: Sequence[Variable]) -> list[Variable]:
         from pytensor.gradient import disconnected_type
 
-        from innergraph.convert import lift_graph
-
         native = self._native_for_graph(inputs)
         _carry_policy(outputs[0].owner, native)
         grads = native.op.L_op(native.inputs, native.outputs, list(cotangents))
@@ -315,8 +314,6 @@ class Scan(Op):
 
     def pushforward(self, inputs: Sequence[Variable], outputs: Sequence[Variable], tangents: Sequence[Variable]) -> list[Variable]:
         from pytensor.gradient import disconnected_type
-
-        from innergraph.convert import lift_graph
 
         native = self._native_for_graph(inputs)
         eval_points = [_none_if_disconnected(t) for t in tangents[1:]]

@@ -8,6 +8,7 @@ name                           position  tags
 ``innergraph_inline_args``     0.042     fast_run, innergraph, scan_inline_invariant_constants, scan_merge_duplicate_inputs
 ``innergraph_branch``          1.55      fast_run, innergraph
 ``innergraph_simplify``        1.56      fast_run, innergraph
+``innergraph_until_to_while``  1.565     innergraph, scan_until_to_while (opt-in)
 ``innergraph_lower``           1.59      fast_run, innergraph
 ``innergraph_set_rows``        2.01      fast_run, innergraph
 ``innergraph_lift_ifelse``     48.4      fast_run, innergraph, ifelse
@@ -61,6 +62,12 @@ canonicalize and stabilize, just before lowering. Each is registered in it with 
 tags of the PyTensor Scan rewrites it stands in for, so a mode excluding
 ``scan_pushout`` (say) excludes innergraph's counterparts too. See
 ``design/rewrites.md``.
+
+``innergraph_until_to_while`` (`innergraph.rewriting.until_while`) turns a Scan
+with ``until`` read only at its final states into a `innergraph.ops.loop.WhileLoop`
+where the linker runs one natively (``design/loops.md``). Opt-in
+(``mode.including("scan_until_to_while")``) until a while loop's step costs no more
+than the Scan's under Numba; adding ``fast_run`` to its tags makes it the default.
 
 ``innergraph_lift_ifelse`` (`innergraph.rewriting.lift_ifelse`, 48.4) lifts
 PyTensor's own IfElse into the lazy in-graph conditional where a branch holds
@@ -126,6 +133,7 @@ from innergraph.rewriting.outer import (
 from innergraph.rewriting.share import share_native_ops
 from innergraph.rewriting.share_branch import share_branch_work
 from innergraph.rewriting.simplify import CONSUMER_REWRITES, simplify_consumers
+from innergraph.rewriting.until_while import until_scans_to_while_loops
 
 __all__ = ["ConsumerRewritesDB", "FunctionRewriter", "register_all", "registered", "unregister", "unregister_all"]
 
@@ -176,6 +184,7 @@ _REWRITES: list[tuple[str, Any, float, tuple[str, ...]]] = [
     ),
     ("innergraph_branch", FunctionRewriter(share_branch_work), 1.55, ("fast_run", "innergraph")),
     ("innergraph_simplify", ConsumerRewritesDB(), 1.56, ("fast_run", "innergraph")),
+    ("innergraph_until_to_while", FunctionRewriter(until_scans_to_while_loops), 1.565, ("innergraph", "scan_until_to_while")),
     ("innergraph_lower", FunctionRewriter(lower_consumers), 1.59, ("fast_run", "innergraph")),
     ("innergraph_set_rows", dfs_rewriter(local_set_row_of_expand_dims, ignore_newtrees=True), 2.01, ("fast_run", "innergraph")),
     ("innergraph_lift_ifelse", FunctionRewriter(lift_native_ifelse), 48.4, ("fast_run", "innergraph", "ifelse")),
