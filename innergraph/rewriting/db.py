@@ -6,6 +6,7 @@ name                           position  tags
 ``innergraph_lift``            0.04      fast_run, innergraph
 ``innergraph_lift_ofg``        0.041     fast_run, innergraph
 ``innergraph_inline_args``     0.042     fast_run, innergraph, scan_inline_invariant_constants, scan_merge_duplicate_inputs
+``innergraph_outline_loops``  0.043     fast_run, innergraph
 ``innergraph_branch``          1.55      fast_run, innergraph
 ``innergraph_simplify``        1.56      fast_run, innergraph
 ``innergraph_lower``           1.59      fast_run, innergraph
@@ -117,6 +118,7 @@ from innergraph.rewriting.lift import fold_bodies, lift_native, lower_consumers
 from innergraph.rewriting.lift_ifelse import lift_native_ifelse
 from innergraph.rewriting.lift_ofg import lift_op_from_graphs
 from innergraph.rewriting.read_back import local_read_of_written_region
+from innergraph.rewriting.outline_loops import outline_loops
 from innergraph.rewriting.outer import (
     local_merge_slices_of_known_length,
     local_set_row_of_expand_dims,
@@ -173,6 +175,7 @@ _REWRITES: list[tuple[str, Any, float, tuple[str, ...]]] = [
         0.042,
         ("fast_run", "innergraph", "scan_inline_invariant_constants", "scan_merge_duplicate_inputs"),
     ),
+    ("innergraph_outline_loops", FunctionRewriter(outline_loops), 0.043, ("fast_run", "innergraph")),
     ("innergraph_branch", FunctionRewriter(share_branch_work), 1.55, ("fast_run", "innergraph")),
     ("innergraph_simplify", ConsumerRewritesDB(), 1.56, ("fast_run", "innergraph")),
     ("innergraph_lower", FunctionRewriter(lower_consumers), 1.59, ("fast_run", "innergraph")),
