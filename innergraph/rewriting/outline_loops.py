@@ -34,28 +34,38 @@ It runs right after the lift (``innergraph_outline_loops``, 0.043), for graphs
 compiled with the Numba linker only: under PyTensor's own runtime a call is a
 Python-level dispatch per loop per call (a steady-call cost on small loops), and
 PyTensor's own tests inspect the native Scans of graphs compiled with the other
-linkers. A group is left alone (the loops stay where they are) when outlining it
+linkers. Loops that may run the same steps (the same ``n_steps``) are left to loop
+merging, which makes them one loop (PyTensor's ``ScanMerge`` does the same). A group is left alone (the loops stay where they are) when outlining it
 would make a cycle (a copy's leaf computed from a region node) or a leaf reads a
 param of an enclosing body.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
 from pytensor.graph.basic import Apply, Constant, NominalVariable, Variable
 from pytensor.graph.fg import FunctionGraph, Output
 
+from pytensor.scan.op import Scan as NativeScan
+from pytensor.tensor.basic import get_underlying_scalar_constant_value
+from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.shape import Shape, Shape_i
 
 from innergraph.build import inner_graph
 from innergraph.dispatch import linker_being_compiled
-from innergraph.graph import InnerGraph, is_function
+from innergraph.graph import InnerGraph, body_of, is_function, scope_toposort
+from innergraph.instantiate import instantiate
 from innergraph.ops.call import Call
+from innergraph.rewriting.signature import signature
 from innergraph.slots import form_of
 
-__all__ = ["loop_groups", "outline_loops"]
+__all__ = ["inline_outlined_loops", "loop_groups", "outline_loops"]
+
+#: Graphs `outline_loops` outlined loops of: `inline_outlined_loops` inlines their loop calls.
+_outlined: weakref.WeakSet[FunctionGraph] = weakref.WeakSet()
 
 #: Fewest loops sharing a body worth a call: one loop has nothing to share.
 MIN_LOOPS = 2
@@ -71,7 +81,30 @@ def loop_groups(fgraph: FunctionGraph) -> list[list[Apply]]:
         form = form_of(node.op)
         if form is not None and form.capabilities.loop:
             groups.setdefault((node.op, *form.functions(node)), []).append(node)
-    return [nodes for nodes in groups.values() if len(nodes) >= MIN_LOOPS]
+    return [nodes for nodes in groups.values() if len(nodes) >= MIN_LOOPS and not _might_merge(nodes)]
+
+
+def _might_merge(loops: Sequence[Apply]) -> bool:
+    """Whether two of ``loops`` may run the same steps: loop merging makes them one loop instead.
+
+    Their headers (a Scan's ``n_steps``) are the same variables, or constants of equal
+    values once shapes known statically are read (PyTensor's ``ScanMerge`` merges such
+    loops, and its tests count the Scans left).
+    """
+    headers = []
+    for node in loops:
+        sig = signature(node)
+        if sig is None:
+            return True  # no header to tell them apart: leave them to the other rewrites
+        headers.append(tuple(_value(h) for h in sig.header))
+    return len(set(headers)) < len(headers)
+
+
+def _value(variable: Variable) -> Any:
+    try:
+        return ("constant", int(get_underlying_scalar_constant_value(variable)))
+    except (NotScalarConstantError, TypeError, ValueError):
+        return variable
 
 
 #: How many views above a variable every copy reads are built into the body.
@@ -291,4 +324,39 @@ class _Region:
             results = [result] if isinstance(result, Variable) else list(result)
             replacements += [(v[copy], r) for v, r in zip(outputs, results, strict=True)]
         self.fgraph.replace_all(replacements, reason="innergraph_outline_loops", import_missing=True)
+        _outlined.add(self.fgraph)
         return True
+
+
+def inline_outlined_loops(fgraph: FunctionGraph) -> int:
+    """Replace the loop calls of a graph `outline_loops` changed by their bodies, after the fold and body fusion.
+
+    A loop call is a visible `Call` whose body runs a loop at its top scope (the
+    consumers `outline_loops` made; their nodes may have been rebuilt since, by the
+    argument rewrites, so they are found by what they hold). The body went through
+    every pass up to the fold once; the copies inlined here are what the outer graph
+    would hold had the loops not been outlined (native Scans, one Op for all), so
+    PyTensor's later passes (in place) and its tests see native Scans, and Numba
+    converts equal nodes once (`innergraph.backends.numba_code.convert_once`).
+    Returns how many calls were inlined.
+    """
+    if fgraph not in _outlined:
+        return 0
+    nodes = [node for node in fgraph.toposort() if isinstance(node.op, Call) and _runs_a_loop(node)]
+    for node in nodes:
+        outputs = instantiate(node.inputs[0], node.inputs[1:])
+        fgraph.replace_all(list(zip(node.outputs, outputs, strict=True)), reason="innergraph_inline_outlined_loops", import_missing=True)
+    return len(nodes)
+
+
+def _runs_a_loop(node: Apply) -> bool:
+    function = node.inputs[0]
+    if not is_function(function):
+        return False
+    outputs = body_of(function).outputs
+    return any(isinstance(n.op, NativeScan) or _is_loop(n) for n in scope_toposort(outputs))
+
+
+def _is_loop(node: Apply) -> bool:
+    form = form_of(node.op)
+    return form is not None and form.capabilities.loop
