@@ -208,15 +208,13 @@ class _Region:
 
     def _same_tuple(self, variables: tuple[Variable, ...]) -> bool:
         """Whether ``variables`` are one output of one region tuple, copy by copy."""
-        spots = [self.where.get(v.owner) if v.owner is not None else None for v in variables]
-        if any(s is None for s in spots):
+        owners = [v.owner for v in variables]
+        spots = [self.where.get(o) if o is not None else None for o in owners]
+        first = spots[0]
+        if first is None or any(o is None for o in owners):
             return False
-        index = spots[0][0]  # type: ignore[index]
-        position = variables[0].owner.outputs.index(variables[0])  # type: ignore[union-attr]
-        return all(
-            s == (index, copy) and v.owner.outputs.index(v) == position  # type: ignore[union-attr]
-            for copy, (s, v) in enumerate(zip(spots, variables))
-        )
+        positions = {o.outputs.index(v) for o, v in zip(owners, variables) if o is not None}
+        return len(positions) == 1 and all(s == (first[0], copy) for copy, s in enumerate(spots))
 
     def _up(self, index: int, pending: list[int]) -> None:
         for j in range(len(self.tuples[index][0].inputs)):
