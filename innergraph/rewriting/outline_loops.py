@@ -141,6 +141,8 @@ def outline_loops(fgraph: FunctionGraph, *, force: bool = False) -> int:
     """
     if not force and not _numba_compilation():
         return 0
+    if sum(1 for node in fgraph.apply_nodes if _is_loop(node)) < MIN_LOOPS:
+        return 0  # most graphs: no toposort spent finding it out
     outlined = 0
     refused: set[tuple[Apply, ...]] = set()
     while True:
