@@ -46,12 +46,14 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from pytensor.graph.basic import Apply, Constant, NominalVariable, Variable
+from pytensor.graph.basic import Apply, Constant, NominalVariable, Variable, equal_computations
 from pytensor.graph.fg import FunctionGraph, Output
 
 from pytensor.scan.op import Scan as NativeScan
 from pytensor.tensor.basic import get_underlying_scalar_constant_value
 from pytensor.tensor.exceptions import NotScalarConstantError
+from pytensor.tensor.basic import ScalarFromTensor, TensorFromScalar
+from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.shape import Shape, Shape_i
 
 from innergraph.build import inner_graph
@@ -107,12 +109,39 @@ def _value(variable: Variable) -> Any:
         return variable
 
 
-#: How many views above a variable every copy reads are built into the body.
-_VIEW_DEPTH = 4
+#: How many views (`_is_view`) above a variable every copy reads are built into the body.
+_VIEW_DEPTH = 6
 
 
 def _is_view(node: Apply) -> bool:
-    return bool(getattr(node.op, "view_map", None)) or isinstance(node.op, (Shape, Shape_i))
+    """A view, a shape, or scalar bookkeeping: free to compute once per call."""
+    if getattr(node.op, "view_map", None) or isinstance(node.op, (Shape, Shape_i, ScalarFromTensor, TensorFromScalar)):
+        return True
+    return isinstance(node.op, Elemwise) and all(getattr(v.type, "ndim", None) == 0 for v in node.inputs)
+
+
+def _constant_only(variable: Variable, limit: int = 32) -> bool:
+    """Whether ``variable`` is computed from constants alone (looking at ``limit`` nodes at most)."""
+    todo, seen = [variable], set()
+    while todo:
+        var = todo.pop()
+        if var in seen:
+            continue
+        seen.add(var)
+        if var.owner is None:
+            if not isinstance(var, Constant):
+                return False
+            continue
+        if len(seen) > limit or is_function(var):
+            return False
+        todo.extend(var.owner.inputs)
+    return True
+
+
+def _equal_constants(variables: Sequence[Variable]) -> bool:
+    """Constants of one value (equal small constants are not always one object): built into the body."""
+    first = variables[0]
+    return isinstance(first, Constant) and all(v is first or (isinstance(v, Constant) and v.equals(first)) for v in variables)
 
 
 def _numba_compilation() -> bool:
@@ -202,6 +231,8 @@ class _Region:
         what the rewrites of the scaffolding read through (``buffer[0]`` is ``a``).
         """
         owner = variable.owner
+        if owner is not None and _constant_only(variable):
+            return  # computed from constants alone: built into the body, where constant folding reaches it
         if owner is not None and depth < _VIEW_DEPTH and not is_function(variable) and owner not in self.where and _is_view(owner):
             for var in owner.inputs:
                 self._shared_leaf(var, depth + 1)
@@ -227,6 +258,8 @@ class _Region:
             if all(v is first for v in variables) or is_function(first):
                 self._shared_leaf(first)
                 continue
+            if _constant_only(first) and all(_constant_only(v) and equal_computations([v], [first]) for v in variables):
+                continue  # one value computed from constants alone: the body builds the first copy's
             owners = [v.owner for v in variables]
             if any(o is None or o in self.where for o in owners):
                 self._leaf(variables)
@@ -282,7 +315,7 @@ class _Region:
         return isinstance(client.op, Output) or spot is None or spot[1] != copy
 
     def _params(self) -> list[tuple[Variable, ...]] | None:
-        params = [leaf for leaf in self.leaves if not (isinstance(leaf[0], Constant) and all(v is leaf[0] for v in leaf))]
+        params = [leaf for leaf in self.leaves if not _equal_constants(leaf)]
         params = [leaf for leaf in params if not (is_function(leaf[0]) and all(v is leaf[0] for v in leaf))]
         if len({leaf[0] for leaf in params}) != len(params):
             return None  # copy 0 passes one variable as two params: no stand-ins to build the body over
