@@ -61,7 +61,7 @@ def test_uninstall_restores_pytensor_exactly_and_install_is_idempotent():
     assert patched_state() == (linker_patch.schedule, printing_patch.debugprint, printing_patch.debugprint, True, gradient_patch.pullback)
     from innergraph.rewriting import db
 
-    assert len(db.registered()) == 15  # 12 graph passes in optdb, 3 node rewriters in canonicalize/specialize
+    assert len(db.registered()) == 17  # 14 graph passes in optdb, 3 node rewriters in canonicalize/specialize
     innergraph.uninstall()
     try:
         assert patched_state() == (
@@ -75,7 +75,7 @@ def test_uninstall_restores_pytensor_exactly_and_install_is_idempotent():
 
         names = [name for name, *_ in db._REWRITES]
         local = [(name, where) for name, _, where, _ in db._LOCAL_REWRITES]
-        assert len(names) == 12 and len(local) == 3 and db.registered() == []
+        assert len(names) == 14 and len(local) == 3 and db.registered() == []
         assert not any(name in optdb.__db__ for name in names)
         assert not any(name in optdb[where].__db__ or name in optdb[where]._names for name, where in local)
         assert not any("innergraph" in optdb[where].__db__ for _, where in local)
@@ -86,7 +86,7 @@ def test_uninstall_restores_pytensor_exactly_and_install_is_idempotent():
     assert patched_state() == (linker_patch.schedule, printing_patch.debugprint, printing_patch.debugprint, True, gradient_patch.pullback)
     from innergraph.rewriting import db
 
-    assert len(db.registered()) == 15
+    assert len(db.registered()) == 17
 
 
 def program():
