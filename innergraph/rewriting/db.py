@@ -6,6 +6,7 @@ name                           position  tags
 ``innergraph_lift``            0.04      fast_run, innergraph
 ``innergraph_lift_ofg``        0.041     fast_run, innergraph
 ``innergraph_inline_args``     0.042     fast_run, innergraph, scan_inline_invariant_constants, scan_merge_duplicate_inputs
+``innergraph_outline_loops``  0.043     fast_run, innergraph
 ``innergraph_branch``          1.55      fast_run, innergraph
 ``innergraph_simplify``        1.56      fast_run, innergraph
 ``innergraph_until_to_while``  1.565     innergraph, scan_until_to_while (opt-in)
@@ -14,6 +15,7 @@ name                           position  tags
 ``innergraph_lift_ifelse``     48.4      fast_run, innergraph, ifelse
 ``innergraph_fold``            48.5      fast_run, fast_compile, minimum_compile
 ``innergraph_fusion``          49.1      fast_run, fusion
+``innergraph_inline_outlined_loops``  49.15  fast_run, innergraph
 ``innergraph_contiguous``      49.2      fast_run, innergraph
 ``innergraph_share``           99        fast_run, innergraph
 =============================  ========  ==================================================
@@ -125,6 +127,7 @@ from innergraph.rewriting.lift import fold_bodies, lift_native, lower_consumers
 from innergraph.rewriting.lift_ifelse import lift_native_ifelse
 from innergraph.rewriting.lift_ofg import lift_op_from_graphs
 from innergraph.rewriting.read_back import local_read_of_written_region
+from innergraph.rewriting.outline_loops import inline_outlined_loops, outline_loops
 from innergraph.rewriting.outer import (
     local_merge_slices_of_known_length,
     local_set_row_of_expand_dims,
@@ -182,6 +185,7 @@ _REWRITES: list[tuple[str, Any, float, tuple[str, ...]]] = [
         0.042,
         ("fast_run", "innergraph", "scan_inline_invariant_constants", "scan_merge_duplicate_inputs"),
     ),
+    ("innergraph_outline_loops", FunctionRewriter(outline_loops), 0.043, ("fast_run", "innergraph")),
     ("innergraph_branch", FunctionRewriter(share_branch_work), 1.55, ("fast_run", "innergraph")),
     ("innergraph_simplify", ConsumerRewritesDB(), 1.56, ("fast_run", "innergraph")),
     ("innergraph_until_to_while", FunctionRewriter(until_scans_to_while_loops), 1.565, ("innergraph", "scan_until_to_while")),
@@ -190,6 +194,7 @@ _REWRITES: list[tuple[str, Any, float, tuple[str, ...]]] = [
     ("innergraph_lift_ifelse", FunctionRewriter(lift_native_ifelse), 48.4, ("fast_run", "innergraph", "ifelse")),
     ("innergraph_fold", FunctionRewriter(fold_bodies), 48.5, ("fast_run", "fast_compile", "minimum_compile")),
     ("innergraph_fusion", FunctionRewriter(fuse_bodies), 49.1, ("fast_run", "fusion")),
+    ("innergraph_inline_outlined_loops", FunctionRewriter(inline_outlined_loops), 49.15, ("fast_run", "innergraph")),
     ("innergraph_contiguous", FunctionRewriter(contiguous_constants), 49.2, ("fast_run", "innergraph")),
     ("innergraph_share", FunctionRewriter(share_native_ops), 99, ("fast_run", "innergraph")),
 ]
