@@ -26,7 +26,8 @@ from innergraph.rewriting.carry import carry_cotangents
 from innergraph.rewriting.duplicates import merge_duplicate_slots
 from innergraph.rewriting.lengths import final_row_reads, length_offset
 from innergraph.rewriting.merge_loops import merge_loops
-from innergraph.stats import graph_stats
+from innergraph.rewriting.untrace import untrace_final_states
+from innergraph.stats import graph_stats, unread_buffers
 from innergraph.testing.programs import LINKERS, mode_for
 from innergraph.testing.rewrites import check_rewrite
 
@@ -267,6 +268,19 @@ def test_final_rows_are_read_through_slices_and_reversals_only_where_provable():
     assert [found[r] for r in reads] == [0, (1, 0), (0, 1), (0,), 1]
     for other in (buffer[0], buffer[-3], buffer[1:], buffer[:-1], buffer[::-1][:3]):
         assert final_row_reads(FunctionGraph([n], [other], clone=False), buffer, rows=2, minimum=2) is None
+
+
+def test_an_unread_forward_trace_becomes_a_carried_state():
+    # m only feeds ll; only ll's final value is read: m's trace is an unread buffer
+    ms, lls = innergraph.scan(
+        lambda s, m, ll: [m * 0.5 + s, ll + (s - m) ** 2], sequences=[x], outputs_info=[a0, a0 * 0], return_updates=False
+    )
+    before = FunctionGraph([x, a0], [lls[-1]], clone=True)
+    assert len(unread_buffers(before)) == 1
+    fg = check_rewrite(canonicalized_then(untrace_final_states), [x, a0], [lls[-1]], gradients="none")
+    ((node),) = nodes_of(fg, Scan)
+    assert (node.op.layout.info.n_sit_sot, node.op.layout.info.n_untraced_sit_sot) == (0, 2)
+    assert unread_buffers(fg) == []
 
 
 # -- the cases, whole pipeline, against vanilla ------------------------------
