@@ -20,7 +20,9 @@ unread buffer
 dead output
     Any other consumer output nobody reads. An untraced state's final value that
     nobody reads is neither: the loop carries that value anyway, at the cost of
-    one value, not one per step.
+    one value, not one per step; nor is a state's buffer that holds only the rows
+    its taps need (a circular buffer after PyTensor's save-memory pass: a mit-sot
+    carried with its window).
 """
 
 from __future__ import annotations
@@ -153,9 +155,9 @@ class _Counter:
         for i, (out, (kind, buffer, rows)) in enumerate(zip(node.outputs, kinds, strict=True)):
             if clients.get(out):
                 continue
-            if kind == "untraced":
-                continue  # carried anyway: one value
-            if kind == "state" and not _fits(buffer, rows):
+            if kind == "untraced" or kind == "state" and _fits(buffer, rows):
+                continue  # carried anyway: one value, or the rows its taps need (a circular buffer)
+            if kind == "state":
                 self.unread_buffers += 1
                 self.unread.append((node, i))
             else:

@@ -11,7 +11,11 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
+from pytensor.graph.basic import ancestors
+from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import MergeOptimizer
+from pytensor.graph.rewriting.utils import rewrite_graph
+from pytensor.tensor.rewriting.shape import ShapeFeature
 
 import innergraph
 from innergraph import cases
@@ -20,8 +24,10 @@ from innergraph.ops.ifelse import IfElse
 from innergraph.ops.scan import Scan
 from innergraph.rewriting.carry import carry_cotangents
 from innergraph.rewriting.duplicates import merge_duplicate_slots
+from innergraph.rewriting.lengths import final_row_reads, length_offset
 from innergraph.rewriting.merge_loops import merge_loops
-from innergraph.stats import graph_stats
+from innergraph.rewriting.untrace import untrace_final_states
+from innergraph.stats import graph_stats, unread_buffers
 from innergraph.testing.programs import LINKERS, mode_for
 from innergraph.testing.rewrites import check_rewrite
 
@@ -181,10 +187,100 @@ def test_a_cotangent_carried_over_two_steps_becomes_a_mit_sot():
     assert [i.n_mit_mot for i in infos] == [0, 0] and sorted(i.mit_sot_in_slices for i in infos) == [((-2,),), ((-2,),)]
 
 
-def test_a_read_mit_mot_buffer_is_kept():
+def canonicalized_then(rewrite):
+    """``rewrite`` after canonicalize with shape inference, as in the pipeline (lengths read ``n_steps + k``)."""
+
+    def run(fgraph):
+        fgraph.attach_feature(ShapeFeature())
+        rewrite_graph(fgraph, include=("canonicalize",), clone=False)
+        return rewrite(fgraph)
+
+    run.__name__ = rewrite.__name__
+    return run
+
+
+CARRY = canonicalized_then(carry_cotangents)
+
+
+def test_a_mit_mot_buffer_read_at_more_than_its_final_position_is_kept():
     ys = innergraph.scan(lambda s, acc: acc * pt.sin(s) + s, sequences=[x], outputs_info=[a0], return_updates=False)
-    (g,) = pytensor.grad((ys**2).sum(), [a0])  # read from the buffer after the loop
-    check_rewrite(carry_cotangents, [x, a0], [g], gradients="none", expect_change=False)
+    (g,) = pytensor.grad((ys**2).sum(), [a0])
+    (reverse,) = [v.owner for v in ancestors([g]) if v.owner and isinstance(v.owner.op, Scan) and v.owner.op.layout.info.n_mit_mot]
+    for other_rows in (reverse.outputs[0][1:].sum(), reverse.outputs[0][::-1][1]):  # rows besides the final one
+        fg = check_rewrite(CARRY, [x, a0], [g, other_rows], gradients="none", expect_change=False)
+        assert sum(n.op.layout.info.n_mit_mot for n in nodes_of(fg, Scan)) == 1
+
+
+def test_a_mit_mot_read_only_at_its_final_position_becomes_a_carried_state():
+    ys = innergraph.scan(lambda s, acc: acc * pt.sin(s) + s, sequences=[x], outputs_info=[a0], return_updates=False)
+    (g,) = pytensor.grad((ys**2).sum(), [a0])  # the initial value's cotangent: the buffer's last row
+    values = [(np.linspace(-1, 1, n), 0.3) for n in (0, 1, 6)]
+    fg = check_rewrite(CARRY, [x, a0], [g], gradients="none", values=values)
+    infos = [n.op.layout.info for n in nodes_of(fg, Scan)]
+    assert [i.n_mit_mot for i in infos] == [0, 0] and sum(i.n_untraced_sit_sot for i in infos) == 1
+    assert graph_stats(fg)["unread_buffers"] == 0
+
+
+def test_a_mit_sot_gradient_with_two_output_taps_becomes_two_carried_states():
+    initial = pt.tensor("initial", shape=(2,), dtype="float64")
+    ys = innergraph.scan(
+        lambda s, a2, a1: a1 * pt.sin(s) + 0.3 * a2 + s, sequences=[x],
+        outputs_info=[{"initial": initial, "taps": [-2, -1]}], return_updates=False,
+    )
+    (g,) = pytensor.grad((ys**2).sum(), [initial])  # reads the buffer's last two rows, reversed
+    before = FunctionGraph([x, initial], [g], clone=True)
+    (reverse,) = [n for n in nodes_of(before, Scan) if n.op.layout.info.n_mit_mot]
+    assert reverse.op.layout.info.mit_mot_out_slices == ((2, 1),)  # what PyTensor's gradient builds
+    values = [(np.linspace(-1, 1, n), np.array([0.3, -0.2])) for n in (0, 1, 5)]
+    fg = check_rewrite(CARRY, [x, initial], [g], gradients="none", values=values)
+    infos = [n.op.layout.info for n in nodes_of(fg, Scan)]
+    assert [i.n_mit_mot for i in infos] == [0, 0] and sum(i.n_untraced_sit_sot for i in infos) == 2
+
+
+@pytest.mark.parametrize("linker", ["py", "cvm", "numba"])
+def test_final_position_reads_give_vanilla_numbers_without_a_mit_mot(linker):
+    initial = pt.tensor("initial", shape=(2,), dtype="float64")
+
+    def build():
+        ys = pytensor.scan(lambda s, acc: acc * pt.sin(s) + s, sequences=[x], outputs_info=[a0], return_updates=False)
+        zs = pytensor.scan(
+            lambda s, a2, a1: a1 * pt.cos(s) + 0.3 * a2 + s, sequences=[x],
+            outputs_info=[{"initial": initial, "taps": [-2, -1]}], return_updates=False,
+        )
+        return [x, a0, initial], pytensor.grad((ys**2).sum() + (zs**2).sum(), [a0, initial])
+
+    ours, theirs = compiled(*build(), linker, vanilla=False), compiled(*build(), linker, vanilla=True)
+    for n in (0, 1, 7):
+        values = [np.linspace(-1, 1, n), 0.3, np.array([0.3, -0.2])]
+        for a, b in zip(ours(*values), theirs(*values), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+    assert sum(i.n_mit_mot for i in scan_infos(ours)) == 0
+    assert sum(i.n_mit_mot for i in scan_infos(theirs)) >= 1
+
+
+def test_final_rows_are_read_through_slices_and_reversals_only_where_provable():
+    n = pt.iscalar("n")
+    buffer = pt.alloc(0.0, n + 2)[::-1]
+    assert length_offset(buffer, n) == 2 and length_offset(pt.alloc(0.0, n * 2), n) is None
+    reads = [buffer[-1], buffer[-2:], buffer[:-3:-1], buffer[::-1][:1], buffer[::-1][1]]
+    fg = FunctionGraph([n], reads, clone=False)
+    found = final_row_reads(fg, buffer, rows=2, minimum=2)
+    assert [found[r] for r in reads] == [0, (1, 0), (0, 1), (0,), 1]
+    for other in (buffer[0], buffer[-3], buffer[1:], buffer[:-1], buffer[::-1][:3]):
+        assert final_row_reads(FunctionGraph([n], [other], clone=False), buffer, rows=2, minimum=2) is None
+
+
+def test_an_unread_forward_trace_becomes_a_carried_state():
+    # m only feeds ll; only ll's final value is read: m's trace is an unread buffer
+    ms, lls = innergraph.scan(
+        lambda s, m, ll: [m * 0.5 + s, ll + (s - m) ** 2], sequences=[x], outputs_info=[a0, a0 * 0], return_updates=False
+    )
+    before = FunctionGraph([x, a0], [lls[-1]], clone=True)
+    assert len(unread_buffers(before)) == 1
+    fg = check_rewrite(canonicalized_then(untrace_final_states), [x, a0], [lls[-1]], gradients="none")
+    ((node),) = nodes_of(fg, Scan)
+    assert (node.op.layout.info.n_sit_sot, node.op.layout.info.n_untraced_sit_sot) == (0, 2)
+    assert unread_buffers(fg) == []
 
 
 # -- the issue's cases, whole pipeline, against vanilla ------------------------------

@@ -20,6 +20,21 @@ carried cotangent
     row ``k - 1`` plus one sequence per tap ``i >= k`` over the initial buffer
     from row ``i`` on, and when nothing reads the buffer after the loop, the
     loop neither allocates nor returns it (PyTensor issue #1687).
+final-position read
+    A read of the buffer after the loop that selects only its last row
+    (`innergraph.rewriting.lengths.last_row_reads`), where the graph proves the
+    buffer holds ``n_steps + k`` rows (`innergraph.rewriting.lengths.length_offset`:
+    PyTensor's gradient allocates it so). Its last row, ``n_steps - 1 + k``, is
+    the last one the loop writes, the carried value's final value (the initial row
+    ``k - 1`` when the loop runs no step): such reads become reads of the carried
+    state's result. This is how the cotangent of an initial value is read
+    (``buffer[::-1][:1]``, canonicalized to ``buffer[:-2:-1]``).
+carried trace
+    With several taps below ``k`` the carried state is a mit-sot over a fresh
+    buffer of ``n_steps + k`` rows whose rows are the mit-mot buffer's rows
+    ``0 .. n_steps + k - 1``, row for row; when the mit-mot buffer provably has
+    exactly that many rows, the two buffers are equal and any read of the one is a
+    read of the other.
 unread buffer
     A state buffer longer than its taps that nothing reads after the loop
     (`innergraph.stats`). A carried state whose final value nobody reads is not
@@ -34,10 +49,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytensor.tensor as pt
 from pytensor.graph.basic import Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.scan.utils import expand_empty
 
+from innergraph.rewriting.lengths import final_row_reads, length_offset
 from innergraph.rewriting.signature import Signature, Slot, consumers, mit_mot_taps_from_zero, replace_consumer
 from innergraph.slots import Meaning
 
@@ -45,40 +62,49 @@ __all__ = ["carried_form", "carry_cotangents"]
 
 
 def carried_form(sig: Signature, slot: Slot, n_steps: Variable) -> list[Slot] | None:
-    """The slots standing for mit-mot ``slot`` as a carried state, or None if it has another form.
+    """The slots standing for mit-mot ``slot`` as carried state, or None if it has another form.
 
-    The state comes first: an untraced sit-sot when the only input tap below the
-    output tap ``k`` is ``k - 1``, else a mit-sot over the initial rows ``0 .. k - 1``
-    (in a fresh buffer of ``n_steps`` more rows, as `pytensor.scan` lays one out,
-    so PyTensor's save-memory pass shrinks it when nothing reads it). Its result
-    is a fresh variable nobody reads. Then one sequence per input tap ``i >= k``.
-    The slots are of the kinds ``sig``'s consumer declares for a carry, a trace and
-    a sequence (`innergraph.slots.Form.kind_for`); None if it declares none.
+    With output taps ``O`` (largest ``k``) the states come first: one carry (an
+    untraced sit-sot) per output tap ``o``, over initial row ``o - 1`` and read at
+    input tap ``o - 1``, when every input tap below ``k`` is one below an output tap
+    and every output tap one above an input tap (the row a step writes at tap ``o``
+    is read by the next step at tap ``o - 1``: every gradient of a sit-sot, ``(0, 1)
+    -> (1,)``, and of a mit-sot with taps ``-2, -1``, ``(0, 1, 2) -> (1, 2)``); else,
+    with one output tap, a mit-sot over the initial rows ``0 .. k - 1`` (in a fresh
+    buffer of ``n_steps`` more rows, as `pytensor.scan` lays one out, so PyTensor's
+    save-memory pass shrinks it when nothing reads it). Their results are fresh
+    variables. Then one sequence per input tap ``i >= k``. The slots are of the
+    kinds ``sig``'s consumer declares for a carry, a trace and a sequence
+    (`innergraph.slots.Form.kind_for`); None if it declares none.
     """
     form = sig.form
     carry, trace_kind, sequence = (form.kind_for(m, slot.bodies) for m in (Meaning.CARRY, Meaning.TRACE, Meaning.SEQUENCE))
     if carry is None or trace_kind is None or sequence is None:
         return None
     in_taps, out_taps = mit_mot_taps_from_zero(slot.in_taps, slot.out_taps)
-    if len(out_taps) != 1:
-        return None
-    (k,) = out_taps
+    k = max(out_taps)
     below = [t for t in in_taps if t < k]
     if not below:
         return None  # nothing carried: a per-step output
     buffer: Any = slot.args[0]
     by_tap = dict(zip(in_taps, slot.params, strict=True))
-    state: Slot
-    if below == [k - 1]:
-        initial = buffer[k - 1]
-        state = Slot(carry, (initial,), (by_tap[k - 1],), slot.outputs, slot.output_types, (initial.type(),))
-    else:
+    produced = dict(zip(out_taps, zip(slot.outputs, slot.output_types, strict=True), strict=True))
+    states: list[Slot]
+    if set(below) == {o - 1 for o in out_taps} and set(out_taps) <= set(in_taps):
+        states = []
+        for o in sorted(out_taps):
+            initial = buffer[o - 1]
+            output, output_type = produced[o]
+            states.append(Slot(carry, (initial,), (by_tap[o - 1],), (output,), (output_type,), (initial.type(),)))
+    elif len(out_taps) == 1:
         trace = expand_empty(buffer[:k], n_steps)
         params = tuple(by_tap[t] for t in below)
         taps = tuple(t - k for t in below)
-        state = Slot(trace_kind, (trace,), params, slot.outputs, slot.output_types, (trace.type(),), taps)
+        states = [Slot(trace_kind, (trace,), params, slot.outputs, slot.output_types, (trace.type(),), taps)]
+    else:
+        return None
     contributions = [Slot(sequence, (buffer[t:],), (by_tap[t],)) for t in in_taps if t >= k]
-    return [state, *contributions]
+    return [*states, *contributions]
 
 
 def _unread(fgraph: FunctionGraph, result: Variable) -> bool:
@@ -86,27 +112,58 @@ def _unread(fgraph: FunctionGraph, result: Variable) -> bool:
 
 
 def carry_cotangents(fgraph: FunctionGraph) -> int:
-    """Make unread mit-mot buffers carried states; return how many consumers changed."""
+    """Make mit-mot buffers unread after the loop, or read only at their final position, carried states.
+
+    Returns how many consumers changed.
+    """
     changed = 0
     for sig in consumers(fgraph):
         if not sig.capabilities.counted or sig.is_while:
             continue
-        new = _carried(fgraph, sig)
-        if new is not None:
-            replace_consumer(fgraph, sig, new, reason="carry_cotangents")
+        found = _carried(fgraph, sig)
+        if found is not None:
+            slots, forwarded = found
+            replace_consumer(fgraph, sig, slots, forwarded=forwarded, reason="carry_cotangents")
             changed += 1
     return changed
 
 
-def _carried(fgraph: FunctionGraph, sig: Signature) -> list[Slot] | None:
+def _read_results(fgraph: FunctionGraph, sig: Signature, slot: Slot, carried: list[Slot]) -> dict[Variable, Variable] | None:
+    """What the reads of a read mit-mot buffer become once it is ``carried``, or None if they cannot."""
+    in_taps, out_taps = mit_mot_taps_from_zero(slot.in_taps, slot.out_taps)
+    k = max(out_taps)
+    result = slot.results[0]
+    if length_offset(slot.args[0], sig.header[0]) != k:
+        return None  # the last rows are not provably the last ones written
+    if sig.meaning(carried[0]) is Meaning.TRACE:
+        return {result: carried[0].results[0]}  # the same rows: the carried trace is the buffer
+    # the state of output tap o ends in row n_steps - 1 + o: row k - o from the end
+    finals = {k - o: state.results[0] for o, state in zip(sorted(out_taps), carried, strict=False)}
+    reads = final_row_reads(fgraph, result, rows=k + 1, minimum=k)
+    if reads is None:
+        return None
+    values: dict[Variable, Variable] = {}
+    for read, rows in reads.items():
+        picked = [rows] if isinstance(rows, int) else list(rows)
+        if any(r not in finals for r in picked):
+            return None
+        values[read] = finals[rows] if isinstance(rows, int) else pt.stack([finals[r] for r in picked])
+    return values
+
+
+def _carried(fgraph: FunctionGraph, sig: Signature) -> tuple[list[Slot], dict[Variable, Variable]] | None:
     slots: list[Slot] = []
+    forwarded: dict[Variable, Variable] = {}
     found = False
     for slot in sig.slots:
-        is_buffer = sig.meaning(slot) is Meaning.BUFFER
-        carried = carried_form(sig, slot, sig.header[0]) if is_buffer and _unread(fgraph, slot.results[0]) else None
+        carried = carried_form(sig, slot, sig.header[0]) if sig.meaning(slot) is Meaning.BUFFER else None
+        if carried is not None and not _unread(fgraph, slot.results[0]):
+            reads = _read_results(fgraph, sig, slot, carried)
+            carried = None if reads is None else carried
+            forwarded.update(reads or {})
         if carried is None:
             slots.append(slot)
         else:
             slots += carried
             found = True
-    return slots if found else None
+    return (slots, forwarded) if found else None

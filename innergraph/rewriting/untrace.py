@@ -5,7 +5,10 @@ an outer buffer. When the only reads of that buffer are ``trace[-1]`` (the
 final value, which is all most loops return), the state becomes an untraced
 sit-sot: the loop carries the value from step to step and returns the last one,
 and the buffer, its allocation and the indexing go away: the slot becomes the
-consumer's carry kind (`Meaning.CARRY`) for the same bodies.
+consumer's carry kind (`Meaning.CARRY`) for the same bodies. A trace nothing
+reads after the loop (an *unread forward trace*: a state that only feeds the
+others, such as a filter's mean when only its log-likelihood is returned, or
+a forward loop whose gradient recomputes its values) is untraced the same way.
 
 PyTensor does the same after lowering, node by node: ``scan_reduce_trace`` first
 shrinks the buffer to one row, then ``scan_sit_sot_to_untraced`` rebuilds the
@@ -35,7 +38,7 @@ __all__ = ["untrace_final_states"]
 
 
 def _last_step_reads(fgraph: FunctionGraph, trace: Variable) -> list[Variable] | None:
-    """The ``trace[-1]`` variables reading ``trace``, or None if anything else reads it."""
+    """The ``trace[-1]`` variables reading ``trace`` (none when nothing reads it), or None if anything else reads it."""
     reads = []
     for client, _ in fgraph.clients.get(trace, []):
         op = getattr(client, "op", None)
@@ -47,7 +50,7 @@ def _last_step_reads(fgraph: FunctionGraph, trace: Variable) -> list[Variable] |
         except NotScalarConstantError:
             return None
         reads.append(client.outputs[0])
-    return reads or None
+    return reads
 
 
 def untrace_final_states(fgraph: FunctionGraph) -> int:
@@ -58,6 +61,7 @@ def untrace_final_states(fgraph: FunctionGraph) -> int:
             continue
         slots: list[Slot] = []
         finals: dict[Variable, Variable] = {}  # each trace[-1] read -> a stand-in for the new untraced result
+        untraced = False
         for slot in sig.slots:
             carry = sig.form.kind_for(Meaning.CARRY, slot.bodies)
             single_trace = sig.meaning(slot) is Meaning.TRACE and slot.in_taps == (-1,) and carry is not None
@@ -69,7 +73,8 @@ def untrace_final_states(fgraph: FunctionGraph) -> int:
             stand_in = initial.type()
             slots.append(slot.with_(kind=carry, args=(initial,), results=(stand_in,)))
             finals.update(dict.fromkeys(reads, stand_in))
-        if finals:
+            untraced = True
+        if untraced:
             replace_consumer(fgraph, sig, slots, forwarded=finals, reason="untrace_final_states")
             changed += 1
     return changed
