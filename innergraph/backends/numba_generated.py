@@ -1,0 +1,108 @@
+"""Numba code generated from a consumer's declaration: one function per loop, its bodies inline.
+
+Loaded on the first Numba link. Every registered consumer whose form declares step
+semantics (`innergraph.semantics`) gets `numba_funcify_generated` as its Numba
+conversion, unless its class has a conversion of its own; consumers registered
+later get it at registration (`innergraph.slots.ON_REGISTER`). A consumer declaring
+no semantics keeps PyTensor's fallback (``perform`` in object mode, with its warning).
+
+The generated function takes the node's inputs (a function input arrives as
+``None``) and, from the node's `LoopPlan`, reads:
+
+* each carried value once, copied, so a loop that runs no step returns no input;
+* the pre-condition body, rendered inline, once;
+* ``for t in range(n)`` (counted), or ``while go`` / ``while go and steps < limit``;
+  each step reads the sequences' rows ``t``, runs the update body inline, rebinds the
+  carried values to its outputs (no copy: a body's outputs are fresh arrays) and
+  reads the post-condition;
+* the carried values, in the node's output order.
+
+Its disk-cache key combines the source with the bodies' keys (`numba_function`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, register_funcify_and_cache_key
+
+from innergraph.backends.numba import _jitted, numba_body_code
+from innergraph.backends.numba_code import Converted
+from innergraph.ops.runtime import body_value
+from innergraph.semantics import LoopPlan, Role, loop_plan
+from innergraph.slots import FORMS, ON_REGISTER, Form
+
+__all__ = ["generated_source", "numba_funcify_generated", "register_generated"]
+
+
+def _value(role: Role) -> str:
+    kind, i = role
+    return {"input": f"i{i}", "row": f"r{i}", "carry": f"x{i}"}[kind]
+
+
+def _indent(lines: list[str]) -> list[str]:
+    return ["    " + line for line in lines]
+
+
+def generated_source(plan: LoopPlan, codes: dict[int, Any]) -> tuple[list[str], list[str], dict[str, Any]]:
+    """The generated function's params, body lines and environment, for ``plan`` and the bodies' `BodyCode`."""
+    conditioned = plan.pre is not None or plan.post is not None
+    lines = [f"x{k} = i{pos}.copy()" for k, pos in enumerate(plan.carries)]
+    env: dict[str, Any] = {"np": np}
+    if plan.pre_condition is not None:
+        pre = codes[plan.pre_condition].render("c_", [_value(r) for r in plan.roles[plan.pre_condition]])
+        lines += [*pre.lines, f"go = {pre.outputs[plan.pre]}.item()"]
+        env |= pre.env
+    elif conditioned:
+        lines.append("go = True")
+    step = [f"r{j} = np.asarray(i{pos}[t])" for j, pos in enumerate(plan.sequences)]
+    update = codes[plan.update].render("s_", [_value(r) for r in plan.roles[plan.update]])
+    env |= update.env
+    step += update.lines
+    step += [f"x{k} = {update.outputs[o]}" for k, o in enumerate(plan.next_values)]
+    if plan.post is not None:
+        step.append(f"go = {update.outputs[plan.post]}.item()")
+    if plan.count is not None:
+        lines.append(f"for t in range(i{plan.count}.item()):")
+        lines += _indent(["if not go:", "    break", *step] if conditioned else step)
+    else:
+        guard = [*(["go"] if conditioned else []), *(["steps < limit"] if plan.bound is not None else [])]
+        if plan.bound is not None:
+            lines += ["steps = 0", f"limit = i{plan.bound}.item()"]
+            step.append("steps += 1")
+        lines += [f"while {' and '.join(guard)}:", *_indent(step)]
+    returned = [f"x{k}" for k in plan.results]
+    lines.append(f"return {returned[0]}" if len(returned) == 1 else f"return ({', '.join(returned)},)")
+    return [f"i{i}" for i in range(plan.n_inputs)], lines, env
+
+
+def numba_funcify_generated(op: Any, node: Any = None, **kwargs: Any) -> Converted:
+    """The jitted loop of ``node`` from its consumer's step semantics, and its cache key (cached on the update body)."""
+    plan = loop_plan(op, node)
+    bodies = {b: body_value(node.inputs[plan.functions[b]]) for b in plan.bodies_run}
+    others = tuple(bodies[b] for b in plan.bodies_run if b != plan.update)
+
+    def make() -> Converted:
+        codes = {b: numba_body_code(body) for b, body in bodies.items()}
+        params, lines, env = generated_source(plan, codes)
+        return _jitted(f"innergraph_{type(op).__name__.lower()}", params, lines, env, [codes[b].key for b in plan.bodies_run])
+
+    return bodies[plan.update].cached(("numba_generated", plan, others), make)
+
+
+def register_generated(op_class: type, form: Form) -> None:
+    """Make `numba_funcify_generated` the Numba conversion of ``op_class`` if its form declares semantics.
+
+    A class with a Numba conversion of its own (`innergraph.consumer.register_numba`)
+    keeps it.
+    """
+    if form.semantics is None:
+        return
+    if numba_funcify_and_cache_key.registry.get(op_class, numba_funcify_generated) is numba_funcify_generated:
+        register_funcify_and_cache_key(op_class)(numba_funcify_generated)
+
+
+for _cls, _form in list(FORMS.items()):
+    register_generated(_cls, _form)
+ON_REGISTER.append(register_generated)
