@@ -25,13 +25,14 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from pytensor.link.numba.dispatch import basic as numba_basic
 from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, register_funcify_and_cache_key
 
 from innergraph.backends.numba import _jitted, numba_body_code
 from innergraph.backends.numba_code import Converted
 from innergraph.ops.runtime import body_value
-from innergraph.semantics import LoopPlan, Role, loop_plan
-from innergraph.slots import FORMS, ON_REGISTER, Form
+from innergraph.semantics import LoopPlan, Role, loop_plan, semantics_of
+from innergraph.slots import FORMS, ON_REGISTER, Form, form_of
 
 __all__ = ["generated_source", "numba_funcify_generated", "register_generated"]
 
@@ -78,7 +79,14 @@ def generated_source(plan: LoopPlan, codes: dict[int, Any]) -> tuple[list[str], 
 
 
 def numba_funcify_generated(op: Any, node: Any = None, **kwargs: Any) -> Converted:
-    """The jitted loop of ``node`` from its consumer's step semantics, and its cache key (cached on the update body)."""
+    """The jitted loop of ``node`` from its consumer's step semantics, and its cache key (cached on the update body).
+
+    A subclass of a consumer declaring semantics reaches this function through
+    the dispatch; without semantics of its own it gets PyTensor's fallback
+    (object mode, with PyTensor's warning naming the Op).
+    """
+    if semantics_of(form_of(op), op) is None:
+        return numba_basic.generate_fallback_impl(op, node=node, **kwargs), None
     plan = loop_plan(op, node)
     bodies = {b: body_value(node.inputs[plan.functions[b]]) for b in plan.bodies_run}
     others = tuple(bodies[b] for b in plan.bodies_run if b != plan.update)
