@@ -237,7 +237,7 @@ def loop_plan(op: Any, node: Apply) -> LoopPlan:
         else:
             role = ("input", pos)
         for b, p in slot.params:
-            roles[b][param_lists[b].index(p)] = role
+            roles[b][param_lists[b].index(p)] = role  # type: ignore[arg-type]  # a slot param is a body param
     run = (sem.update,) if sem.pre_condition is None else (sem.pre_condition, sem.update)
     for b in run:
         missing = [i for i in range(len(param_lists[b])) if i not in roles[b]]

@@ -20,7 +20,7 @@ under ``jax.jit`` with a traced count or bound, and eagerly.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax.numpy as jnp
@@ -42,7 +42,7 @@ def _arguments(plan: LoopPlan, body: int, inputs: Sequence[Any], rows: Sequence[
     return [values[kind][i] for kind, i in plan.roles[body]]
 
 
-def jax_loop(plan: LoopPlan, functions: dict[int, Fn], dtypes: Sequence[Any]) -> Callable[..., Any]:
+def jax_loop(plan: LoopPlan, functions: Mapping[int, Fn], dtypes: Sequence[Any]) -> Callable[..., Any]:
     """A JAX function of the node's inputs running ``plan`` with the bodies' JAX ``functions``."""
     conditioned = plan.pre is not None or plan.post is not None
 
@@ -59,7 +59,7 @@ def jax_loop(plan: LoopPlan, functions: dict[int, Fn], dtypes: Sequence[Any]) ->
             final = lax.fori_loop(0, jnp.asarray(inputs[plan.count]), lambda t, c: step(t, c, inputs)[0], carry)
             return _results(plan, final)
         go = jnp.asarray(True)
-        if plan.pre_condition is not None:
+        if plan.pre_condition is not None and plan.pre is not None:
             pre_outs = functions[plan.pre_condition](*_arguments(plan, plan.pre_condition, inputs, (), carry))
             go = jnp.asarray(pre_outs[plan.pre]).astype(bool)
         limit = inputs[plan.count] if plan.count is not None else inputs[plan.bound] if plan.bound is not None else None
