@@ -32,7 +32,9 @@ def graph():
     prepost = innergraph.loop(lambda s: s[0] < 100.0, lambda s: (s[0] * 3.0, s[1] + v), lambda s: s[0] < 50.0, (x, v))
     fori = innergraph.fori_loop(2, 6, lambda i, s: (s[0] + pt.cast(i, "float64") * s[1], s[1] * a), (v, x))
     rep = example.repeat(m, lambda s: s * a + 1.0, [v])[0]
-    return [root["x"], root["n"], zero, once, bounded, prepost[0], prepost[1], fori[0], fori[1], rep]
+    # carries the step overwrites in place (the loop owns them): swapped, read twice, aliased initial values
+    swap = innergraph.fori_loop(0, 3, lambda i, s: (s[1] + 0.0, s[0] * 2.0, s[2] * s[2] + s[2]), (v, v, v))
+    return [root["x"], root["n"], zero, once, bounded, prepost[0], prepost[1], fori[0], fori[1], rep, *swap]
 
 
 def reference(x0, c, vv, mm):
@@ -56,7 +58,10 @@ def reference(x0, c, vv, mm):
     rep = vv.copy()
     for _ in range(mm):
         rep = rep * c + 1.0
-    return [r, n, x0, x0 * 2.0, b, p, q, f0, f1, rep]
+    s0, s1, s2 = vv.copy(), vv.copy(), vv.copy()
+    for _ in range(3):
+        s0, s1, s2 = s1 + 0.0, s0 * 2.0, s2 * s2 + s2
+    return [r, n, x0, x0 * 2.0, b, p, q, f0, f1, rep, s0, s1, s2]
 
 
 ARGS = [(1.5, 2.0, np.array([0.5, -1.0]), 4), (3.0, 0.5, np.array([2.0]), 0), (200.0, 9.0, np.array([1.0, 1.0, 3.0]), 40)]

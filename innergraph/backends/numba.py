@@ -146,14 +146,17 @@ def _typify_body(data: Body, **kwargs: Any) -> None:
 
 
 
-def numba_body_code(body: Body) -> BodyCode:
-    """The body's `BodyCode`: prepared and its nodes converted, once per `Body` (cached)."""
+def numba_body_code(body: Body, mutable: frozenset[int] = frozenset()) -> BodyCode:
+    """The body's `BodyCode`: prepared and its nodes converted, once per `Body` and ``mutable`` (cached).
+
+    ``mutable``: the params the code may overwrite (`prepared_body`).
+    """
 
     def make() -> BodyCode:
         compile_count[(id(body), "numba")] += 1
-        return body_code(prepared_body(body, "numba"))
+        return body_code(prepared_body(body, "numba", mutable))
 
-    return body.cached("numba", make)
+    return body.cached("numba" if not mutable else ("numba", mutable), make)
 
 
 def _jitted(

@@ -78,6 +78,17 @@ def generated_source(plan: LoopPlan, codes: dict[int, Any]) -> tuple[list[str], 
     return [f"i{i}" for i in range(plan.n_inputs)], lines, env
 
 
+def _owned(plan: LoopPlan, body: int) -> frozenset[int]:
+    """The params of the update body bound to carried values: the loop owns those arrays, the step may overwrite them."""
+    if body != plan.update or not IN_PLACE_CARRIES:
+        return frozenset()
+    return frozenset(i for i, (kind, _) in enumerate(plan.roles[body]) if kind == "carry")
+
+
+#: Whether the update body may overwrite the carried values it reads (measured: see design/loops.md).
+IN_PLACE_CARRIES = True
+
+
 def numba_funcify_generated(op: Any, node: Any = None, **kwargs: Any) -> Converted:
     """The jitted loop of ``node`` from its consumer's step semantics, and its cache key (cached on the update body).
 
@@ -92,7 +103,7 @@ def numba_funcify_generated(op: Any, node: Any = None, **kwargs: Any) -> Convert
     others = tuple(bodies[b] for b in plan.bodies_run if b != plan.update)
 
     def make() -> Converted:
-        codes = {b: numba_body_code(body) for b, body in bodies.items()}
+        codes = {b: numba_body_code(body, _owned(plan, b)) for b, body in bodies.items()}
         params, lines, env = generated_source(plan, codes)
         return _jitted(f"innergraph_{type(op).__name__.lower()}", params, lines, env, [codes[b].key for b in plan.bodies_run])
 
