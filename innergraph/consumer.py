@@ -32,7 +32,7 @@ from innergraph.fold import fold_function
 from innergraph.graph import body_of, is_function, params
 from innergraph.instantiate import fit_arguments, instantiate
 from innergraph.ops.runtime import CheckedFunction, body_value, compiled_function, linker_for, make_body_thunk
-from innergraph.semantics import Iterate
+from innergraph.semantics import Branch, Iterate
 from innergraph.slots import Capabilities, Form, Meaning, Slot, SlotKind, form_of, register_consumer
 from innergraph.types import Body
 
@@ -40,6 +40,7 @@ __all__ = [
     "ArityError",
     "Body",
     "BodyTypeError",
+    "Branch",
     "Capabilities",
     "CheckedFunction",
     "Closure",

@@ -36,7 +36,7 @@ from pytensor.graph.basic import Apply, Variable
 
 from innergraph.graph import body_of, params
 
-__all__ = ["Iterate", "LoopPlan", "Role", "Semantics", "loop_plan", "semantics_of", "validate"]
+__all__ = ["Branch", "BranchPlan", "Iterate", "LoopPlan", "branch_plan", "Role", "Semantics", "loop_plan", "semantics_of", "validate"]
 
 #: The meanings a generated loop can run (the other ones are Scan's, which runs natively).
 _LOOP_MEANINGS = ("invariant", "sequence", "carry", "condition")
@@ -72,18 +72,34 @@ class Iterate:
     bound: int | None = None
 
 
+@dataclass(frozen=True)
+class Branch:
+    """A conditional's step semantics: body 0 runs when the condition holds, body 1 otherwise.
+
+    Exactly one body runs (lazy). Its params read their `INVARIANT` slots'
+    arguments; each `OUTPUT` slot's result is the output of the body that ran.
+
+    Parameters
+    ----------
+    condition
+        The header input (its position in the header `split` returns) that is the condition.
+    """
+
+    condition: int = 0
+
+
 #: What a form declares: semantics, or a function of the Op giving them (when they depend on its props).
-Semantics = Iterate | Callable[[Any], Iterate]
+Semantics = Iterate | Branch | Callable[[Any], "Iterate | Branch"]
 
 
-def semantics_of(form: Any, op: Any) -> Iterate | None:
+def semantics_of(form: Any, op: Any) -> Iterate | Branch | None:
     """The step semantics ``form`` declares for ``op``, or None."""
     declared = getattr(form, "semantics", None)
-    if declared is None or isinstance(declared, Iterate):
+    if declared is None or isinstance(declared, Iterate | Branch):
         return declared
     found = declared(op)
-    if not isinstance(found, Iterate):
-        raise TypeError(f"{op}: its form's semantics gave {found!r}, not an innergraph.consumer.Iterate")
+    if not isinstance(found, Iterate | Branch):
+        raise TypeError(f"{op}: its form's semantics gave {found!r}, not an innergraph.consumer.Iterate or Branch")
     return found
 
 
@@ -170,10 +186,14 @@ def _check_semantics(op: Any, form: Any, sem: Iterate, header: Sequence[Variable
 def validate(form: Any, where: str) -> None:
     """Check a form's semantics at registration, as far as they do not depend on a node (``ValueError``)."""
     declared = getattr(form, "semantics", None)
-    if declared is None or callable(declared) and not isinstance(declared, Iterate):
+    if declared is None or callable(declared) and not isinstance(declared, Iterate | Branch):
+        return
+    if isinstance(declared, Branch):
+        if form.n_bodies != 2 or not form.capabilities.lazy or form.capabilities.loop:
+            raise ValueError(f"{where}: Branch semantics are for lazy consumers of two bodies that are not loops")
         return
     if not isinstance(declared, Iterate):
-        raise ValueError(f"{where}: semantics must be an Iterate or a function of the Op giving one, got {declared!r}")
+        raise ValueError(f"{where}: semantics must be an Iterate, a Branch or a function of the Op giving one, got {declared!r}")
     if not form.capabilities.loop:
         raise ValueError(f"{where}: Iterate semantics are for loops; the capabilities do not say it is one")
     bodies = [declared.update, *([] if declared.pre_condition is None else [declared.pre_condition])]
@@ -195,8 +215,8 @@ def loop_plan(op: Any, node: Apply) -> LoopPlan:
 
     form = form_of(op)
     sem = semantics_of(form, op) if form is not None else None
-    if form is None or sem is None:
-        raise ValueError(f"{op}: no step semantics declared (register_consumer(..., Form(..., semantics=Iterate(...))))")
+    if form is None or not isinstance(sem, Iterate):
+        raise ValueError(f"{op}: no loop step semantics declared (register_consumer(..., Form(..., semantics=Iterate(...))))")
     split = form.split(node)
     if split is None:
         raise ValueError(f"{op}: its form's split gives no slots for {node}; a loop's code needs them")
@@ -268,3 +288,70 @@ def loop_plan(op: Any, node: Apply) -> LoopPlan:
         post=post,
         results=tuple(results[i] for i in range(len(node.outputs))),
     )
+
+
+@dataclass(frozen=True)
+class BranchPlan:
+    """A `Branch` applied to one node; positions are node-input positions.
+
+    Attributes
+    ----------
+    n_inputs
+        How many inputs the node has.
+    functions
+        The position of each body's function input (then, else).
+    condition
+        The position of the condition.
+    roles
+        Per body, the node input each param reads.
+    outputs
+        Per body, the body output giving each node output.
+    """
+
+    n_inputs: int
+    functions: tuple[int, ...]
+    condition: int
+    roles: tuple[tuple[int, ...], ...]
+    outputs: tuple[tuple[int, ...], ...]
+
+
+def branch_plan(op: Any, node: Apply) -> BranchPlan:
+    """The `BranchPlan` of ``node``, a node of a registered consumer declaring `Branch` semantics (``ValueError`` naming the Op otherwise)."""
+    from innergraph.slots import form_of
+
+    form = form_of(op)
+    sem = semantics_of(form, op) if form is not None else None
+    if form is None or not isinstance(sem, Branch):
+        raise ValueError(f"{op}: no branch step semantics declared (Form(..., semantics=Branch()))")
+    split = form.split(node)
+    if split is None:
+        raise ValueError(f"{op}: its form's split gives no slots for {node}; a branch's code needs them")
+    header, slots = split
+    bodies = [body_of(f) for f in form.functions(node)]
+    param_lists = [params(b.param_types) for b in bodies]
+    roles: list[dict[int, int]] = [{} for _ in bodies]
+    outputs: list[dict[int, int]] = [{} for _ in bodies]
+    for slot in slots:
+        meaning = form.meaning(slot).value
+        if meaning == "invariant":
+            pos = _position(node, slot.args[0], f"the argument of a {slot.kind!r} slot")
+            for b, p in slot.params:
+                roles[b][param_lists[b].index(p)] = pos  # type: ignore[arg-type]  # a slot param is a body param
+        elif meaning == "output":
+            (result,) = slot.results
+            for b, o in slot.outputs:
+                outputs[b][_output_index(node.outputs, result)] = _output_index(bodies[b].outputs, o)
+        else:
+            raise ValueError(f"{op}: slot kind {slot.kind!r} means {meaning!r}; a generated branch runs invariant and output slots")
+    n_out = len(node.outputs)
+    for b in range(len(bodies)):
+        if sorted(roles[b]) != list(range(len(param_lists[b]))) or sorted(outputs[b]) != list(range(n_out)):
+            raise ValueError(f"{op}: body {b}'s params and outputs must each be bound by one slot")
+    return BranchPlan(
+        n_inputs=len(node.inputs),
+        functions=tuple(_position(node, f, "function input") for f in form.functions(node)),
+        condition=_position(node, header[sem.condition], "the condition"),
+        roles=tuple(tuple(r[i] for i in range(len(r))) for r in roles),
+        outputs=tuple(tuple(o[k] for k in range(n_out)) for o in outputs),
+    )
+

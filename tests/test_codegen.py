@@ -112,11 +112,11 @@ def test_generated_source_follows_the_semantics(compiled):
     backend, fn = compiled
     if backend != "numba":
         return
-    nodes = {type(n.op).__name__ + str(getattr(n.op, "bounded", "")): n for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, (WhileLoop, ForiLoop, example.Repeat))}
+    nodes = {type(n.op).__name__ + str(getattr(n.op, "bounded", getattr(n.op, "n_seqs", ""))): n for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, (WhileLoop, ForiLoop, example.Repeat))}
     plan, lines = _source(nodes["WhileLoopTrue"])
     assert "while go and steps < limit:" in lines and plan.pre == 0 and plan.post is not None
     assert sum(".copy()" in line for line in lines) == len(plan.carries)  # each carried value copied once per call
-    plan, lines = _source(nodes["ForiLoop"])
+    plan, lines = _source(nodes["ForiLoop1"])
     assert plan.pre is None and plan.post is None and plan.sequences
     assert any(line.startswith("for t in range(") for line in lines) and not any("go" in line for line in lines)
     plan, lines = _source(nodes["Repeat"])
@@ -179,7 +179,7 @@ def test_no_semantics_keeps_object_mode_with_a_warning_naming_the_op():
             fn = pytensor.function([v, m], out, mode="NUMBA")
         assert sum("object mode" in str(w.message) for w in record) == 1
         np.testing.assert_allclose(fn(np.array([1.0, 3.0]), 3), [8.0, 24.0])
-        with pytest.raises(ValueError, match=r"_Plain.*no step semantics"):
+        with pytest.raises(ValueError, match=r"_Plain.*no loop step semantics"):
             loop_plan(out.owner.op, out.owner)
     finally:
         FORMS.pop(_Plain)
@@ -192,8 +192,11 @@ def test_consumer_registered_after_loading_gets_generated_code():
     from innergraph.backends.jax_generated import jax_funcify_generated
     from innergraph.backends.numba_generated import numba_funcify_generated
 
-    assert numba_funcify_and_cache_key.registry[WhileLoop] is numba_funcify_generated
-    assert jax_funcify.registry[ForiLoop] is jax_funcify_generated
+    from innergraph.ops.ifelse import IfElse
+
+    for cls in (WhileLoop, ForiLoop, IfElse):  # innergraph's own consumers use the generated code
+        assert numba_funcify_and_cache_key.registry[cls] is numba_funcify_generated
+        assert jax_funcify.registry[cls] is jax_funcify_generated
     register_consumer(_Late, dataclasses.replace(FORMS[example.Repeat], make=lambda op, h, fns, g, args: _Late(len(g.get("carry", []))).make_node(fns[0], *h, *args)))
     try:
         assert numba_funcify_and_cache_key.registry[_Late] is numba_funcify_generated
@@ -215,6 +218,8 @@ def test_declarations_that_cannot_run_are_errors_naming_the_consumer():
         register_consumer(_Plain, dataclasses.replace(form, capabilities=Capabilities(), loop_key=None))
     with pytest.raises(ValueError, match=r"register_consumer\(_Plain\).*names bodies \[0, 1\]"):
         register_consumer(_Plain, dataclasses.replace(form, semantics=Iterate(pre_condition=1)))
+    with pytest.raises(ValueError, match=r"register_consumer\(_Plain\).*Branch semantics are for lazy consumers of two bodies"):
+        register_consumer(_Plain, dataclasses.replace(form, semantics=innergraph.consumer.Branch()))
     with pytest.raises(ValueError, match=r"register_consumer\(_Plain\).*semantics must be an Iterate"):
         register_consumer(_Plain, dataclasses.replace(form, semantics="while"))
     assert _Plain not in FORMS

@@ -5,7 +5,8 @@ semantics (`innergraph.semantics`) gets `jax_funcify_generated` as its JAX
 conversion, unless its class has one of its own; consumers registered later get it
 at registration (`innergraph.slots.ON_REGISTER`).
 
-The conversion reads the node's `LoopPlan` and calls the bodies' JAX functions
+A conditional (`Branch`) is ``lax.cond`` over its two bodies (`jax_branch`). A
+loop's conversion reads the node's `LoopPlan` and calls the bodies' JAX functions
 (`innergraph.backends.jax.jax_body`, made once per body):
 
 * a counted loop without conditions is ``lax.fori_loop(0, n, step, carry)``;
@@ -28,11 +29,13 @@ from jax import lax
 from pytensor.link.jax.dispatch import jax_funcify
 
 from innergraph.backends.jax import jax_body
+from innergraph.backends.jax_loop import is_traced
 from innergraph.ops.runtime import body_value
-from innergraph.semantics import LoopPlan, loop_plan
-from innergraph.slots import FORMS, ON_REGISTER, Form
+from innergraph.patching import DispatchPatch, apply_late
+from innergraph.semantics import Branch, BranchPlan, LoopPlan, branch_plan, loop_plan, semantics_of
+from innergraph.slots import FORMS, ON_REGISTER, Form, form_of
 
-__all__ = ["jax_funcify_generated", "jax_loop", "register_generated"]
+__all__ = ["jax_branch", "jax_funcify_generated", "jax_loop", "register_generated"]
 
 Fn = Callable[..., Sequence[Any]]
 
@@ -84,17 +87,59 @@ def _results(plan: LoopPlan, carry: tuple[Any, ...]) -> Any:
     return results[0] if len(results) == 1 else tuple(results)
 
 
+def jax_branch(plan: BranchPlan, functions: Sequence[Fn], dtypes: Sequence[Any]) -> Callable[..., Any]:
+    """A JAX function of the node's inputs running one of the two bodies.
+
+    Under ``jax.jit`` the condition is traced and ``lax.cond`` runs one branch; with
+    a concrete condition (outside ``jit``) a plain ``if``. Each branch's outputs are
+    cast to the node's dtypes, as ``lax.cond`` needs both branches to return the
+    same types (a constant output is a Python scalar).
+    """
+
+    def branch(b: int, inputs: Sequence[Any]) -> tuple[Any, ...]:
+        outs = functions[b](*(inputs[pos] for pos in plan.roles[b]))
+        return tuple(jnp.asarray(outs[o], dtype=d) for o, d in zip(plan.outputs[b], dtypes, strict=True))
+
+    def run(*inputs: Any) -> Any:
+        cond = inputs[plan.condition]
+        if not is_traced(cond):
+            outputs = branch(0, inputs) if cond else branch(1, inputs)
+        else:
+            positions = sorted({*plan.roles[0], *plan.roles[1]})
+            operands = tuple(inputs[pos] for pos in positions)
+
+            def taken(b: int) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+                def run_body(ops: tuple[Any, ...]) -> tuple[Any, ...]:
+                    values = dict(zip(positions, ops, strict=True))
+                    return branch(b, [values.get(i) for i in range(plan.n_inputs)])
+
+                return run_body
+
+            outputs = lax.cond(jnp.asarray(cond) != 0, taken(0), taken(1), operands)
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    return run
+
+
 def jax_funcify_generated(op: Any, node: Any = None, **kwargs: Any) -> Callable[..., Any]:
-    """The JAX loop of ``node`` from its consumer's step semantics."""
+    """The JAX function of ``node`` from its consumer's step semantics (a loop or a branch)."""
+    if isinstance(semantics_of(form_of(op), op), Branch):
+        bplan = branch_plan(op, node)
+        fns = [jax_body(body_value(node.inputs[pos])) for pos in bplan.functions]
+        return jax_branch(bplan, fns, [o.type.dtype for o in node.outputs])
     plan = loop_plan(op, node)
     functions = {b: jax_body(body_value(node.inputs[plan.functions[b]])) for b in plan.bodies_run}
     return jax_loop(plan, functions, [node.inputs[pos].type.dtype for pos in plan.carries])
 
 
 def register_generated(op_class: type, form: Form) -> None:
-    """Make `jax_funcify_generated` the JAX conversion of ``op_class`` if its form declares semantics (and it has none of its own)."""
+    """Make `jax_funcify_generated` the JAX conversion of ``op_class`` if its form declares semantics (and it has none of its own).
+
+    Reversible, as innergraph's other JAX registrations: ``innergraph.uninstall``
+    removes it and ``install`` restores it.
+    """
     if form.semantics is not None and jax_funcify.registry.get(op_class, jax_funcify_generated) is jax_funcify_generated:
-        jax_funcify.register(op_class)(jax_funcify_generated)
+        apply_late(DispatchPatch(jax_funcify, op_class, jax_funcify_generated))
 
 
 for _cls, _form in list(FORMS.items()):

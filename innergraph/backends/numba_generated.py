@@ -31,10 +31,10 @@ from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, regi
 from innergraph.backends.numba import _jitted, numba_body_code
 from innergraph.backends.numba_code import Converted
 from innergraph.ops.runtime import body_value
-from innergraph.semantics import LoopPlan, Role, loop_plan, semantics_of
+from innergraph.semantics import Branch, BranchPlan, LoopPlan, Role, branch_plan, loop_plan, semantics_of
 from innergraph.slots import FORMS, ON_REGISTER, Form, form_of
 
-__all__ = ["generated_source", "numba_funcify_generated", "register_generated"]
+__all__ = ["branch_source", "generated_source", "numba_funcify_generated", "register_generated"]
 
 
 def _value(role: Role) -> str:
@@ -96,8 +96,11 @@ def numba_funcify_generated(op: Any, node: Any = None, **kwargs: Any) -> Convert
     the dispatch; without semantics of its own it gets PyTensor's fallback
     (object mode, with PyTensor's warning naming the Op).
     """
-    if semantics_of(form_of(op), op) is None:
+    sem = semantics_of(form_of(op), op)
+    if sem is None:
         return numba_basic.generate_fallback_impl(op, node=node, **kwargs), None
+    if isinstance(sem, Branch):
+        return _branch(op, node)
     plan = loop_plan(op, node)
     bodies = {b: body_value(node.inputs[plan.functions[b]]) for b in plan.bodies_run}
     others = tuple(bodies[b] for b in plan.bodies_run if b != plan.update)
@@ -108,6 +111,32 @@ def numba_funcify_generated(op: Any, node: Any = None, **kwargs: Any) -> Convert
         return _jitted(f"innergraph_{type(op).__name__.lower()}", params, lines, env, [codes[b].key for b in plan.bodies_run])
 
     return bodies[plan.update].cached(("numba_generated", plan, others), make)
+
+
+def branch_source(plan: BranchPlan, codes: list[Any]) -> tuple[list[str], list[str], dict[str, Any]]:
+    """The generated conditional's params, lines and environment: each body inline under its branch."""
+    lines: list[str] = []
+    env: dict[str, Any] = {}
+    for b, (head, prefix) in enumerate(((f"if i{plan.condition}:", "t_"), ("else:", "e_"))):
+        r = codes[b].render(prefix, [f"i{pos}" for pos in plan.roles[b]])
+        outs = [r.outputs[o] for o in plan.outputs[b]]
+        returned = outs[0] if len(outs) == 1 else f"({', '.join(outs)},)"
+        lines += [head, *_indent([*r.lines, f"return {returned}"])]
+        env |= r.env
+    return [f"i{i}" for i in range(plan.n_inputs)], lines, env
+
+
+def _branch(op: Any, node: Any) -> Converted:
+    """The jitted conditional of ``node``: one body runs per call (cached on the then body)."""
+    plan = branch_plan(op, node)
+    then_body, else_body = (body_value(node.inputs[pos]) for pos in plan.functions)
+
+    def make() -> Converted:
+        codes = [numba_body_code(then_body), numba_body_code(else_body)]
+        params, lines, env = branch_source(plan, codes)
+        return _jitted(f"innergraph_{type(op).__name__.lower()}", params, lines, env, [c.key for c in codes])
+
+    return then_body.cached(("numba_generated", plan, else_body), make)
 
 
 def register_generated(op_class: type, form: Form) -> None:
