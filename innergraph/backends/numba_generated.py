@@ -1,4 +1,4 @@
-"""Numba code generated from a consumer's declaration: one function per loop, its bodies inline.
+"""Numba code generated from a consumer's declaration: one function per loop or conditional, its bodies inline.
 
 Loaded on the first Numba link. Every registered consumer whose form declares step
 semantics (`innergraph.semantics`) gets `numba_funcify_generated` as its Numba
@@ -7,13 +7,17 @@ later get it at registration (`innergraph.slots.ON_REGISTER`). A consumer declar
 no semantics keeps PyTensor's fallback (``perform`` in object mode, with its warning).
 
 The generated function takes the node's inputs (a function input arrives as
-``None``) and, from the node's `LoopPlan`, reads:
+``None``). A conditional (`Branch`) renders body 0 under ``if`` and body 1 under
+``else``: exactly one runs per call. A loop, from the node's `LoopPlan`, runs:
 
-* each carried value once, copied, so a loop that runs no step returns no input;
+* each carried value once, copied, so a loop that runs no step returns no input
+  and the update body may overwrite it (its carry params are prepared mutable:
+  an elementwise step writes into the carry instead of allocating a new one);
 * the pre-condition body, rendered inline, once;
 * ``for t in range(n)`` (counted), or ``while go`` / ``while go and steps < limit``;
   each step reads the sequences' rows ``t``, runs the update body inline, rebinds the
-  carried values to its outputs (no copy: a body's outputs are fresh arrays) and
+  carried values to its outputs (no copy: a body's outputs alias no param but an
+  overwritten carry, and no other output) and
   reads the post-condition;
 * the carried values, in the node's output order.
 
