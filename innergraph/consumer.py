@@ -10,7 +10,9 @@ A consumer is an Op that takes function variables as inputs. To write one:
 3. declare its slots with `register_consumer` (`Form`, `SlotKind`, `Meaning`,
    `Capabilities`): every generic rewrite of innergraph — dead slots, duplicate
    and constant arguments, loop-invariant code motion, loop merging, forwarding,
-   untracing, push-outs — then applies to it by those declarations;
+   untracing, push-outs — then applies to it by those declarations; a loop that
+   also declares its step semantics (``Form(semantics=Iterate(...))``) gets its
+   Numba and JAX code generated, its bodies inline, with no backend code of its own;
 4. check it with `innergraph.testing.check_inner_graph_op`.
 
 ``design/contributing.md`` explains each step and has a complete worked example.
@@ -30,6 +32,7 @@ from innergraph.fold import fold_function
 from innergraph.graph import body_of, is_function, params
 from innergraph.instantiate import fit_arguments, instantiate
 from innergraph.ops.runtime import CheckedFunction, body_value, compiled_function, linker_for, make_body_thunk
+from innergraph.semantics import Branch, Iterate
 from innergraph.slots import Capabilities, Form, Meaning, Slot, SlotKind, form_of, register_consumer
 from innergraph.types import Body
 
@@ -37,10 +40,12 @@ __all__ = [
     "ArityError",
     "Body",
     "BodyTypeError",
+    "Branch",
     "Capabilities",
     "CheckedFunction",
     "Closure",
     "Form",
+    "Iterate",
     "Meaning",
     "Slot",
     "SlotKind",
@@ -123,3 +128,8 @@ def load_on_link(backend: str, module: str) -> None:
     entry = (*linkers[backend], module)
     if entry not in linker.ON_DEMAND:
         linker.ON_DEMAND = (*linker.ON_DEMAND, entry)
+
+
+# The code generated from step semantics, for every consumer declaring them (`Iterate`).
+load_on_link("numba", "innergraph.backends.numba_generated")
+load_on_link("jax", "innergraph.backends.jax_generated")

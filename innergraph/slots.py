@@ -38,8 +38,11 @@ from typing import Any
 from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.type import Type
 
+from innergraph.semantics import Semantics, validate
+
 __all__ = [
     "FORMS",
+    "ON_REGISTER",
     "Capabilities",
     "Form",
     "Meaning",
@@ -204,6 +207,11 @@ class Form:
         merge into one (None: this one never merges). Only for loops.
     required
         Kind names whose slots are live with no result (besides conditions).
+    semantics
+        How it runs its bodies (`innergraph.semantics.Iterate`, or a function of the
+        Op giving them), from which innergraph generates its Numba and JAX code;
+        None: it runs under those backends only with code of its own (Numba: object
+        mode otherwise).
     """
 
     n_bodies: int
@@ -218,6 +226,7 @@ class Form:
     kinds: tuple[SlotKind, ...] = ()
     capabilities: Capabilities = field(default_factory=Capabilities)
     loop_key: Callable[[Any], Hashable | None] | None = None
+    semantics: Semantics | None = None
 
     def kind(self, name: str) -> SlotKind:
         """The declaration of kind ``name``."""
@@ -242,6 +251,10 @@ class Form:
 #: Consumer class -> its `Form`. Filled by `register_consumer`.
 FORMS: dict[type, Form] = {}
 
+#: Called with ``(op_class, form)`` after each registration (a backend that generates
+#: code from forms registers it for consumers registered after it loaded).
+ON_REGISTER: list[Callable[[type, Form], None]] = []
+
 
 def _validated(op_class: type, form: Form) -> Form:
     where = f"register_consumer({op_class.__name__})"
@@ -264,6 +277,7 @@ def _validated(op_class: type, form: Form) -> Form:
             raise ValueError(f"{where}: {order} names undeclared slot kinds {unknown}; declare them in kinds")
     if form.loop_key is not None and not form.capabilities.loop:
         raise ValueError(f"{where}: a loop_key is given but the capabilities do not say it is a loop")
+    validate(form, where)
     return replace(form, kinds=tuple(checked))
 
 
@@ -290,6 +304,8 @@ def register_consumer(op_class: type, form: Form) -> Form:
     """
     validated = _validated(op_class, form)
     FORMS[op_class] = validated
+    for hook in ON_REGISTER:
+        hook(op_class, validated)
     return validated
 
 

@@ -12,7 +12,8 @@ import pytest
 from pytensor.compile.mode import Mode
 
 from innergraph import call, ifelse
-from innergraph.backends.numba import numba_body, numba_funcify_ifelse
+from innergraph.backends.numba import numba_body
+from innergraph.backends.numba_generated import numba_funcify_generated as numba_funcify_ifelse
 from innergraph.ops import runtime
 from innergraph.ops.ifelse import IfElse
 
@@ -65,7 +66,7 @@ def test_a_conditional_is_one_function_with_both_bodies_inline(branches_fn):
     (outer,) = ifelse_nodes(branches_fn)  # the nested one is hidden in a body
     fn, key = numba_funcify_ifelse(outer.op, node=outer)
     src = fn.py_func.__source__
-    assert src.count("def ") == 1 and "if cond:" in src and "else:" in src
+    assert src.count("def ") == 1 and "if i0:" in src and "else:" in src
     assert src.count("return ") == 2
     assert "t_f0(" in src and "e_f0(" in src  # each branch calls its own converted nodes
     assert key is not None

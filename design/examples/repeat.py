@@ -5,7 +5,7 @@ from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 
 from innergraph.consumer import (
-    Capabilities, Form, Meaning, Slot, SlotKind, body_of, body_value, compiled_function,
+    Capabilities, Form, Iterate, Meaning, Slot, SlotKind, body_of, body_value, compiled_function,
     fit_arguments, fold_function, inner_graph, linker_for, make_body_thunk, params, register_consumer,
 )
 
@@ -47,7 +47,7 @@ def split(node):  # the node as slots: one carry per state value, one invariant 
 register_consumer(Repeat, Form(
     n_bodies=1, param_order=("carry", "arg"), output_order=("carry",), arg_order=("carry", "arg"), result_order=("carry",),
     split=split, make=lambda op, header, fns, groups, args: Repeat(len(groups.get("carry", []))).make_node(fns[0], *header, *args),
-    functions=lambda node: [node.inputs[0]],
+    functions=lambda node: [node.inputs[0]], semantics=Iterate(),  # Numba and JAX code from the declaration
     kinds=(SlotKind("carry", Meaning.CARRY), SlotKind("arg", Meaning.INVARIANT)),
     capabilities=Capabilities(loop=True, counted=True), loop_key=lambda sig: sig.header[0],
 ))

@@ -5,8 +5,8 @@ registers with PyTensor's ``jax_funcify``, reversibly (`DispatchPatch`, removed 
 ``innergraph.uninstall``):
 
 * `Call`: its body's JAX function, traced inline where the call is;
-* `IfElse`: ``jax.lax.cond`` over its two branch bodies, so under ``jax.jit`` only
-  the taken branch runs (with a concrete condition, outside ``jit``, a plain ``if``);
+* (`IfElse` and the loops: code generated from their step semantics,
+  `innergraph.backends.jax_generated`);
 * the in-graph `Scan`: the native Scan built from its body, converted as below;
 * PyTensor's own Scan: while loops, and mit-mots writing before their oldest input
   tap, run as `innergraph.backends.jax_loop.scan_as_loop` (PyTensor's conversion
@@ -35,21 +35,18 @@ from collections.abc import Callable, Iterator
 from copy import copy
 from typing import Any
 
-import jax.numpy as jnp
-from jax import lax
 from pytensor.graph.basic import Apply
 from pytensor.graph.fg import FunctionGraph
 from pytensor.link.jax.dispatch import jax_funcify
 from pytensor.link.jax.linker import JAXLinker
 from pytensor.scan.op import Scan as NativeScan
 
-from innergraph.backends.jax_loop import DynamicTraceLength, is_traced, needs_loop, scan_as_loop
+from innergraph.backends.jax_loop import DynamicTraceLength, needs_loop, scan_as_loop
 from innergraph.dispatch import register_conversion_dispatch
 from innergraph.fold import fold_inner_graphs
 from innergraph.graph import body_of, is_function, scope_toposort
 from innergraph.instantiate import private_fgraph
 from innergraph.ops.call import Call
-from innergraph.ops.ifelse import IfElse
 from innergraph.ops.runtime import body_value, compile_count, is_rewritten, pipeline_passes
 from innergraph.ops.scan import Scan, build_native_scan
 from innergraph.patching import DispatchPatch, Patch, apply_late, original
@@ -58,7 +55,6 @@ from innergraph.types import Body
 __all__ = [
     "jax_body",
     "jax_funcify_call",
-    "jax_funcify_ifelse",
     "jax_funcify_native_scan",
     "jax_funcify_scan",
     "jit_compile",
@@ -109,37 +105,6 @@ def jax_funcify_call(op: Call, node: Apply, **kwargs: Any) -> Callable[..., Any]
         return _single_or_tuple(body_fn(*inputs[n_functions:]))
 
     return call
-
-
-def jax_funcify_ifelse(op: IfElse, node: Apply, **kwargs: Any) -> Callable[..., Any]:
-    """``(cond, then_function, else_function, *then_args, *else_args)`` -> the taken branch's outputs.
-
-    Under ``jax.jit`` the condition is traced and ``lax.cond`` runs one branch;
-    each branch's outputs are cast to the node's dtypes, as ``lax.cond`` needs
-    both branches to return the same types (a constant output is a Python scalar).
-    """
-    _, then_fn, else_fn, _, _ = op.split(node.inputs)
-    then_body, else_body = jax_body(body_value(then_fn)), jax_body(body_value(else_fn))
-    dtypes = [out.type.dtype for out in node.outputs]
-    n = op.n_then_args
-
-    def branch(body_fn: Callable[..., tuple[Any, ...]], args: tuple[Any, ...]) -> tuple[Any, ...]:
-        return tuple(jnp.asarray(o, dtype=d) for o, d in zip(body_fn(*args), dtypes, strict=True))
-
-    def ifelse(cond: Any, then_function: Any, else_function: Any, *args: Any) -> Any:
-        operands = (args[:n], args[n:])
-        if not is_traced(cond):
-            outputs = branch(then_body, operands[0]) if cond else branch(else_body, operands[1])
-        else:
-            outputs = lax.cond(
-                jnp.asarray(cond) != 0,
-                lambda ops: branch(then_body, ops[0]),
-                lambda ops: branch(else_body, ops[1]),
-                operands,
-            )
-        return _single_or_tuple(outputs)
-
-    return ifelse
 
 
 def jax_funcify_scan(op: Scan, node: Apply, **kwargs: Any) -> Callable[..., Any]:
@@ -258,7 +223,6 @@ def _all_nodes(nodes: Any) -> Iterator[Apply]:
 
 for _cls, _funcify in (
     (Call, jax_funcify_call),
-    (IfElse, jax_funcify_ifelse),
     (Scan, jax_funcify_scan),
     (NativeScan, jax_funcify_native_scan),
 ):

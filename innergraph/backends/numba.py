@@ -8,8 +8,8 @@ registers, with PyTensor's Numba dispatchers:
 * ``numba_funcify_and_cache_key`` for `Call`: one generated function with the
   body's code inline (`innergraph.backends.numba_code`). The body is prepared
   and its nodes converted once per distinct `Body`, so merged bodies convert once;
-* a lazy `IfElse`: one generated function with both branch bodies inline, one
-  under ``if`` and one under ``else``: exactly one runs per call;
+* (a lazy `IfElse` and the loops get code generated from their step semantics:
+  `innergraph.backends.numba_generated`);
 * the in-graph `Scan`, delegating to PyTensor's own Numba Scan;
 * for PyTensor's own Scan, a memo in front of its conversion
   (`funcify_native_scan_once`), and for a `FunctionGraph`, its conversion as one
@@ -48,7 +48,6 @@ from innergraph.dispatch import register_conversion_dispatch
 from innergraph.patching import DispatchPatch, Patch, apply_late, original
 from innergraph.rewriting.lift import was_lifted
 from innergraph.ops.call import Call
-from innergraph.ops.ifelse import IfElse
 from innergraph.ops.scan import Scan, build_native_scan, is_shared
 from innergraph.ops.runtime import body_value, compile_count
 from innergraph.types import Body
@@ -146,14 +145,17 @@ def _typify_body(data: Body, **kwargs: Any) -> None:
 
 
 
-def numba_body_code(body: Body) -> BodyCode:
-    """The body's `BodyCode`: prepared and its nodes converted, once per `Body` (cached)."""
+def numba_body_code(body: Body, mutable: frozenset[int] = frozenset()) -> BodyCode:
+    """The body's `BodyCode`: prepared and its nodes converted, once per `Body` and ``mutable`` (cached).
+
+    ``mutable``: the params the code may overwrite (`prepared_body`).
+    """
 
     def make() -> BodyCode:
         compile_count[(id(body), "numba")] += 1
-        return body_code(prepared_body(body, "numba"))
+        return body_code(prepared_body(body, "numba", mutable))
 
-    return body.cached("numba", make)
+    return body.cached("numba" if not mutable else ("numba", mutable), make)
 
 
 def _jitted(
@@ -223,32 +225,3 @@ def numba_funcify_scan(op: Scan, node: Any = None, **kwargs: Any) -> Converted:
     args = _names("a", n_args)
     lines = [f"return inner({', '.join(args)})"]
     return _jitted("innergraph_scan", ["function0", *args], lines, {"inner": inner}, [inner_key])
-
-
-@register_funcify_and_cache_key(IfElse)
-def numba_funcify_ifelse(op: IfElse, node: Any = None, **kwargs: Any) -> Converted:
-    """A jitted ``(cond, then_function, else_function, *then_args, *else_args)`` that runs one branch.
-
-    Both branch bodies are inlined, one under ``if`` and one under ``else``: the
-    untaken branch is never evaluated.
-    """
-    _, then_fn, else_fn, then_args, else_args = op.split(node.inputs)
-    then_body, else_body = body_value(then_fn), body_value(else_fn)
-    key = ("numba_ifelse", else_body, len(then_args), len(else_args))
-    return then_body.cached(key, lambda: _lazy_ifelse(then_body, else_body, len(then_args), len(else_args)))
-
-
-def _lazy_ifelse(then_body: Body, else_body: Body, n_then: int, n_else: int) -> Converted:
-    then_code, else_code = numba_body_code(then_body), numba_body_code(else_body)
-    a, b = _names("a", n_then), _names("b", n_else)
-    then_branch, else_branch = then_code.render("t_", a), else_code.render("e_", b)
-    lines = [
-        "if cond:",
-        *(f"    {line}" for line in then_branch.lines),
-        f"    return {then_branch.returned()}",
-        "else:",
-        *(f"    {line}" for line in else_branch.lines),
-        f"    return {else_branch.returned()}",
-    ]
-    params = ["cond", "then_function", "else_function", *a, *b]
-    return _jitted("innergraph_ifelse", params, lines, then_branch.env | else_branch.env, [then_code.key, else_code.key])

@@ -231,16 +231,17 @@ class BodyCode:
         return Rendering(lines, [name(slot) for slot in self.outputs], env)
 
 
-def prepared_body(body: Body, linker: str = "numba") -> FunctionGraph:
+def prepared_body(body: Body, linker: str = "numba", mutable: frozenset[int] = frozenset()) -> FunctionGraph:
     """A private `FunctionGraph` of ``body`` prepared as PyTensor prepares a function's graph.
 
     The params are borrowed and immutable (the supervisor keeps in-place rewrites
-    off them), the mode's rewriter for ``linker`` runs (`body_rewriter`; its
-    walking passes only where the body has a node they track), nested
+    off them) except those in ``mutable``, which the body may overwrite (a loop's
+    own copy of a carried value); the mode's rewriter for ``linker`` runs
+    (`body_rewriter`; its walking passes only where the body has a node they track), nested
     consumers are folded, and outputs that alias a param or another output are copied.
     """
     fgraph = private_fgraph(body)
-    input_specs = [In(x, borrow=True, mutable=False) for x in fgraph.inputs]
+    input_specs = [In(x, borrow=True, mutable=i in mutable) for i, x in enumerate(fgraph.inputs)]
     add_supervisor_to_fgraph(fgraph=fgraph, input_specs=input_specs, accept_inplace=True)
     _late_passes(body, linker).rewrite(fgraph)
     fold_inner_graphs(fgraph)

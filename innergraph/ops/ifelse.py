@@ -29,6 +29,7 @@ from innergraph.fold import fold_function
 from innergraph.graph import body_of, is_function, params
 from innergraph.instantiate import body_output_shapes, fit_arguments, instantiate
 from innergraph.ops.runtime import body_value, compiled_function, linker_for, make_body_thunk
+from innergraph.semantics import Branch
 from innergraph.slots import Capabilities, Form, Meaning, Slot, SlotKind, register_consumer
 
 __all__ = ["IfElse", "ifelse"]
@@ -299,5 +300,6 @@ IFELSE_FORM = register_consumer(
             SlotKind("out", Meaning.OUTPUT, (0, 1)),
         ),
         capabilities=Capabilities(lazy=True),
+        semantics=Branch(),  # Numba and JAX code generated from the declaration
     ),
 )

@@ -264,6 +264,7 @@ api.register_consumer(
             api.SlotKind("post", api.Meaning.CONDITION, (1,)),
         ),
         capabilities=api.Capabilities(loop=True),
+        semantics=lambda op: api.Iterate(update=1, pre_condition=0, bound=0 if op.bounded else None),
     ),
 )
 
@@ -309,7 +310,6 @@ api.register_consumer(
         ),
         capabilities=api.Capabilities(loop=True, counted=True),
         loop_key=_fori_key,
+        semantics=api.Iterate(),
     ),
 )
-
-api.load_on_link("numba", "innergraph.backends.numba_loops")

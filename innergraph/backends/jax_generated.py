@@ -1,0 +1,147 @@
+"""JAX code generated from a consumer's declaration: a loop as ``lax.while_loop`` or ``lax.fori_loop``.
+
+Loaded on the first JAX link. Every registered consumer whose form declares step
+semantics (`innergraph.semantics`) gets `jax_funcify_generated` as its JAX
+conversion, unless its class has one of its own; consumers registered later get it
+at registration (`innergraph.slots.ON_REGISTER`).
+
+A conditional (`Branch`) is ``lax.cond`` over its two bodies (`jax_branch`). A
+loop's conversion reads the node's `LoopPlan` and calls the bodies' JAX functions
+(`innergraph.backends.jax.jax_body`, made once per body):
+
+* a counted loop without conditions is ``lax.fori_loop(0, n, step, carry)``;
+* any other loop is ``lax.while_loop`` over ``(steps, go, carry)``: ``go`` starts as
+  the pre-condition (true without one) and becomes the post-condition after each
+  step; ``steps`` is compared with the count or the bound, if any.
+
+Each step's new carried values are cast to the carried values' dtypes (a body may
+return a Python scalar or a weakly typed value), as ``lax`` loops need. Both run
+under ``jax.jit`` with a traced count or bound, and eagerly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax.numpy as jnp
+from jax import lax
+from pytensor.link.jax.dispatch import jax_funcify
+
+from innergraph.backends.jax import jax_body
+from innergraph.backends.jax_loop import is_traced
+from innergraph.ops.runtime import body_value
+from innergraph.patching import DispatchPatch, apply_late
+from innergraph.semantics import Branch, BranchPlan, LoopPlan, branch_plan, loop_plan, semantics_of
+from innergraph.slots import FORMS, ON_REGISTER, Form, form_of
+
+__all__ = ["jax_branch", "jax_funcify_generated", "jax_loop", "register_generated"]
+
+Fn = Callable[..., Sequence[Any]]
+
+
+def _arguments(plan: LoopPlan, body: int, inputs: Sequence[Any], rows: Sequence[Any], carry: Sequence[Any]) -> list[Any]:
+    values = {"input": inputs, "row": rows, "carry": carry}
+    return [values[kind][i] for kind, i in plan.roles[body]]
+
+
+def jax_loop(plan: LoopPlan, functions: Mapping[int, Fn], dtypes: Sequence[Any]) -> Callable[..., Any]:
+    """A JAX function of the node's inputs running ``plan`` with the bodies' JAX ``functions``."""
+    conditioned = plan.pre is not None or plan.post is not None
+
+    def step(t: Any, carry: tuple[Any, ...], inputs: Sequence[Any]) -> tuple[tuple[Any, ...], Any]:
+        rows = [inputs[pos][t] for pos in plan.sequences]
+        outs = functions[plan.update](*_arguments(plan, plan.update, inputs, rows, carry))
+        new = tuple(jnp.asarray(outs[o], dtype=d) for o, d in zip(plan.next_values, dtypes, strict=True))
+        go = jnp.asarray(outs[plan.post]).astype(bool) if plan.post is not None else jnp.asarray(True)
+        return new, go
+
+    def run(*inputs: Any) -> Any:
+        carry = tuple(jnp.asarray(inputs[pos], dtype=d) for pos, d in zip(plan.carries, dtypes, strict=True))
+        if plan.count is not None and not conditioned:
+            final = lax.fori_loop(0, jnp.asarray(inputs[plan.count]), lambda t, c: step(t, c, inputs)[0], carry)
+            return _results(plan, final)
+        go = jnp.asarray(True)
+        if plan.pre_condition is not None and plan.pre is not None:
+            pre_outs = functions[plan.pre_condition](*_arguments(plan, plan.pre_condition, inputs, (), carry))
+            go = jnp.asarray(pre_outs[plan.pre]).astype(bool)
+        limit = inputs[plan.count] if plan.count is not None else inputs[plan.bound] if plan.bound is not None else None
+
+        def cond(state: tuple[Any, Any, tuple[Any, ...]]) -> Any:
+            t, going, _ = state
+            return going if limit is None else going & (t < limit)
+
+        def body(state: tuple[Any, Any, tuple[Any, ...]]) -> tuple[Any, Any, tuple[Any, ...]]:
+            t, _, c = state
+            new, going = step(t, c, inputs)
+            return t + 1, going, new
+
+        _, _, final = lax.while_loop(cond, body, (jnp.asarray(0, dtype="int64"), go, carry))
+        return _results(plan, final)
+
+    return run
+
+
+def _results(plan: LoopPlan, carry: tuple[Any, ...]) -> Any:
+    results = [carry[k] for k in plan.results]
+    return results[0] if len(results) == 1 else tuple(results)
+
+
+def jax_branch(plan: BranchPlan, functions: Sequence[Fn], dtypes: Sequence[Any]) -> Callable[..., Any]:
+    """A JAX function of the node's inputs running one of the two bodies.
+
+    Under ``jax.jit`` the condition is traced and ``lax.cond`` runs one branch; with
+    a concrete condition (outside ``jit``) a plain ``if``. Each branch's outputs are
+    cast to the node's dtypes, as ``lax.cond`` needs both branches to return the
+    same types (a constant output is a Python scalar).
+    """
+
+    def branch(b: int, inputs: Sequence[Any]) -> tuple[Any, ...]:
+        outs = functions[b](*(inputs[pos] for pos in plan.roles[b]))
+        return tuple(jnp.asarray(outs[o], dtype=d) for o, d in zip(plan.outputs[b], dtypes, strict=True))
+
+    def run(*inputs: Any) -> Any:
+        cond = inputs[plan.condition]
+        if not is_traced(cond):
+            outputs = branch(0, inputs) if cond else branch(1, inputs)
+        else:
+            positions = sorted({*plan.roles[0], *plan.roles[1]})
+            operands = tuple(inputs[pos] for pos in positions)
+
+            def taken(b: int) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+                def run_body(ops: tuple[Any, ...]) -> tuple[Any, ...]:
+                    values = dict(zip(positions, ops, strict=True))
+                    return branch(b, [values.get(i) for i in range(plan.n_inputs)])
+
+                return run_body
+
+            outputs = lax.cond(jnp.asarray(cond) != 0, taken(0), taken(1), operands)
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    return run
+
+
+def jax_funcify_generated(op: Any, node: Any = None, **kwargs: Any) -> Callable[..., Any]:
+    """The JAX function of ``node`` from its consumer's step semantics (a loop or a branch)."""
+    if isinstance(semantics_of(form_of(op), op), Branch):
+        bplan = branch_plan(op, node)
+        fns = [jax_body(body_value(node.inputs[pos])) for pos in bplan.functions]
+        return jax_branch(bplan, fns, [o.type.dtype for o in node.outputs])
+    plan = loop_plan(op, node)
+    functions = {b: jax_body(body_value(node.inputs[plan.functions[b]])) for b in plan.bodies_run}
+    return jax_loop(plan, functions, [node.inputs[pos].type.dtype for pos in plan.carries])
+
+
+def register_generated(op_class: type, form: Form) -> None:
+    """Make `jax_funcify_generated` the JAX conversion of ``op_class`` if its form declares semantics (and it has none of its own).
+
+    Reversible, as innergraph's other JAX registrations: ``innergraph.uninstall``
+    removes it and ``install`` restores it.
+    """
+    if form.semantics is not None and jax_funcify.registry.get(op_class, jax_funcify_generated) is jax_funcify_generated:
+        apply_late(DispatchPatch(jax_funcify, op_class, jax_funcify_generated))
+
+
+for _cls, _form in list(FORMS.items()):
+    register_generated(_cls, _form)
+ON_REGISTER.append(register_generated)

@@ -1,0 +1,160 @@
+"""Numba code generated from a consumer's declaration: one function per loop or conditional, its bodies inline.
+
+Loaded on the first Numba link. Every registered consumer whose form declares step
+semantics (`innergraph.semantics`) gets `numba_funcify_generated` as its Numba
+conversion, unless its class has a conversion of its own; consumers registered
+later get it at registration (`innergraph.slots.ON_REGISTER`). A consumer declaring
+no semantics keeps PyTensor's fallback (``perform`` in object mode, with its warning).
+
+The generated function takes the node's inputs (a function input arrives as
+``None``). A conditional (`Branch`) renders body 0 under ``if`` and body 1 under
+``else``: exactly one runs per call. A loop, from the node's `LoopPlan`, runs:
+
+* each carried value once, copied, so a loop that runs no step returns no input
+  and the update body may overwrite it (its carry params are prepared mutable:
+  an elementwise step writes into the carry instead of allocating a new one);
+* the pre-condition body, rendered inline, once;
+* ``for t in range(n)`` (counted), or ``while go`` / ``while go and steps < limit``;
+  each step reads the sequences' rows ``t``, runs the update body inline, rebinds the
+  carried values to its outputs (no copy: a body's outputs alias no param but an
+  overwritten carry, and no other output) and
+  reads the post-condition;
+* the carried values, in the node's output order.
+
+Its disk-cache key combines the source with the bodies' keys (`numba_function`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from pytensor.link.numba.dispatch import basic as numba_basic
+from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, register_funcify_and_cache_key
+
+from innergraph.backends.numba import _jitted, numba_body_code
+from innergraph.backends.numba_code import Converted
+from innergraph.ops.runtime import body_value
+from innergraph.semantics import Branch, BranchPlan, LoopPlan, Role, branch_plan, loop_plan, semantics_of
+from innergraph.slots import FORMS, ON_REGISTER, Form, form_of
+
+__all__ = ["branch_source", "generated_source", "numba_funcify_generated", "register_generated"]
+
+
+def _value(role: Role) -> str:
+    kind, i = role
+    return {"input": f"i{i}", "row": f"r{i}", "carry": f"x{i}"}[kind]
+
+
+def _indent(lines: list[str]) -> list[str]:
+    return ["    " + line for line in lines]
+
+
+def generated_source(plan: LoopPlan, codes: dict[int, Any]) -> tuple[list[str], list[str], dict[str, Any]]:
+    """The generated function's params, body lines and environment, for ``plan`` and the bodies' `BodyCode`."""
+    conditioned = plan.pre is not None or plan.post is not None
+    lines = [f"x{k} = i{pos}.copy()" for k, pos in enumerate(plan.carries)]
+    env: dict[str, Any] = {"np": np}
+    if plan.pre_condition is not None:
+        pre = codes[plan.pre_condition].render("c_", [_value(r) for r in plan.roles[plan.pre_condition]])
+        lines += [*pre.lines, f"go = {pre.outputs[plan.pre]}.item()"]
+        env |= pre.env
+    elif conditioned:
+        lines.append("go = True")
+    step = [f"r{j} = np.asarray(i{pos}[t])" for j, pos in enumerate(plan.sequences)]
+    update = codes[plan.update].render("s_", [_value(r) for r in plan.roles[plan.update]])
+    env |= update.env
+    step += update.lines
+    step += [f"x{k} = {update.outputs[o]}" for k, o in enumerate(plan.next_values)]
+    if plan.post is not None:
+        step.append(f"go = {update.outputs[plan.post]}.item()")
+    if plan.count is not None:
+        lines.append(f"for t in range(i{plan.count}.item()):")
+        lines += _indent(["if not go:", "    break", *step] if conditioned else step)
+    else:
+        guard = [*(["go"] if conditioned else []), *(["steps < limit"] if plan.bound is not None else [])]
+        if plan.bound is not None:
+            lines += ["steps = 0", f"limit = i{plan.bound}.item()"]
+            step.append("steps += 1")
+        lines += [f"while {' and '.join(guard)}:", *_indent(step)]
+    returned = [f"x{k}" for k in plan.results]
+    lines.append(f"return {returned[0]}" if len(returned) == 1 else f"return ({', '.join(returned)},)")
+    return [f"i{i}" for i in range(plan.n_inputs)], lines, env
+
+
+def _owned(plan: LoopPlan, body: int) -> frozenset[int]:
+    """The params of the update body bound to carried values: the loop owns those arrays, the step may overwrite them."""
+    if body != plan.update or not IN_PLACE_CARRIES:
+        return frozenset()
+    return frozenset(i for i, (kind, _) in enumerate(plan.roles[body]) if kind == "carry")
+
+
+#: Whether the update body may overwrite the carried values it reads (measured: see design/loops.md).
+IN_PLACE_CARRIES = True
+
+
+def numba_funcify_generated(op: Any, node: Any = None, **kwargs: Any) -> Converted:
+    """The jitted loop of ``node`` from its consumer's step semantics, and its cache key (cached on the update body).
+
+    A subclass of a consumer declaring semantics reaches this function through
+    the dispatch; without semantics of its own it gets PyTensor's fallback
+    (object mode, with PyTensor's warning naming the Op).
+    """
+    sem = semantics_of(form_of(op), op)
+    if sem is None:
+        return numba_basic.generate_fallback_impl(op, node=node, **kwargs), None
+    if isinstance(sem, Branch):
+        return _branch(op, node)
+    plan = loop_plan(op, node)
+    bodies = {b: body_value(node.inputs[plan.functions[b]]) for b in plan.bodies_run}
+    others = tuple(bodies[b] for b in plan.bodies_run if b != plan.update)
+
+    def make() -> Converted:
+        codes = {b: numba_body_code(body, _owned(plan, b)) for b, body in bodies.items()}
+        params, lines, env = generated_source(plan, codes)
+        return _jitted(f"innergraph_{type(op).__name__.lower()}", params, lines, env, [codes[b].key for b in plan.bodies_run])
+
+    return bodies[plan.update].cached(("numba_generated", plan, others), make)
+
+
+def branch_source(plan: BranchPlan, codes: list[Any]) -> tuple[list[str], list[str], dict[str, Any]]:
+    """The generated conditional's params, lines and environment: each body inline under its branch."""
+    lines: list[str] = []
+    env: dict[str, Any] = {}
+    for b, (head, prefix) in enumerate(((f"if i{plan.condition}:", "t_"), ("else:", "e_"))):
+        r = codes[b].render(prefix, [f"i{pos}" for pos in plan.roles[b]])
+        outs = [r.outputs[o] for o in plan.outputs[b]]
+        returned = outs[0] if len(outs) == 1 else f"({', '.join(outs)},)"
+        lines += [head, *_indent([*r.lines, f"return {returned}"])]
+        env |= r.env
+    return [f"i{i}" for i in range(plan.n_inputs)], lines, env
+
+
+def _branch(op: Any, node: Any) -> Converted:
+    """The jitted conditional of ``node``: one body runs per call (cached on the then body)."""
+    plan = branch_plan(op, node)
+    then_body, else_body = (body_value(node.inputs[pos]) for pos in plan.functions)
+
+    def make() -> Converted:
+        codes = [numba_body_code(then_body), numba_body_code(else_body)]
+        params, lines, env = branch_source(plan, codes)
+        return _jitted(f"innergraph_{type(op).__name__.lower()}", params, lines, env, [c.key for c in codes])
+
+    return then_body.cached(("numba_generated", plan, else_body), make)
+
+
+def register_generated(op_class: type, form: Form) -> None:
+    """Make `numba_funcify_generated` the Numba conversion of ``op_class`` if its form declares semantics.
+
+    A class with a Numba conversion of its own (`innergraph.consumer.register_numba`)
+    keeps it.
+    """
+    if form.semantics is None:
+        return
+    if numba_funcify_and_cache_key.registry.get(op_class, numba_funcify_generated) is numba_funcify_generated:
+        register_funcify_and_cache_key(op_class)(numba_funcify_generated)
+
+
+for _cls, _form in list(FORMS.items()):
+    register_generated(_cls, _form)
+ON_REGISTER.append(register_generated)
