@@ -18,7 +18,7 @@ multi-tap trace or buffer) is the loop `innergraph.ops.loop.WhileLoop` computes
 with a true pre-condition (``do_while``), ``max_steps = n_steps`` and the
 post-condition ``not until``: it carries its states instead of writing them
 into buffers, and under Numba it is one generated function with the body
-inline (`innergraph.backends.numba_loops`). The step body is the Scan's body
+inline (`innergraph.backends.numba_generated`). The step body is the Scan's body
 with its params renumbered (states then arguments) and ``invert(until)`` as its
 last output: nothing is copied.
 
