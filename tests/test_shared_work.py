@@ -152,6 +152,7 @@ def test_outer_nodes_that_differ_in_a_constant_convert_apart(monkeypatch):
     np.testing.assert_array_equal(got[1], np.cumsum(np.arange(5.0) * 2)[:3])
 
 
+@pytest.mark.monkey_patch_only  # checks the numba_funcify_ensure_cache record (a delegate in a patched PyTensor)
 def test_uninstall_reverts_the_outer_conversion_memo():
     import pytensor.link.numba.dispatch.basic as numba_basic
 
