@@ -245,6 +245,10 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Variable, Tree], Tree]
     ----------
     lower, upper
         Integer scalars (constants or symbolic); no step runs when ``upper <= lower``.
+        With both constant, the index is a sequence (``arange(lower, upper)``), so
+        work on it alone can leave the loop; otherwise it is carried from ``lower``
+        (every backend runs it, JAX included; reverse mode under JAX still needs
+        constant bounds, as for a Scan).
     body_fun
         ``(i, state) -> next state``, of the same structure and types.
     init_val
@@ -260,13 +264,24 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Variable, Tree], Tree]
             raise TypeError(f"fori_loop: {name} ({v}) must be an integer scalar, got {v.type}")
     init, structure = flatten(init_val)
     n_steps = pt.cast(pt.maximum(upper_v - lower_v, 0), "int64")
-    index = pt.arange(lower_v, pt.maximum(upper_v, lower_v))
     where = "fori_loop"
+    if isinstance(lower_v, pt.TensorConstant) and isinstance(upper_v, pt.TensorConstant):
+        # constant bounds: the index is a sequence, so row-wise work on it can leave the loop
+        index = pt.arange(lower_v, pt.maximum(upper_v, lower_v))
 
-    def step(rows: list[Variable], xs: list[Variable]) -> list[Variable]:
-        return _fitted(where, body_fun(rows[0], unflatten(structure, xs)), structure, init)
+        def step(rows: list[Variable], xs: list[Variable]) -> list[Variable]:
+            return _fitted(where, body_fun(rows[0], unflatten(structure, xs)), structure, init)
 
-    return unflatten(structure, _fori(n_steps, [index], step, init))
+        return unflatten(structure, _fori(n_steps, [index], step, init))
+    # symbolic bounds: the index is carried from ``lower`` (an arange of symbolic length
+    # in the outer graph is refused by PyTensor's JAX backend); dead, it is removed
+    i0 = pt.cast(lower_v, pytensor.scalar.upcast(lower_v.dtype, upper_v.dtype))
+
+    def carried(rows: list[Variable], xs: list[Variable]) -> list[Variable]:
+        i, state = xs[0], xs[1:]
+        return [pt.cast(pt.add(i, 1), i0.dtype), *_fitted(where, body_fun(i, unflatten(structure, state)), structure, init)]
+
+    return unflatten(structure, _fori(n_steps, [], carried, [i0, *init])[1:])
 
 
 # --- derivatives ------------------------------------------------------------------
@@ -288,6 +303,15 @@ def _jvp(outputs: list[Variable], wrt: list[Variable], tangents: list[Variable])
     return api.jvp(outputs, [w for w, _ in kept], [t for _, t in kept])
 
 
+def _as_tangent(d: Variable, dx: Variable) -> Variable:
+    """The tangent ``d`` of a carried value, as its carried tangent ``dx``'s type (zeros for an integer carry)."""
+    if d.type == dx.type:
+        return d
+    if getattr(dx.type, "dtype", None) in pt.type.discrete_dtypes:
+        return pt.zeros_like(dx)  # an integer (e.g. a carried index) has no tangent
+    return dx.type.filter_variable(d, allow_convert=True)
+
+
 def while_pushforward(op: WhileLoop, inputs: Sequence[Variable], tangents: Sequence[Variable]) -> list[Variable]:
     """Tangents of a while loop's results: the loop carrying values and tangents together."""
     parts, tparts = op.split(inputs), op.split(tangents)
@@ -306,7 +330,7 @@ def while_pushforward(op: WhileLoop, inputs: Sequence[Variable], tangents: Seque
         xs, dxs = state[:c], state[c:]
         *outs, post = api.instantiate(step_fn, [*xs, *others])
         douts = _jvp(outs, [*xs, *others], [*dxs, *d_others])
-        fitted = [d if d.type == x.type else x.type.filter_variable(d, allow_convert=True) for d, x in zip(douts, dxs, strict=True)]
+        fitted = [_as_tangent(d, x) for d, x in zip(douts, dxs, strict=True)]
         return [*outs, *fitted], post
 
     out = _while(pre, step, [*parts["init"], *d_init], parts["max_steps"], op.do_while)
@@ -382,7 +406,7 @@ def fori_pushforward(op: ForiLoop, inputs: Sequence[Variable], tangents: Sequenc
         inputs_ = [*rows[:s], *xs, *parts["args"]]
         outs = api.instantiate(parts["step_fn"], inputs_)
         douts = _jvp(outs, inputs_, [*rows[s:], *dxs, *d_args])
-        return [*outs, *(d if d.type == x.type else x.type.filter_variable(d, allow_convert=True) for d, x in zip(douts, dxs, strict=True))]
+        return [*outs, *(_as_tangent(d, x) for d, x in zip(douts, dxs, strict=True))]
 
     out = _fori(parts["n_steps"], [*parts["seqs"], *d_seqs], step, [*parts["init"], *d_init])
     return out[c:]

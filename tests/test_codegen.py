@@ -158,6 +158,40 @@ def test_jax_pullback_of_fori_and_bounded_while():
         np.testing.assert_allclose(np.asarray(g), w, rtol=1e-10)
 
 
+def test_jax_fori_with_symbolic_bounds_values_and_derivatives():
+    """Symbolic bounds carry the index from ``lower`` (no arange of symbolic length): JAX runs them and their
+    pushforward. Reverse mode needs a history of symbolic length, which JAX refuses (as for a Scan and for
+    JAX's own fori_loop with traced bounds); it is checked against the Scan's on the py linker."""
+    lo, hi = pt.lscalar("lo"), pt.lscalar("hi")
+    xs = pt.dvector("xs")
+    fori = innergraph.fori_loop(lo, hi, lambda i, s: (pt.sin(s[0]) * a + pt.cast(i, "float64"), s[1] + i), (xs, pt.constant(0, dtype="int64")))
+    tangent = pytensor.gradient.pushforward(fori[0], [xs, a], [pt.ones_like(xs), pt.constant(0.5)], use_op_pushforward=True)
+    outs = [fori[0], fori[1], tangent]
+    got_fn = pytensor.function([xs, a, lo, hi], outs, mode="JAX")
+    py_mode = Mode(linker="py", optimizer="fast_run")
+    py_fn = pytensor.function([xs, a, lo, hi], outs, mode=py_mode)
+    nodes = [n for n in got_fn.maker.fgraph.apply_nodes if isinstance(n.op, ForiLoop)]
+    assert nodes and all(n.op.n_seqs == 0 for n in nodes), [n.op for n in nodes]  # the index is carried, not a sequence
+    x0 = np.array([0.3, -0.2])
+    for lo_, hi_ in [(2, 6), (-1, 3), (5, 5), (4, 1)]:  # zero steps when hi <= lo
+        s, ds, total = x0.copy(), np.ones(2), 0
+        for i in range(lo_, hi_):
+            s, ds, total = np.sin(s) * 1.7 + i, np.cos(s) * ds * 1.7 + np.sin(s) * 0.5, total + i
+        got, want = got_fn(x0, 1.7, lo_, hi_), py_fn(x0, 1.7, lo_, hi_)
+        np.testing.assert_allclose(np.asarray(got[0]), s, rtol=1e-12)
+        np.testing.assert_allclose(np.asarray(got[2]), ds, rtol=1e-12)
+        assert int(got[1]) == total == int(want[1])
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(np.asarray(g), w, rtol=1e-12)
+    scan = pytensor.scan(lambda i, s: pt.sin(s) * a + pt.cast(i, "float64"), sequences=[pt.arange(lo, hi)], outputs_info=[xs], return_updates=False)[-1]
+    wrt = [xs, a]
+    grads = pytensor.function([xs, a, lo, hi], [*pytensor.grad(pt.sum(fori[0] ** 2), wrt), *pytensor.grad(pt.sum(scan**2), wrt)], mode=py_mode)
+    for lo_, hi_ in [(2, 6), (-1, 3)]:
+        g = grads(x0, 1.7, lo_, hi_)
+        for ours, scans in zip(g[:2], g[2:], strict=True):
+            np.testing.assert_allclose(ours, scans, rtol=1e-12)
+
+
 # --- declarations -------------------------------------------------------------------------------
 
 
