@@ -181,3 +181,16 @@ def test_zero_step_loop_leaves_the_callers_arrays_alone(linker):
     for _ in range(3):
         np.testing.assert_allclose(fn(given, 0.5, 4, 4), 72.0)
         np.testing.assert_array_equal(given, [1.0, 2.0, 3.0])
+
+
+def test_checkpointed_scan_over_an_integer_sequence():
+    """An integer sequence (a loop index) gets zero gradients, not a disconnected one PyTensor rejects."""
+    n = pt.lscalar("n")
+    grads = {}
+    for policy in (None, "sqrt"):
+        t = innergraph.scan(
+            lambda i, s: s * w + pt.cast(i, "float64"), sequences=[pt.arange(n)], outputs_info=[x0], return_updates=False, checkpoint=policy
+        )
+        grads[policy] = pytensor.function([x0, w, n], pytensor.grad(t[-1], [x0, w]), mode=_mode("py"))
+    for steps in (1, 7):
+        _assert_close(grads["sqrt"](1.0, 0.9, steps), grads[None](1.0, 0.9, steps))
