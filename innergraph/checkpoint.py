@@ -186,11 +186,27 @@ def checkpointed_pullback(
     grads: Any = pytensor.grad(
         None, targets, known_grads=known, disconnected_inputs="ignore", return_disconnected="disconnected"
     )
-    result: list[Any] = [disconnected_type() for _ in node.inputs]
+    result: list[Any] = [_integer_zeros(node, i, cotangents) for i in range(len(node.inputs))]
     for i, target, g in zip(wrt, targets, grads, strict=True):
         buffer = node.inputs[i]
         result[i] = g if target is buffer or isinstance(g.type, DisconnectedType) else _buffer_gradient(buffer, g)
     return result
+
+
+def _integer_zeros(node: Apply, i: int, cotangents: Sequence[Any]) -> Any:
+    """What PyTensor's pullback gives an input with no gradient: float zeros for a connected integer one.
+
+    An integer sequence (a loop index ``arange(lo, hi)``) is connected to the outputs
+    in Scan's connection pattern; its gradient must then be a (zero) tensor, not
+    disconnected. Every other input not differentiated is disconnected.
+    """
+    inp = node.inputs[i]
+    dtype = getattr(inp.type, "dtype", None)
+    pattern = node.op.connection_pattern(node)[i]
+    connected = any(c and not isinstance(g.type, DisconnectedType) for c, g in zip(pattern, cotangents, strict=True))
+    if i == 0 or not connected or dtype not in pt.type.discrete_dtypes:
+        return disconnected_type()
+    return pt.zeros_like(inp, dtype=pytensor.config.floatX)
 
 
 def _buffer_gradient(buffer: Any, initial_gradient: Any) -> Any:

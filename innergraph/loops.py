@@ -238,7 +238,7 @@ def _fori(n_steps: Variable, seqs: list[Variable], step: Callable[[list[Variable
     return [out] if isinstance(out, Variable) else list(out)
 
 
-def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Variable, Tree], Tree], init_val: Tree) -> Tree:
+def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Variable, Tree], Tree], init_val: Tree, *, checkpoint: Any = None) -> Tree:
     """``for i in range(lower, upper): val = body_fun(i, val)``, in the graph (JAX's ``lax.fori_loop``).
 
     Parameters
@@ -253,11 +253,18 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Variable, Tree], Tree]
         ``(i, state) -> next state``, of the same structure and types.
     init_val
         The initial state: a tensor, or tuples, lists and dicts of them.
+    checkpoint
+        This loop's checkpoint policy for reverse mode (`innergraph.checkpoint`):
+        ``"sqrt"`` or a segment length ``k`` stores every k-th carry and recomputes
+        the rest during the reverse pass (``O(n/k + k)`` carries instead of ``O(n)``).
+        ``None`` leaves the current default (`innergraph.checkpointing`,
+        ``INNERGRAPH_CHECKPOINT``) in charge.
 
     Returns
     -------
     The final state, structured as ``init_val``.
     """
+    policy = _checked_policy("fori_loop", checkpoint)
     lower_v, upper_v = pt.as_tensor_variable(lower), pt.as_tensor_variable(upper)
     for name, v in (("lower", lower_v), ("upper", upper_v)):
         if v.ndim != 0 or v.dtype not in pt.type.integer_dtypes:
@@ -272,7 +279,10 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Variable, Tree], Tree]
         def step(rows: list[Variable], xs: list[Variable]) -> list[Variable]:
             return _fitted(where, body_fun(rows[0], unflatten(structure, xs)), structure, init)
 
-        return unflatten(structure, _fori(n_steps, [index], step, init))
+        out = _fori(n_steps, [index], step, init)
+        if policy is not None:
+            _tag_policy(out[0].owner, policy)
+        return unflatten(structure, out)
     # symbolic bounds: the index is carried from ``lower`` (an arange of symbolic length
     # in the outer graph is refused by PyTensor's JAX backend); dead, it is removed
     i0 = pt.cast(lower_v, pytensor.scalar.upcast(lower_v.dtype, upper_v.dtype))
@@ -281,7 +291,36 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Variable, Tree], Tree]
         i, state = xs[0], xs[1:]
         return [pt.cast(pt.add(i, 1), i0.dtype), *_fitted(where, body_fun(i, unflatten(structure, state)), structure, init)]
 
-    return unflatten(structure, _fori(n_steps, [], carried, [i0, *init])[1:])
+    out = _fori(n_steps, [], carried, [i0, *init])
+    if policy is not None:
+        _tag_policy(out[0].owner, policy)
+    return unflatten(structure, out[1:])
+
+
+def _checked_policy(where: str, policy: Any) -> Any:
+    """``policy`` checked (`innergraph.checkpoint.checked`), or a `ValueError` naming the loop."""
+    from innergraph import checkpoint
+
+    try:
+        return checkpoint.checked(policy)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
+
+
+def _tag_policy(node: Any, policy: Any) -> None:
+    """Give a loop's node its own checkpoint policy (the tag `innergraph.checkpoint.mark` sets on a Scan)."""
+    from innergraph import checkpoint
+
+    setattr(node.tag, checkpoint.TAG, policy)
+
+
+def _carry_policy(node: Any, scan_outputs: Sequence[Variable]) -> None:
+    """Pass a loop node's own checkpoint policy, if any, to the Scan its pullback re-runs it as."""
+    from innergraph import checkpoint
+
+    own = getattr(getattr(node, "tag", None), checkpoint.TAG, None)
+    if own is not None:
+        checkpoint.mark(list(scan_outputs), None if own == "none" else own)
 
 
 # --- derivatives ------------------------------------------------------------------
@@ -425,5 +464,35 @@ def fori_pullback(op: ForiLoop, inputs: Sequence[Variable], outputs: Sequence[Va
         scan_step, sequences=list(parts["seqs"]), outputs_info=list(parts["init"]), n_steps=parts["n_steps"], return_updates=False
     )
     traces = [scanned] if isinstance(scanned, Variable) else list(scanned)
-    finals = [_final(x, t) for x, t in zip(parts["init"], traces, strict=True)]
+    _carry_policy(outputs[0].owner, traces)
+    finals = [_last_row(x, t) for x, t in zip(parts["init"], traces, strict=True)]
     return _pullback_by_scan(op, inputs, finals, cotangents, 2)
+
+
+def _last_row(init: Variable, trace: Variable) -> Variable:
+    """`_final`, read as the last row of the Scan's own buffer when ``trace`` is ``buffer[1:]``.
+
+    The buffer starts with the initial value, so its last row is the final value
+    (the initial one when no step ran). Its cotangent is then zero except at the
+    last position, which a checkpointed gradient recognises (it asks the segmented
+    form for the final value only and never builds the trace, `innergraph.checkpoint`).
+    """
+    from pytensor.scan.op import Scan as NativeScan
+    from pytensor.tensor.subtensor import Subtensor, get_idx_list
+
+    node = trace.owner
+    if node is not None and isinstance(node.op, Subtensor):
+        buffer = node.inputs[0]
+        (index, *rest) = get_idx_list(node.inputs, node.op.idx_list)
+        if (
+            not rest and isinstance(index, slice) and index.stop is None and index.step is None
+            and _is_one(index.start) and buffer.owner is not None and isinstance(buffer.owner.op, NativeScan)
+        ):
+            return buffer[-1]
+    return _final(init, trace)
+
+
+def _is_one(value: Any) -> bool:
+    from pytensor.tensor.basic import get_underlying_scalar_constant_value
+
+    return value is not None and get_underlying_scalar_constant_value(value, raise_not_constant=False) == 1

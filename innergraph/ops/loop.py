@@ -50,6 +50,15 @@ def _check_carry(where: str, init: Sequence[Variable], new_types: Sequence[Any])
             raise api.BodyTypeError(f"{where}: the step body returns {t} for carried value {i} ({x}), of type {x.type}")
 
 
+def _unaliased(results: list[Any], inputs: Sequence[Any]) -> list[Any]:
+    """``results`` with a copy of every value that is one of ``inputs`` (a loop that ran no step).
+
+    A node's outputs must not be its input arrays: later in-place Ops would
+    overwrite the caller's values (the function's inputs, or another node's outputs).
+    """
+    return [np.copy(r) if any(r is v for v in inputs) else r for r in results]
+
+
 class WhileLoop(Op):
     """A while (or do-while) loop; see the module docstring."""
 
@@ -112,7 +121,7 @@ class WhileLoop(Op):
             while go and (limit is None or steps < limit):
                 *carry, go = step(*carry, *step_args, *shared)
                 steps += 1
-            return carry
+            return _unaliased(carry, values)
 
         return run
 
@@ -185,7 +194,7 @@ class ForiLoop(Op):
             n_steps, seqs, carry, args = int(values[0]), values[1 : 1 + s], list(values[1 + s : 1 + s + c]), values[1 + s + c :]
             for t in range(n_steps):
                 carry = list(step(*(np.asarray(q[t]) for q in seqs), *carry, *args))
-            return carry
+            return _unaliased(carry, values)
 
         return run
 
