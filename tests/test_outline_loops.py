@@ -185,3 +185,17 @@ def test_loops_of_equal_length_are_merged_not_outlined():
     values = [np.arange(5.0), np.arange(6.0)]
     for got, want in zip(fn(*values), vanilla([x, y], outputs, values), strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+def test_loops_of_different_constant_lengths_are_left_alone():
+    """Two loops of one body whose ``n_steps`` are different constants: no call body
+    could take the constants as params, so nothing is outlined (PyTensor's own
+    ``TestScanMerge.test_basic`` builds this; before the fix the rewrite raised)."""
+    x, y = pt.dvector("x"), pt.dvector("y")
+    sx = pytensor.scan(lambda a: a.sum(), sequences=[x], n_steps=2, return_updates=False)
+    sy = pytensor.scan(lambda a: a.sum(), sequences=[y], n_steps=3, return_updates=False)
+    with pytensor.config.change_flags(on_opt_error="raise"):
+        f = pytensor.function([x, y], [sx, sy], mode=Mode(linker="numba", optimizer="fast_run"))
+    got = f(np.arange(3.0), np.arange(4.0))
+    np.testing.assert_array_equal(got[0], [0.0, 1.0])
+    np.testing.assert_array_equal(got[1], [0.0, 1.0, 2.0])

@@ -320,8 +320,8 @@ class _Region:
         if len({leaf[0] for leaf in params}) != len(params):
             return None  # copy 0 passes one variable as two params: no stand-ins to build the body over
         for leaf in params:
-            if any(isinstance(v, NominalVariable) or v.type != leaf[0].type for v in leaf):
-                return None
+            if any(isinstance(v, NominalVariable | Constant) or v.type != leaf[0].type for v in leaf):
+                return None  # a constant differing between copies (e.g. n_steps) cannot be a param
         return params
 
     def _acyclic(self, params: list[tuple[Variable, ...]]) -> bool:
