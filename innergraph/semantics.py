@@ -30,13 +30,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from pytensor.graph.basic import Apply, Variable
+from pytensor.graph.basic import Apply, NominalVariable, Variable
 
 from innergraph.graph import body_of, params
 
 __all__ = ["Branch", "BranchPlan", "Iterate", "LoopPlan", "branch_plan", "Role", "Semantics", "loop_plan", "semantics_of", "validate"]
+
+_S = TypeVar("_S", "Iterate", "Branch")
 
 #: The meanings a generated loop can run (the other ones are Scan's, which runs natively).
 _LOOP_MEANINGS = ("invariant", "sequence", "carry", "condition")
@@ -201,6 +203,35 @@ def validate(form: Any, where: str) -> None:
         raise ValueError(f"{where}: {declared} names bodies {bodies}; the consumer has {form.n_bodies}")
 
 
+@dataclass(frozen=True)
+class _Declared:
+    """What a plan reads of a node: its form, header and slots, and its bodies' params."""
+
+    form: Any
+    header: Sequence[Variable]
+    slots: Sequence[Any]
+    functions: Sequence[Variable]
+    bodies: list[Any]
+    param_lists: list[list[NominalVariable]]
+
+
+def _declared(op: Any, node: Apply, kind: type[_S], missing: str, needs: str) -> tuple[_Declared, _S]:
+    """``node``'s declaration and its semantics, of class ``kind`` (``ValueError`` naming the Op: ``missing`` / ``needs``)."""
+    from innergraph.slots import form_of  # slots imports this module
+
+    form = form_of(op)
+    sem = semantics_of(form, op) if form is not None else None
+    if form is None or not isinstance(sem, kind):
+        raise ValueError(f"{op}: {missing}")
+    split = form.split(node)
+    if split is None:
+        raise ValueError(f"{op}: its form's split gives no slots for {node}; {needs} needs them")
+    header, slots = split
+    functions = form.functions(node)
+    bodies = [body_of(f) for f in functions]
+    return _Declared(form, header, slots, functions, bodies, [params(b.param_types) for b in bodies]), sem
+
+
 def loop_plan(op: Any, node: Apply) -> LoopPlan:
     """The `LoopPlan` of ``node``, a node of a registered consumer declaring `Iterate` semantics.
 
@@ -211,20 +242,9 @@ def loop_plan(op: Any, node: Apply) -> LoopPlan:
         that never runs, a slot meaning a loop does not run (Scan's traces), a
         sequence in a loop that is not counted, a loop that cannot stop, ...
     """
-    from innergraph.slots import form_of  # slots imports this module
-
-    form = form_of(op)
-    sem = semantics_of(form, op) if form is not None else None
-    if form is None or not isinstance(sem, Iterate):
-        raise ValueError(f"{op}: no loop step semantics declared (register_consumer(..., Form(..., semantics=Iterate(...))))")
-    split = form.split(node)
-    if split is None:
-        raise ValueError(f"{op}: its form's split gives no slots for {node}; a loop's code needs them")
-    header, slots = split
+    d, sem = _declared(op, node, Iterate, "no loop step semantics declared (register_consumer(..., Form(..., semantics=Iterate(...))))", "a loop's code")
+    form, header, slots, functions, bodies, param_lists = d.form, d.header, d.slots, d.functions, d.bodies, d.param_lists
     _check_semantics(op, form, sem, header)
-    functions = form.functions(node)
-    bodies = [body_of(f) for f in functions]
-    param_lists = [params(b.param_types) for b in bodies]
     roles: list[dict[int, Role]] = [{} for _ in bodies]
     sequences: list[int] = []
     carries: list[int] = []
@@ -257,7 +277,7 @@ def loop_plan(op: Any, node: Apply) -> LoopPlan:
         else:
             role = ("input", pos)
         for b, p in slot.params:
-            roles[b][param_lists[b].index(p)] = role  # type: ignore[arg-type]  # a slot param is a body param
+            roles[b][param_lists[b].index(p)] = role
     run = (sem.update,) if sem.pre_condition is None else (sem.pre_condition, sem.update)
     for b in run:
         missing = [i for i in range(len(param_lists[b])) if i not in roles[b]]
@@ -317,18 +337,8 @@ class BranchPlan:
 
 def branch_plan(op: Any, node: Apply) -> BranchPlan:
     """The `BranchPlan` of ``node``, a node of a registered consumer declaring `Branch` semantics (``ValueError`` naming the Op otherwise)."""
-    from innergraph.slots import form_of
-
-    form = form_of(op)
-    sem = semantics_of(form, op) if form is not None else None
-    if form is None or not isinstance(sem, Branch):
-        raise ValueError(f"{op}: no branch step semantics declared (Form(..., semantics=Branch()))")
-    split = form.split(node)
-    if split is None:
-        raise ValueError(f"{op}: its form's split gives no slots for {node}; a branch's code needs them")
-    header, slots = split
-    bodies = [body_of(f) for f in form.functions(node)]
-    param_lists = [params(b.param_types) for b in bodies]
+    d, sem = _declared(op, node, Branch, "no branch step semantics declared (Form(..., semantics=Branch()))", "a branch's code")
+    form, header, slots, bodies, param_lists = d.form, d.header, d.slots, d.bodies, d.param_lists
     roles: list[dict[int, int]] = [{} for _ in bodies]
     outputs: list[dict[int, int]] = [{} for _ in bodies]
     for slot in slots:
@@ -336,7 +346,7 @@ def branch_plan(op: Any, node: Apply) -> BranchPlan:
         if meaning == "invariant":
             pos = _position(node, slot.args[0], f"the argument of a {slot.kind!r} slot")
             for b, p in slot.params:
-                roles[b][param_lists[b].index(p)] = pos  # type: ignore[arg-type]  # a slot param is a body param
+                roles[b][param_lists[b].index(p)] = pos
         elif meaning == "output":
             (result,) = slot.results
             for b, o in slot.outputs:
@@ -349,7 +359,7 @@ def branch_plan(op: Any, node: Apply) -> BranchPlan:
             raise ValueError(f"{op}: body {b}'s params and outputs must each be bound by one slot")
     return BranchPlan(
         n_inputs=len(node.inputs),
-        functions=tuple(_position(node, f, "function input") for f in form.functions(node)),
+        functions=tuple(_position(node, f, "function input") for f in d.functions),
         condition=_position(node, header[sem.condition], "the condition"),
         roles=tuple(tuple(r[i] for i in range(len(r))) for r in roles),
         outputs=tuple(tuple(o[k] for k in range(n_out)) for o in outputs),
