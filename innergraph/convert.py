@@ -36,9 +36,7 @@ from typing import Any, cast
 import pytensor.tensor as pt
 from pytensor.compile.builders import OpFromGraph
 from pytensor.compile.mode import Mode
-from pytensor.graph.basic import Apply, Variable
-from pytensor.graph.fg import FunctionGraph
-from pytensor.graph.op import Op
+from pytensor.graph.basic import Variable
 from pytensor.ifelse import IfElse as NativeIfElse
 from pytensor.scan.op import Scan as NativeScan
 from pytensor.tensor.type import TensorType
@@ -61,8 +59,8 @@ from innergraph.conversion import (
     lowering_for_jit,
 )
 from innergraph.fold import fold_scope
-from innergraph.graph import InnerGraph, body_of, param, scope_toposort
-from innergraph.instantiate import carry_shapes, copy_scope, instantiate
+from innergraph.graph import InnerGraph, body_of, param
+from innergraph.instantiate import copy_scope, instantiate
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse, ifelse
 from innergraph.ops.scan import Scan, native_scan, retraced_outputs
