@@ -36,8 +36,9 @@ graph_stats
 """
 
 import innergraph._supported  # noqa: F401  library only (first: on an unsupported PyTensor, one ImportError and no patch)
-from innergraph._upstream import alias_upstream, patched_pytensor  # library only
+from innergraph._upstream import alias_upstream, patched_pytensor, refuse_partial_series  # library only
 
+refuse_partial_series()  # library only: a PyTensor that enables a part of the upstream series
 if patched_pytensor():  # library only
     alias_upstream()  # library only: ``innergraph`` is now ``pytensor.innergraph``, one copy of each class
 from innergraph.build import Closure, inner_graph

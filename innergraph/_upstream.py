@@ -11,6 +11,17 @@ alias
     object in ``sys.modules`` under both names), so ``isinstance``, dispatch registries
     and rewrite databases see one class, one registry and one registration.
 
+partial series
+    A PyTensor carrying the first *k* < 5 patches of the series (how ``.ci/patched``
+    tests the series patch by patch, `innergraph.patches.verify`). `series_level` counts
+    the leading patches whose modules are all in ``pytensor/innergraph/``. Before patch 4
+    nothing imports ``pytensor.innergraph`` (its modules are inert code), so ``import
+    innergraph`` monkey-patches exactly as on a released PyTensor, from the library's own
+    files (`patched_pytensor` is false). From patch 4 on, ``import pytensor`` enables
+    PyTensor's copy (its rewrites are in ``optdb``): monkey-patching would register a
+    second copy, and aliasing would alias a half package, so `refuse_partial_series`
+    raises `ImportError` naming what is missing.
+
 `alias_upstream` replaces the ``innergraph`` package being imported by
 ``pytensor.innergraph`` and installs `UpstreamFinder` first in ``sys.meta_path``:
 a module the series ships is aliased; a library-only module (the series generator,
@@ -29,16 +40,80 @@ import sys
 from types import ModuleType
 from typing import Any
 
-__all__ = ["UpstreamFinder", "alias_upstream", "patched_pytensor"]
+__all__ = ["UpstreamFinder", "alias_upstream", "missing_modules", "patched_pytensor", "refuse_partial_series", "series_level"]
 
 PACKAGE = "innergraph"
 UPSTREAM = "pytensor.innergraph"
 _LIBRARY = os.path.dirname(os.path.abspath(__file__))
 
 
+def _upstream_folder() -> str | None:
+    """``pytensor/innergraph`` of the installed PyTensor, or None on a released PyTensor."""
+    spec = importlib.util.find_spec(UPSTREAM)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return list(spec.submodule_search_locations)[0]
+
+
+def missing_modules(folder: str | None, upto: int | None = None) -> list[str]:
+    """The modules of the series' first ``upto`` patches (default: all) absent from ``folder`` (``pytensor/innergraph``)."""
+    from innergraph.patches.series import SERIES
+
+    specs = SERIES if upto is None else SERIES[:upto]
+    wanted = [_shipped_as(module) for spec in specs for module in spec.modules]
+    if folder is None:
+        return wanted
+    return [path for path in wanted if not os.path.isfile(os.path.join(folder, path))]
+
+
+def _shipped_as(module: str) -> str:
+    """A library module's path inside ``pytensor/innergraph`` (``innergraph_pickle`` ships as ``_pickle.py``)."""
+    return "_pickle.py" if module.startswith("innergraph_pickle/") else module
+
+
+def series_level(folder: str | None = None) -> int:
+    """How many leading patches of the series the installed PyTensor (or ``folder``) carries: 0 (released) to 5."""
+    from innergraph.patches.series import SERIES
+
+    folder = folder if folder is not None else _upstream_folder()
+    if folder is None:
+        return 0
+    level = 0
+    while level < len(SERIES) and not missing_modules(folder, level + 1):
+        level += 1
+    return level
+
+
 def patched_pytensor() -> bool:
-    """Whether the installed PyTensor carries the series (``pytensor.innergraph`` exists)."""
-    return importlib.util.find_spec(UPSTREAM) is not None
+    """Whether the installed PyTensor carries the whole series (then ``innergraph`` is aliased to it)."""
+    from innergraph.patches.series import SERIES
+
+    return series_level() == len(SERIES)
+
+
+def refuse_partial_series() -> None:
+    """Raise `ImportError` if PyTensor enables a copy of innergraph that lacks a part of the series.
+
+    PyTensor enables its copy from patch 4 on (``import pytensor`` imports
+    ``pytensor.innergraph``, which registers its rewrites): then innergraph can neither
+    monkey-patch (a second registration) nor alias (a half package). Before patch 4 the
+    copy is inert and innergraph monkey-patches as on a released PyTensor.
+    """
+    from innergraph.patches.series import SERIES
+
+    folder = _upstream_folder()
+    if folder is None or UPSTREAM + ".rewriting.db" not in sys.modules and series_level(folder) < 4:
+        return
+    missing = missing_modules(folder)
+    if not missing:
+        return
+    shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+    raise ImportError(
+        f"innergraph: the installed PyTensor ({folder}) carries patches 1-{series_level(folder)} of innergraph's "
+        f"{len(SERIES)}-patch upstream series and enables that partial copy on import; it lacks {shown}. "
+        "innergraph cannot run on it (monkey-patching would register a second copy of its rewrites, aliasing "
+        "would alias a half package): install PyTensor with the whole series (patches/) or a released PyTensor."
+    )
 
 
 class _AliasLoader(importlib.abc.Loader):

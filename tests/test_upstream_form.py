@@ -52,6 +52,11 @@ def test_the_expected_form_is_active():
     assert form == ("patched pytensor" if PATCHED else "monkey-patched")
     if expected:
         assert form == expected
+    level = os.environ.get("INNERGRAPH_EXPECT_SERIES_LEVEL")  # .ci/patched, patch by patch
+    if level is not None:
+        from innergraph import _upstream
+
+        assert _upstream.series_level() == int(level)
 
 
 def _load_backends():
@@ -81,8 +86,14 @@ def test_no_monkey_patch_on_a_patched_pytensor_or_every_record_paired():
         for name in ("cache_key_for_constant", "numba_funcify_ensure_cache"):
             assert vars(numba_basic)[name].__module__ == "pytensor.link.numba.dispatch.basic", name
         assert Linker.schedule.__qualname__ == "Linker.schedule" and NativeScan.pullback.__qualname__ == "Scan.pullback"
+        for dispatcher, cls, defined_in in _pytensors_dispatch():
+            function = dispatcher.dispatch(cls)
+            assert function.__module__ == defined_in and function.__name__ in _DELEGATED, (cls, function)
+        assert all(not patching.replaces_pytensors_own(p) for p in patching._registered)
     else:
-        replaced = {_owner_name(p) for p in patching._applied if not isinstance(p, patching.DispatchPatch)}
+        records = [p for p in patching._applied if not isinstance(p, patching.DispatchPatch) or patching.replaces_pytensors_own(p)]
+        replaced = {_owner_name(p) for p in records}
+        assert {"numba_funcify_and_cache_key[Scan]", "numba_funcify_and_cache_key[FunctionGraph]", "jax_funcify[Scan]"} <= replaced
         paired = {edit.replaces for edit in series.EDITS if edit.replaces}
         assert replaced, "no monkey-patch applied on a released PyTensor"
         assert replaced <= paired, f"monkey-patches with no upstream edit in innergraph/patches/series.py: {replaced - paired}"
@@ -93,8 +104,26 @@ def test_no_monkey_patch_on_a_patched_pytensor_or_every_record_paired():
                 assert callable(getattr(module, edit.replacement)), edit
 
 
+#: the names of PyTensor's conversions the series makes delegate to innergraph
+_DELEGATED = {e.name for e in series.EDITS if isinstance(e, series.Delegate)}
+
+
+def _pytensors_dispatch():
+    """(dispatcher, PyTensor's class, module of PyTensor's conversion) the library re-registers on a released PyTensor."""
+    from pytensor.link.jax.dispatch import jax_funcify
+    from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
+
+    return [
+        (numba_funcify_and_cache_key, NativeScan, "pytensor.link.numba.dispatch.scan"),
+        (numba_funcify_and_cache_key, FunctionGraph, "pytensor.link.numba.dispatch.basic"),
+        (jax_funcify, NativeScan, "pytensor.link.jax.dispatch.scan"),
+    ]
+
+
 def _owner_name(patch):
-    """``"Owner.name"`` of a record, as `series.Edit.replaces` spells it."""
+    """``"Owner.name"`` of a record, as `series.Edit.replaces` spells it (``"dispatcher[Class]"`` for a re-registration)."""
+    if isinstance(patch, patching.DispatchPatch):
+        return f"{patch.dispatcher.__name__}[{patch.cls.__name__}]"
     if isinstance(patch, patching.ItemPatch):
         return f"copyreg.dispatch_table[{patch.key.__name__}]"
     if patch.owner is pytensor and patch.name == "dprint":

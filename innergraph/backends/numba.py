@@ -32,6 +32,7 @@ from hashlib import sha256
 from typing import Any
 
 from pytensor.link.numba.dispatch import basic as numba_basic
+from pytensor.link.numba.dispatch import scan as numba_scan
 from pytensor.link.numba.dispatch.basic import (
     numba_funcify_and_cache_key,
     numba_njit,
@@ -54,7 +55,9 @@ from innergraph.types import Body
 
 __all__ = ["funcify_fgraph_as_one_conversion", "funcify_native_scan_once", "numba_body", "numba_body_code"]
 
-_native_scan_funcify = numba_funcify_and_cache_key.dispatch(NativeScan)
+# PyTensor's conversion: the function it registers (a patched PyTensor keeps its body as
+# ``_numba_funcify_Scan_base`` and delegates to `funcify_native_scan_once`).
+_native_scan_funcify = original(numba_scan, "numba_funcify_Scan")
 _funcified: dict[int, dict[tuple[Any, ...], Converted]] = {}
 
 
@@ -83,7 +86,7 @@ def funcify_native_scan_once(op: NativeScan, node: Any = None, **kwargs: Any) ->
 
 apply_late(DispatchPatch(numba_funcify_and_cache_key, NativeScan, funcify_native_scan_once))
 
-_fgraph_funcify = numba_funcify_and_cache_key.dispatch(FunctionGraph)
+_fgraph_funcify = original(numba_basic, "numba_funcify_FunctionGraph")
 
 
 def funcify_fgraph_as_one_conversion(fgraph: FunctionGraph, **kwargs: Any) -> Converted:
@@ -93,7 +96,11 @@ def funcify_fgraph_as_one_conversion(fgraph: FunctionGraph, **kwargs: Any) -> Co
     nodes (three ``Sum`` nodes of three branch bodies convert once), and so do
     the graph's own nodes when innergraph's pipeline rewrote it (`convert_once`).
     Nested graphs (a ``Composite``'s, a Scan's) belong to the outer conversion.
+    Other graphs PyTensor's function converts (a ``FrozenFunctionGraph``) are
+    converted as PyTensor converts them.
     """
+    if not isinstance(fgraph, FunctionGraph):
+        return _fgraph_funcify(fgraph, **kwargs)
     with one_conversion(outer_nodes=was_lifted(fgraph)):
         return _fgraph_funcify(fgraph, **kwargs)
 

@@ -19,7 +19,8 @@ edit
     delegates to innergraph's replacement through `innergraph.patching.hook`.
 
 Modules: `series` (what goes into which patch), `build` (the scratch repository, the
-commits, ``git format-patch``, the README), `sdist` (the cached PyTensor source).
+commits, ``git format-patch``, the README), `sdist` (the cached PyTensor source),
+`verify` (install the series patch by patch and run PyTensor's and innergraph's tests).
 """
 
 __all__: list[str] = []

@@ -1,4 +1,4 @@
-"""``python -m innergraph.patches build|check [--sdist PATH]``: write or verify ``patches/``."""
+"""``python -m innergraph.patches build|check [--sdist PATH]``: write or compare ``patches/``; ``verify [--each]``: test it (`innergraph.patches.verify`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,13 @@ from innergraph.patches.build import build_series, check_series
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["verify"]:
+        from innergraph.patches.verify import main as verify
+
+        return verify(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m innergraph.patches", description=__doc__)
-    parser.add_argument("command", choices=["build", "check"])
+    parser.add_argument("command", choices=["build", "check", "verify"])
     parser.add_argument("--sdist", type=Path, default=None, help="PyTensor 3.0.7 sdist (default: downloaded once, cached)")
     parser.add_argument("--out", type=Path, default=None, help="folder of the series (default: the repository's patches/)")
     args = parser.parse_args(argv)

@@ -80,6 +80,7 @@ LIBRARY_ONLY: frozenset[str] = frozenset(
         "patches/build.py",
         "patches/sdist.py",
         "patches/series.py",
+        "patches/verify.py",
         "testing/__init__.py",  # the test kit of innergraph's own suite
         "testing/assertions.py",
         "testing/kit.py",
@@ -327,7 +328,7 @@ _BACKENDS = PatchSpec(
     subject="innergraph: Numba and JAX implementations of the consumers",
     message=f"""The Numba and JAX conversions of the in-graph consumers (a body compiled
 once however many consumers read it), loaded on a linker's first link.
-Three functions of PyTensor delegate to innergraph while it is enabled,
+Six functions of PyTensor delegate to innergraph while it is enabled,
 keeping their body as _<name>_base:
 
 - numba's numba_funcify_ensure_cache: equal nodes of one conversion
@@ -335,7 +336,16 @@ keeping their body as _<name>_base:
 - numba's cache_key_for_constant: a folded body whose Ops do not pickle
   gets a key of its own instead of failing the conversion;
 - JAXLinker.jit_compile: a graph with a while loop falls back to eager
-  execution where jax.jit cannot trace it.
+  execution where jax.jit cannot trace it;
+- numba's numba_funcify_Scan: a Scan whose Op innergraph shares between
+  loops over one body (lowering a merged body) converts once per Op and
+  types; other Scans convert as before;
+- numba's numba_funcify_FunctionGraph: a FunctionGraph converts as one
+  conversion, in which the bodies its consumers inline convert their equal
+  nodes once;
+- JAX's jax_funcify_Scan: a while-loop Scan, or one whose mit-mot writes
+  before its oldest input tap, runs as a loop of its own (scan_as_loop);
+  other Scans convert as before, their mit-mot taps shifted.
 
 {_TESTED}""",
     modules=(
@@ -361,6 +371,27 @@ keeping their body as _<name>_base:
             "pytensor.innergraph.backends.numba",
             "cache_key_for_constant",
             replaces="numba_basic.cache_key_for_constant",
+        ),
+        Delegate(
+            "pytensor/link/numba/dispatch/scan.py",
+            "numba_funcify_Scan",
+            "pytensor.innergraph.backends.numba",
+            "funcify_native_scan_once",
+            replaces="numba_funcify_and_cache_key[Scan]",
+        ),
+        Delegate(
+            "pytensor/link/numba/dispatch/basic.py",
+            "numba_funcify_FunctionGraph",
+            "pytensor.innergraph.backends.numba",
+            "funcify_fgraph_as_one_conversion",
+            replaces="numba_funcify_and_cache_key[FunctionGraph]",
+        ),
+        Delegate(
+            "pytensor/link/jax/dispatch/scan.py",
+            "jax_funcify_Scan",
+            "pytensor.innergraph.backends.jax",
+            "jax_funcify_native_scan",
+            replaces="jax_funcify[Scan]",
         ),
         Delegate(
             "pytensor/link/jax/linker.py",

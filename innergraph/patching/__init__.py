@@ -39,6 +39,7 @@ __all__ = [
     "installed",
     "original",
     "patched_pytensor",
+    "replaces_pytensors_own",
     "uninstall",
     "uninstalled",
 ]
@@ -111,10 +112,16 @@ BASE_SUFFIX = "_base"
 
 @cache
 def patched_pytensor() -> bool:
-    """Whether the imported PyTensor carries the upstream series (``pytensor.innergraph`` exists)."""
-    import importlib.util
+    """Whether the imported PyTensor carries the whole upstream series (this module is then ``pytensor.innergraph.patching``).
 
-    return __name__.startswith("pytensor.") or importlib.util.find_spec("pytensor.innergraph") is not None
+    The library also runs on a PyTensor carrying only the series' first, inert patches,
+    and monkey-patches it as a released one.
+    """
+    upstream = __name__.startswith("pytensor.")
+    from innergraph._upstream import patched_pytensor as whole_series  # library only
+
+    upstream = upstream or whole_series()  # library only
+    return upstream
 
 
 def form() -> str:
@@ -148,11 +155,14 @@ def apply_late(patch: Patch | DispatchPatch) -> None:
     """Patch a part of PyTensor that loads on demand (Numba): now if installed, and on every `install`.
 
     On a patched PyTensor a `Patch` record is not applied (the series made it a direct
-    edit); a `DispatchPatch` is a registration with PyTensor's dispatcher, as PyTensor's
-    own backend modules register theirs, made while installed.
+    edit), nor is a `DispatchPatch` that replaces the conversion PyTensor registers for
+    one of its own classes (`replaces_pytensors_own`: the series made PyTensor's function
+    delegate to the same replacement); a `DispatchPatch` for another class (innergraph's
+    consumers, a contributor's) is a registration with PyTensor's dispatcher, as
+    PyTensor's own backend modules register theirs, made while installed.
     """
     if patched_pytensor():
-        if isinstance(patch, DispatchPatch):
+        if isinstance(patch, DispatchPatch) and not replaces_pytensors_own(patch):
             _registered.append(patch)
             if installed():
                 patch.apply()
@@ -161,6 +171,12 @@ def apply_late(patch: Patch | DispatchPatch) -> None:
     if _applied:
         patch.apply()
         _applied.append(patch)
+
+
+def replaces_pytensors_own(patch: DispatchPatch) -> bool:
+    """Whether ``patch`` re-registers the conversion of a class PyTensor defines (its ``Scan``, ``FunctionGraph``)."""
+    module = patch.cls.__module__
+    return module.split(".")[0] == "pytensor" and not module.startswith("pytensor.innergraph.")
 
 
 def installed() -> bool:

@@ -1,0 +1,77 @@
+"""``import innergraph`` on a PyTensor carrying only the first patches of the upstream series.
+
+`innergraph._upstream` decides: patches 1-3 are inert (nothing imports ``pytensor.innergraph``),
+so innergraph monkey-patches as on a released PyTensor; from patch 4 on PyTensor enables its
+partial copy and ``import innergraph`` refuses, naming what is missing; the whole series is
+aliased. These tests build fake ``pytensor/innergraph`` folders holding the modules of the
+first k patches; ``.ci/patched`` (`innergraph.patches.verify`) checks the same on real builds.
+"""
+
+import sys
+
+import pytest
+
+from innergraph import _upstream
+from innergraph.patches.series import SERIES
+
+
+def _fake_copy(root, level):
+    """``root`` holding the modules of the series' first ``level`` patches, as the series ships them."""
+    folder = root / "innergraph"
+    folder.mkdir()
+    (folder / "__init__.py").write_text("")  # patch 1 creates the package
+    for spec in SERIES[:level]:
+        for module in spec.modules:
+            target = folder / _upstream._shipped_as(module)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text("")
+    return str(folder)
+
+
+@pytest.mark.parametrize("level", range(len(SERIES) + 1))
+def test_series_level_counts_the_leading_patches_present(tmp_path, level):
+    assert _upstream.series_level(_fake_copy(tmp_path, level)) == level
+
+
+def test_a_module_missing_from_an_earlier_patch_lowers_the_level(tmp_path):
+    folder = _fake_copy(tmp_path, len(SERIES))
+    (tmp_path / "innergraph" / "fold.py").unlink()  # patch 1's
+    assert _upstream.series_level(folder) == 0
+    assert _upstream.missing_modules(folder) == ["fold.py"]
+
+
+def test_no_copy_is_level_zero():
+    assert _upstream.missing_modules(None, 1) == [_upstream._shipped_as(m) for m in SERIES[0].modules]
+
+
+@pytest.mark.parametrize("level", [1, 2, 3])
+def test_inert_patches_are_monkey_patched_as_a_released_pytensor(tmp_path, monkeypatch, level):
+    monkeypatch.setattr(_upstream, "_upstream_folder", lambda: _fake_copy(tmp_path, level))
+    monkeypatch.delitem(sys.modules, "pytensor.innergraph.rewriting.db", raising=False)
+    _upstream.refuse_partial_series()  # no error
+    monkeypatch.setattr(_upstream, "series_level", lambda folder=None: level)
+    assert not _upstream.patched_pytensor()
+
+
+def test_patch_four_without_the_backends_is_refused_naming_them(tmp_path, monkeypatch):
+    monkeypatch.setattr(_upstream, "_upstream_folder", lambda: _fake_copy(tmp_path, 4))
+    monkeypatch.delitem(sys.modules, "pytensor.innergraph.rewriting.db", raising=False)
+    with pytest.raises(ImportError, match=r"carries patches 1-4 of innergraph's 5-patch upstream series.*lacks backends/") as error:
+        _upstream.refuse_partial_series()
+    assert "install PyTensor with the whole series" in str(error.value)
+
+
+def test_a_copy_pytensor_enabled_is_refused_whatever_it_lacks(tmp_path, monkeypatch):
+    """A PyTensor patched from another version of the series (fewer modules) but enabling its copy: no second registration."""
+    monkeypatch.setattr(_upstream, "_upstream_folder", lambda: _fake_copy(tmp_path, 1))
+    monkeypatch.setitem(sys.modules, "pytensor.innergraph.rewriting.db", sys.modules[__name__])
+    with pytest.raises(ImportError, match=r"patches 1-1 .* lacks patching/"):
+        _upstream.refuse_partial_series()
+
+
+def test_the_whole_series_is_aliased_not_refused(tmp_path, monkeypatch):
+    folder = _fake_copy(tmp_path, len(SERIES))
+    monkeypatch.setattr(_upstream, "_upstream_folder", lambda: folder)
+    monkeypatch.setitem(sys.modules, "pytensor.innergraph.rewriting.db", sys.modules[__name__])
+    _upstream.refuse_partial_series()
+    assert _upstream.series_level() == len(SERIES) and _upstream.patched_pytensor()
