@@ -120,6 +120,21 @@ def _pytensors_dispatch():
     ]
 
 
+def test_the_series_readme_lists_every_record_and_its_upstream_form():
+    """``patches/README.md``'s table of records names each record innergraph applies (here, or would apply on a released PyTensor)."""
+    from innergraph.patches.build import REPOSITORY
+
+    _load_backends()
+    importlib.import_module("innergraph.backends.jax_generated")  # its registrations (a JAX link loads it)
+    readme = (REPOSITORY / "patches" / "README.md").read_text()
+    table = readme[readme.index("| record in the library") : readme.index("## Tested patch by patch")]
+    records = patching._applied if not PATCHED else patching._registered
+    ours = [p for p in records if not isinstance(p, patching.DispatchPatch) or p.cls.__module__.split(".")[0] in ("pytensor", "innergraph")]
+    assert ours
+    for record in ours:
+        assert f"`{_owner_name(record)}`" in table, f"patches/README.in: no row for the record {_owner_name(record)}"
+
+
 def _owner_name(patch):
     """``"Owner.name"`` of a record, as `series.Edit.replaces` spells it (``"dispatcher[Class]"`` for a re-registration)."""
     if isinstance(patch, patching.DispatchPatch):
