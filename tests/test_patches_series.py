@@ -67,3 +67,24 @@ def test_each_edit_finds_its_anchor_once_in_pytensor_3_0_7_or_is_there(edit):
         assert text.count(f"def _{edit.name}_base(") == 1 and text.count(f"def {edit.name}(*args, **kwargs):") == 1
     else:
         assert text.count(f"def {edit.name}(") == 1
+
+
+def test_verify_reads_the_upstream_runners_total_and_pytests_summary():
+    from innergraph.patches import verify
+
+    total = "534 passed, 8 xfailed, 18 skipped, 8 deselected "
+    assert verify.counts(total) == verify.VANILLA
+    assert verify.counts("1 failed, 533 passed, 8 xfailed, 18 skipped, 8 deselected") != verify.VANILLA
+    assert verify.counts("= 3 passed, 1 error in 2.0s =") == {"passed": 3, "errors": 1}
+
+
+def test_verify_expects_monkey_patching_before_patch_4_a_refusal_at_4_and_the_alias_after_5():
+    from innergraph.patches import verify
+
+    assert [verify._expected_form(level) for level in range(1, len(series.SERIES) + 1)] == [
+        "monkey-patched",
+        "monkey-patched",
+        "monkey-patched",
+        "refused",
+        "patched pytensor",
+    ]
