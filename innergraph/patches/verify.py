@@ -131,8 +131,8 @@ def _check_suite(python: Path, level: int, whole: bool) -> tuple[bool, str]:
     return code == 0, f"innergraph ({what}): {summary.strip('= ')} in {seconds:.0f}s{detail}"
 
 
-def verify(each: bool, venv: Path, suite: str, upstream: str, files: str | None) -> bool:
-    """Apply the committed series patch by patch and check the patches named by ``each``; True if all passed."""
+def verify(each: bool, venv: Path, suite: str, upstream: str, files: str | None, levels: set[int] | None = None) -> bool:
+    """Apply the committed series patch by patch and check after the last (every one if ``each``, those in ``levels`` if given); True if all passed."""
     patches = sorted((REPOSITORY / "patches").glob("[0-9][0-9][0-9][0-9]-*.patch"))
     if len(patches) != len(SERIES):
         raise SystemExit(f"patches/ holds {len(patches)} patches, the series has {len(SERIES)}: run `python -m innergraph.patches build`")
@@ -143,7 +143,7 @@ def verify(each: bool, venv: Path, suite: str, upstream: str, files: str | None)
         tree = extract(sdist_path(), Path(scratch))
         for level, patch in enumerate(patches, start=1):
             subprocess.run(["git", "apply", str(patch)], cwd=tree, check=True)
-            if not each and level < len(patches):
+            if (levels is not None and level not in levels) or (levels is None and not each and level < len(patches)):
                 continue
             start = time.monotonic()
             _install(python, tree, first=not (venv / ".installed").exists())
@@ -180,7 +180,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--suite", choices=["final", "each", "none"], default="final", help="innergraph's whole suite after the last patch only (and PARTIAL_TESTS after inert ones), after every patch, or never")
     parser.add_argument("--upstream", choices=["each", "final"], default="each", help="PyTensor's test files after every checked patch, or after the last only")
     parser.add_argument("--files", default=None, help="PyTensor's test files to run after the intermediate patches (default: run.sh's whole list)")
+    parser.add_argument("--levels", default=None, help="check after these patches only (``2,3``), for a run split across machines or a re-run")
     args = parser.parse_args(argv)
+    levels = {int(n) for n in args.levels.split(",")} if args.levels else None
     if not _UPSTREAM_RUNNER.is_file():
         raise SystemExit(f"PyTensor's test runner {_UPSTREAM_RUNNER} is missing")
-    return 0 if verify(args.each, args.venv, args.suite, args.upstream, args.files) else 1
+    return 0 if verify(args.each, args.venv, args.suite, args.upstream, args.files, levels) else 1
