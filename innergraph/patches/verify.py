@@ -105,7 +105,8 @@ def _installed_level(python: Path) -> int:
 
 
 def _check_upstream(python: Path, files: str | None) -> tuple[bool, str]:
-    env = {"PY": str(python), "WITH_INNERGRAPH": "0"}
+    # run.sh's 600 s per file is what scan/test_basic.py takes with a cold cache on a loaded machine
+    env = {"PY": str(python), "WITH_INNERGRAPH": "0", "TIMEOUT": os.environ.get("TIMEOUT", "1800")}
     if files:
         env["FILES"] = files
     code, output, seconds = _run(["bash", str(_UPSTREAM_RUNNER)], env=env)
