@@ -158,3 +158,21 @@ def test_hooks_are_off_while_uninstalled_in_either_form():
     f = pytensor.function([x], graph)
     np.testing.assert_allclose(f(np.array([0.5, -1.0])), np.tanh([0.5, -1.0]) * 2)
     assert "Bodies:" in pytensor.dprint(f, file="str")
+
+
+
+def test_the_replacements_reach_pytensors_own_conversion_and_delegates_follow_install():
+    """The library's memo calls PyTensor's body; on a patched PyTensor the delegate calls the memo only while installed."""
+    from pytensor.link.numba.dispatch import scan as numba_scan
+
+    import innergraph.backends.numba as backend
+
+    base = patching.original(numba_scan, "numba_funcify_Scan")
+    assert backend._native_scan_funcify is base
+    if not PATCHED:
+        assert base is numba_scan.numba_funcify_Scan  # the record re-registers; PyTensor's function is untouched
+        return
+    assert base is numba_scan._numba_funcify_Scan_base
+    assert patching.hook("pytensor.innergraph.backends.numba", "funcify_native_scan_once", base) is backend.funcify_native_scan_once
+    with innergraph.uninstalled():
+        assert patching.hook("pytensor.innergraph.backends.numba", "funcify_native_scan_once", base) is base
