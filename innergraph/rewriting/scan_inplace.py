@@ -131,7 +131,7 @@ class _Pass:
             if id(node.op) in done:
                 continue
             done.add(id(node.op))
-            group = copies[id(node.op)]
+            group = [n for n in copies[id(node.op)] if n in self.fgraph.apply_nodes]
             if len(group) > 1 and self._together(group):
                 continue
             for copy in group:
