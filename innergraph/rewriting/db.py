@@ -102,6 +102,13 @@ when fusion does.
 graph's non-contiguous array constants (folded strided slices), which the Numba
 backend cannot cache, after the last pass that folds constants into the graph.
 
+PyTensor's own ``scan_make_inplace`` (50.5) is, while innergraph is installed,
+`innergraph.rewriting.scan_inplace.SharedScanInplace` under the same name, tags and
+position: PyTensor's pass on graphs innergraph did not lift; on lifted ones it makes
+the native Scans that share an Op in place with one validation, and tries no
+candidate that starts from a protected input. ``register_all`` swaps it in and
+``unregister_all`` puts PyTensor's object back.
+
 ``innergraph_fold`` is tagged
 ``minimum_compile`` because graphs with in-graph consumers cannot link without
 it; it does *not* carry the ``innergraph`` tag, which selects the optional lift
