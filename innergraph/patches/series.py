@@ -303,6 +303,7 @@ counterpart).
         "rewriting/push_out.py",
         "rewriting/read_back.py",
         "rewriting/remerge.py",
+        "rewriting/scan_inplace.py",
         "rewriting/share.py",
         "rewriting/share_branch.py",
         "rewriting/signature.py",

@@ -102,6 +102,13 @@ when fusion does.
 graph's non-contiguous array constants (folded strided slices), which the Numba
 backend cannot cache, after the last pass that folds constants into the graph.
 
+PyTensor's own ``scan_make_inplace`` (50.5) is, while innergraph is installed,
+`innergraph.rewriting.scan_inplace.SharedScanInplace` under the same name, tags and
+position: PyTensor's pass on graphs innergraph did not lift; on lifted ones it makes
+the native Scans that share an Op in place with one validation, and tries no
+candidate that starts from a protected input. ``register_all`` swaps it in and
+``unregister_all`` puts PyTensor's object back.
+
 ``innergraph_fold`` is tagged
 ``minimum_compile`` because graphs with in-graph consumers cannot link without
 it; it does *not* carry the ``innergraph`` tag, which selects the optional lift
@@ -128,6 +135,7 @@ from innergraph.rewriting.lift import fold_bodies, lift_native, lower_consumers
 from innergraph.rewriting.lift_ifelse import lift_native_ifelse
 from innergraph.rewriting.lift_ofg import lift_op_from_graphs
 from innergraph.rewriting.read_back import local_read_of_written_region
+from innergraph.rewriting.scan_inplace import replace_pytensor_pass, restore_pytensor_pass
 from innergraph.rewriting.outline_loops import inline_outlined_loops, outline_loops
 from innergraph.rewriting.outer import (
     local_merge_slices_of_known_length,
@@ -235,6 +243,7 @@ def register_all() -> None:
             db.register(name, rewriter, *tags, **kwargs)
             _added_keys.setdefault(id(db), set()).update(set(db.__db__) - before)
     add_to_copies(_copied_rewriters())  # PyMC's copies of canonicalize (`innergraph.rewriting.copies`)
+    replace_pytensor_pass()  # scan_make_inplace deciding once per shared Op (`innergraph.rewriting.scan_inplace`)
 
 
 def _copied_rewriters() -> list[Any]:
@@ -257,6 +266,7 @@ def unregister(db: RewriteDatabase, name: str, rewriter: Any) -> None:
 def unregister_all() -> None:
     """Remove innergraph's rewrites (and the tags only they used) from ``optdb``, its sub-databases and known copies."""
     remove_from_copies(_copied_rewriters())
+    restore_pytensor_pass()
     dbs = {}
     for db, name, rewriter, _, _ in _entries():
         if name not in db._names:
