@@ -4,9 +4,8 @@ Importing this module (the patched linker schedule does, on the first JAX link)
 registers with PyTensor's ``jax_funcify``, reversibly (`DispatchPatch`, removed by
 ``innergraph.uninstall``):
 
-* `Call`: its body's JAX function, traced inline where the call is;
-* (`IfElse` and the loops: code generated from their step semantics,
-  `innergraph.backends.jax_generated`);
+* (`Call`, `IfElse` and the loops: code generated from their step semantics,
+  `innergraph.backends.jax_generated`, calling `jax_body`);
 * the in-graph `Scan`: the native Scan built from its body, converted as below;
 * PyTensor's own Scan: while loops, and mit-mots writing before their oldest input
   tap, run as `innergraph.backends.jax_loop.scan_as_loop` (PyTensor's conversion
@@ -46,7 +45,6 @@ from innergraph.dispatch import register_conversion_dispatch
 from innergraph.fold import fold_inner_graphs
 from innergraph.graph import body_of, is_function, scope_toposort
 from innergraph.instantiate import private_fgraph
-from innergraph.ops.call import Call
 from innergraph.ops.runtime import body_value, compile_count, is_rewritten, pipeline_passes
 from innergraph.ops.scan import Scan, build_native_scan
 from innergraph.patching import DispatchPatch, Patch, apply_late, original
@@ -54,7 +52,6 @@ from innergraph.types import Body
 
 __all__ = [
     "jax_body",
-    "jax_funcify_call",
     "jax_funcify_native_scan",
     "jax_funcify_scan",
     "jit_compile",
@@ -90,21 +87,6 @@ def jax_body(body: Body) -> Callable[..., tuple[Any, ...]]:
         return jax_funcify(fgraph, fgraph_name="innergraph_body")
 
     return body.cached("jax", make)
-
-
-def _single_or_tuple(outputs: tuple[Any, ...] | list[Any]) -> Any:
-    return outputs[0] if len(outputs) == 1 else tuple(outputs)
-
-
-def jax_funcify_call(op: Call, node: Apply, **kwargs: Any) -> Callable[..., Any]:
-    """``(*functions, *args)`` -> the body's outputs, the body traced inline."""
-    body_fn = jax_body(body_value(node.inputs[0]))
-    n_functions = op.n_functions
-
-    def call(*inputs: Any) -> Any:
-        return _single_or_tuple(body_fn(*inputs[n_functions:]))
-
-    return call
 
 
 def jax_funcify_scan(op: Scan, node: Apply, **kwargs: Any) -> Callable[..., Any]:
@@ -222,7 +204,6 @@ def _all_nodes(nodes: Any) -> Iterator[Apply]:
 
 
 for _cls, _funcify in (
-    (Call, jax_funcify_call),
     (Scan, jax_funcify_scan),
     (NativeScan, jax_funcify_native_scan),
 ):
