@@ -15,8 +15,10 @@ registers with PyTensor's ``jax_funcify``, reversibly (`DispatchPatch`, removed 
   runtime by the input taps').
 
 and patches ``JAXLinker.jit_compile`` (`jit_compile`): a function holding a while
-loop falls back to running eagerly when ``jax.jit`` cannot trace it, e.g. because
-it cannot know the length of a trace the loop returns (`DynamicTraceLength`).
+loop, or a Scan whose number of steps is symbolic, falls back to running eagerly
+when ``jax.jit`` cannot trace it, e.g. because it cannot know the length of a trace
+the loop returns (`DynamicTraceLength`) or of the buffer a Scan writes (the reverse
+pass of a loop with a symbolic trip count: ``fori_loop(lo, hi, ...)``'s gradient).
 
 Terms
 -----
@@ -34,7 +36,7 @@ from collections.abc import Callable, Iterator
 from copy import copy
 from typing import Any
 
-from pytensor.graph.basic import Apply
+from pytensor.graph.basic import Apply, Constant
 from pytensor.graph.fg import FunctionGraph
 from pytensor.link.jax.dispatch import jax_funcify
 from pytensor.link.jax.linker import JAXLinker
@@ -156,18 +158,21 @@ _TRACING_ERRORS = (DynamicTraceLength, IndexError, TypeError)
 
 
 def jit_compile(self: JAXLinker, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``JAXLinker.jit_compile``; for a graph with a while loop, falling back to eager when jit cannot run it.
+    """``JAXLinker.jit_compile``; for a graph with a dynamic loop, falling back to eager when jit cannot run it.
 
     A while loop's traces are cut to the number of steps it ran, which ``jax.jit``
-    cannot know (`DynamicTraceLength`); shapes computed from them, or from values
-    the outer graph did not fold to constants, make slicing under ``jit`` fail
-    (``IndexError``, ``TypeError``). Then the function runs eagerly, op by op (the
-    loop itself is still one compiled ``while_loop``), from that call on; an error
-    that is not about tracing is raised again by the eager run. Graphs without a
-    while loop get PyTensor's ``jit`` unchanged.
+    cannot know (`DynamicTraceLength`); a Scan with a symbolic number of steps
+    writes buffers of that length (allocated in the outer graph: the reverse pass
+    of ``fori_loop`` with symbolic bounds, or of any such Scan). Shapes computed from
+    them, or from values the outer graph did not fold to constants, make tracing
+    under ``jit`` fail (``IndexError``, ``TypeError``). Then the function runs
+    eagerly, op by op, with concrete shapes (each loop itself is still one compiled
+    ``while_loop``/``scan``), from that call on; an error that is not about tracing
+    is raised again by the eager run. Graphs without such a loop get PyTensor's
+    ``jit`` unchanged.
     """
     jitted = _original_jit_compile(self, fn)
-    if self.fgraph is None or not _has_while_loop(self.fgraph):
+    if self.fgraph is None or not _has_dynamic_loop(self.fgraph):
         return jitted
     current = [jitted]
 
@@ -182,13 +187,18 @@ def jit_compile(self: JAXLinker, fn: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-def _has_while_loop(fgraph: FunctionGraph) -> bool:
-    return any(_is_while(node) for node in _all_nodes(fgraph.apply_nodes))
+def _has_dynamic_loop(fgraph: FunctionGraph) -> bool:
+    return any(_is_dynamic(node) for node in _all_nodes(fgraph.apply_nodes))
 
 
-def _is_while(node: Apply) -> bool:
+def _is_dynamic(node: Apply) -> bool:
+    """A while Scan, or a Scan whose number of steps is not a constant (its buffers' lengths are only known at run time)."""
     op = node.op
-    return (isinstance(op, NativeScan) and op.info.as_while) or (isinstance(op, Scan) and op.layout.info.as_while)
+    if isinstance(op, NativeScan):
+        return op.info.as_while or not isinstance(node.inputs[0], Constant)
+    if isinstance(op, Scan):
+        return op.layout.info.as_while or not isinstance(node.inputs[1], Constant)
+    return False
 
 
 def _all_nodes(nodes: Any) -> Iterator[Apply]:
