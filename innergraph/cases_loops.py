@@ -4,7 +4,8 @@ Group ``"loops"``. The vanilla variant is the loop PyTensor users write today, a
 Scan with an ``until`` condition whose last row is read; the innergraph variant is
 the same computation as a `innergraph.while_loop` (per-iteration cost, compile time).
 The ``-scan`` cases build the Scan for both variants: innergraph's variant is what
-``innergraph_until_to_while`` makes of it (a while loop under Numba).
+``innergraph_until_to_while`` (on by default under Numba and JAX) makes of it: a
+while loop.
 """
 
 from __future__ import annotations
@@ -40,14 +41,9 @@ def _case(
             return inputs, [_until_loop(s, st, start, max_steps)]
         return inputs, [innergraph.do_while(s, lambda x: pt.invert(st(x)), start)]
 
-    if scan_only:  # the same Scan for both variants: innergraph_until_to_while (opt-in) makes it a while loop
+    if scan_only:  # the same Scan for both variants: innergraph_until_to_while (default) makes it a while loop
         case_id, title = f"{case_id}-scan", title.replace("do_while vs scan until", "scan until, both variants")
-        return Case(case_id, "loops", title, build, values, rtol=1e-9, compile=_until_to_while)
     return Case(case_id, "loops", title, build, values, rtol=1e-9)
-
-
-def _until_to_while(inputs: list[Any], outputs: list[Any], mode: Any) -> Any:
-    return pytensor.function(inputs, outputs, mode=mode.including("scan_until_to_while"))
 
 
 def while_step(steps: int = 10_000, scan_only: bool = False) -> Case:

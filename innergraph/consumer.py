@@ -10,9 +10,10 @@ A consumer is an Op that takes function variables as inputs. To write one:
 3. declare its slots with `register_consumer` (`Form`, `SlotKind`, `Meaning`,
    `Capabilities`): every generic rewrite of innergraph — dead slots, duplicate
    and constant arguments, loop-invariant code motion, loop merging, forwarding,
-   untracing, push-outs — then applies to it by those declarations; a loop that
-   also declares its step semantics (``Form(semantics=Iterate(...))``) gets its
-   Numba and JAX code generated, its bodies inline, with no backend code of its own;
+   untracing, push-outs — then applies to it by those declarations; a consumer that
+   also declares its step semantics (``Form(semantics=...)``: `Iterate` for a loop,
+   `Branch` for a conditional, `Once` for a call) gets its Numba and JAX code
+   generated, its bodies inline, with no backend code of its own;
 4. check it with `innergraph.testing.check_inner_graph_op`.
 
 ``design/contributing.md`` explains each step and has a complete worked example.
@@ -32,7 +33,7 @@ from innergraph.fold import fold_function
 from innergraph.graph import body_of, is_function, params
 from innergraph.instantiate import fit_arguments, instantiate
 from innergraph.ops.runtime import CheckedFunction, body_value, compiled_function, linker_for, make_body_thunk
-from innergraph.semantics import Branch, Iterate
+from innergraph.semantics import Branch, Iterate, Once
 from innergraph.slots import Capabilities, Form, Meaning, Slot, SlotKind, form_of, register_consumer
 from innergraph.types import Body
 
@@ -47,6 +48,7 @@ __all__ = [
     "Form",
     "Iterate",
     "Meaning",
+    "Once",
     "Slot",
     "SlotKind",
     "body_of",

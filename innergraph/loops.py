@@ -247,8 +247,8 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Variable, Tree], Tree]
         Integer scalars (constants or symbolic); no step runs when ``upper <= lower``.
         With both constant, the index is a sequence (``arange(lower, upper)``), so
         work on it alone can leave the loop; otherwise it is carried from ``lower``
-        (every backend runs it, JAX included; reverse mode under JAX still needs
-        constant bounds, as for a Scan).
+        (every backend runs it, JAX included; under JAX, reverse mode with
+        symbolic bounds runs eagerly: its history has a length ``jax.jit`` cannot know).
     body_fun
         ``(i, state) -> next state``, of the same structure and types.
     init_val

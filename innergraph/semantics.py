@@ -10,7 +10,7 @@ for each backend (Numba: `innergraph.backends.numba_generated`; JAX:
 Terms
 -----
 step semantics
-    The declaration (`Iterate`): for a loop, which body is the *update* (it returns
+    The declaration (`Iterate`, `Branch` or `Once`): for a loop, which body is the *update* (it returns
     each carried value's next value and, optionally, the *post-condition*: whether
     another step runs), which body is the *pre-condition* (evaluated once, before
     the first step: whether the first step runs) and which header input, if any,
@@ -18,7 +18,14 @@ step semantics
     runs at most its first header input's number of steps, step ``t`` reading row
     ``t`` of each `SEQUENCE`. Conditions are `CONDITION` slots: the one output by
     the pre-condition body is the pre-condition, the one output by the update body
-    the post-condition; both mean "go on" (true: the next step runs).
+    the post-condition; both mean "go on" (true: the next step runs). A
+    conditional (`Branch`) runs one of two bodies; a call (`Once`) runs its one
+    body once on its arguments.
+runtime slots
+    The slots a generator reads: the form's ``split``, or, for a `Once` whose
+    form freezes some nodes' signatures (``split`` gives None: a call carrying
+    gradient-override functions), ``Once.slots``. Function inputs that are not
+    bodies of the form (those override functions) are data the code never runs.
 plan
     The semantics applied to one node (`LoopPlan`): for every param of every body
     where its value comes from (`Role`), which update-body output is each carried
@@ -36,9 +43,12 @@ from pytensor.graph.basic import Apply, NominalVariable, Variable
 
 from innergraph.graph import body_of, params
 
-__all__ = ["Branch", "BranchPlan", "Iterate", "LoopPlan", "branch_plan", "Role", "Semantics", "loop_plan", "semantics_of", "validate"]
+__all__ = [
+    "Branch", "BranchPlan", "Iterate", "LoopPlan", "Once", "OncePlan", "Role", "Semantics",
+    "branch_plan", "loop_plan", "once_plan", "semantics_of", "validate",
+]
 
-_S = TypeVar("_S", "Iterate", "Branch")
+_S = TypeVar("_S", "Iterate", "Branch", "Once")
 
 #: The meanings a generated loop can run (the other ones are Scan's, which runs natively).
 _LOOP_MEANINGS = ("invariant", "sequence", "carry", "condition")
@@ -90,18 +100,42 @@ class Branch:
     condition: int = 0
 
 
-#: What a form declares: semantics, or a function of the Op giving them (when they depend on its props).
-Semantics = Iterate | Branch | Callable[[Any], "Iterate | Branch"]
+#: How a generator reads a node's runtime slots: ``node -> (header inputs, slots)`` (a form's ``split``'s result).
+RuntimeSlots = Callable[[Apply], "tuple[Sequence[Variable], Sequence[Any]] | None"]
 
 
-def semantics_of(form: Any, op: Any) -> Iterate | Branch | None:
+@dataclass(frozen=True)
+class Once:
+    """A call's step semantics: its one body runs once on the node's arguments.
+
+    Each param reads its `INVARIANT` slot's argument; each `OUTPUT` slot's result is
+    the body's output. No other meaning runs.
+
+    Parameters
+    ----------
+    slots
+        ``slots(node)``: the node's runtime slots (module docstring), for forms whose
+        ``split`` gives None for some nodes to keep their signature fixed; None: the
+        form's ``split``. Innergraph's `Call` passes its slots here, so a call with
+        gradient-override functions (inputs the call never runs) has code generated
+        like any other.
+    """
+
+    slots: RuntimeSlots | None = None
+
+
+#: A form's semantics, or a function of the Op giving them (when they depend on its props).
+Semantics = Iterate | Branch | Once | Callable[[Any], "Iterate | Branch | Once"]
+
+
+def semantics_of(form: Any, op: Any) -> Iterate | Branch | Once | None:
     """The step semantics ``form`` declares for ``op``, or None."""
     declared = getattr(form, "semantics", None)
-    if declared is None or isinstance(declared, Iterate | Branch):
+    if declared is None or isinstance(declared, Iterate | Branch | Once):
         return declared
     found = declared(op)
-    if not isinstance(found, Iterate | Branch):
-        raise TypeError(f"{op}: its form's semantics gave {found!r}, not an innergraph.consumer.Iterate or Branch")
+    if not isinstance(found, Iterate | Branch | Once):
+        raise TypeError(f"{op}: its form's semantics gave {found!r}, not an innergraph.consumer.Iterate, Branch or Once")
     return found
 
 
@@ -188,14 +222,18 @@ def _check_semantics(op: Any, form: Any, sem: Iterate, header: Sequence[Variable
 def validate(form: Any, where: str) -> None:
     """Check a form's semantics at registration, as far as they do not depend on a node (``ValueError``)."""
     declared = getattr(form, "semantics", None)
-    if declared is None or callable(declared) and not isinstance(declared, Iterate | Branch):
+    if declared is None or callable(declared) and not isinstance(declared, Iterate | Branch | Once):
+        return
+    if isinstance(declared, Once):
+        if form.n_bodies != 1 or form.capabilities.loop or form.capabilities.lazy:
+            raise ValueError(f"{where}: Once semantics are for consumers of one body that are neither loops nor lazy")
         return
     if isinstance(declared, Branch):
         if form.n_bodies != 2 or not form.capabilities.lazy or form.capabilities.loop:
             raise ValueError(f"{where}: Branch semantics are for lazy consumers of two bodies that are not loops")
         return
     if not isinstance(declared, Iterate):
-        raise ValueError(f"{where}: semantics must be an Iterate, a Branch or a function of the Op giving one, got {declared!r}")
+        raise ValueError(f"{where}: semantics must be an Iterate, a Branch, a Once or a function of the Op giving one, got {declared!r}")
     if not form.capabilities.loop:
         raise ValueError(f"{where}: Iterate semantics are for loops; the capabilities do not say it is one")
     bodies = [declared.update, *([] if declared.pre_condition is None else [declared.pre_condition])]
@@ -223,7 +261,7 @@ def _declared(op: Any, node: Apply, kind: type[_S], missing: str, needs: str) ->
     sem = semantics_of(form, op) if form is not None else None
     if form is None or not isinstance(sem, kind):
         raise ValueError(f"{op}: {missing}")
-    split = form.split(node)
+    split = sem.slots(node) if isinstance(sem, Once) and sem.slots is not None else form.split(node)
     if split is None:
         raise ValueError(f"{op}: its form's split gives no slots for {node}; {needs} needs them")
     header, slots = split
@@ -335,33 +373,72 @@ class BranchPlan:
     outputs: tuple[tuple[int, ...], ...]
 
 
-def branch_plan(op: Any, node: Apply) -> BranchPlan:
-    """The `BranchPlan` of ``node``, a node of a registered consumer declaring `Branch` semantics (``ValueError`` naming the Op otherwise)."""
-    d, sem = _declared(op, node, Branch, "no branch step semantics declared (Form(..., semantics=Branch()))", "a branch's code")
-    form, header, slots, bodies, param_lists = d.form, d.header, d.slots, d.bodies, d.param_lists
-    roles: list[dict[int, int]] = [{} for _ in bodies]
-    outputs: list[dict[int, int]] = [{} for _ in bodies]
-    for slot in slots:
-        meaning = form.meaning(slot).value
+def _bound(op: Any, node: Apply, d: _Declared, what: str) -> tuple[list[dict[int, int]], list[dict[int, int]]]:
+    """Per body, the node input each param reads and the body output giving each node output (invariant and output slots only)."""
+    roles: list[dict[int, int]] = [{} for _ in d.bodies]
+    outputs: list[dict[int, int]] = [{} for _ in d.bodies]
+    for slot in d.slots:
+        meaning = d.form.meaning(slot).value
         if meaning == "invariant":
             pos = _position(node, slot.args[0], f"the argument of a {slot.kind!r} slot")
             for b, p in slot.params:
-                roles[b][param_lists[b].index(p)] = pos
+                roles[b][d.param_lists[b].index(p)] = pos
         elif meaning == "output":
             (result,) = slot.results
             for b, o in slot.outputs:
-                outputs[b][_output_index(node.outputs, result)] = _output_index(bodies[b].outputs, o)
+                outputs[b][_output_index(node.outputs, result)] = _output_index(d.bodies[b].outputs, o)
         else:
-            raise ValueError(f"{op}: slot kind {slot.kind!r} means {meaning!r}; a generated branch runs invariant and output slots")
+            raise ValueError(f"{op}: slot kind {slot.kind!r} means {meaning!r}; a generated {what} runs invariant and output slots")
     n_out = len(node.outputs)
-    for b in range(len(bodies)):
-        if sorted(roles[b]) != list(range(len(param_lists[b]))) or sorted(outputs[b]) != list(range(n_out)):
+    for b in range(len(d.bodies)):
+        if sorted(roles[b]) != list(range(len(d.param_lists[b]))) or sorted(outputs[b]) != list(range(n_out)):
             raise ValueError(f"{op}: body {b}'s params and outputs must each be bound by one slot")
+    return roles, outputs
+
+
+def branch_plan(op: Any, node: Apply) -> BranchPlan:
+    """The `BranchPlan` of ``node``, a node of a registered consumer declaring `Branch` semantics (``ValueError`` naming the Op otherwise)."""
+    d, sem = _declared(op, node, Branch, "no branch step semantics declared (Form(..., semantics=Branch()))", "a branch's code")
+    roles, outputs = _bound(op, node, d, "branch")
+    n_out = len(node.outputs)
     return BranchPlan(
         n_inputs=len(node.inputs),
         functions=tuple(_position(node, f, "function input") for f in d.functions),
-        condition=_position(node, header[sem.condition], "the condition"),
+        condition=_position(node, d.header[sem.condition], "the condition"),
         roles=tuple(tuple(r[i] for i in range(len(r))) for r in roles),
         outputs=tuple(tuple(o[k] for k in range(n_out)) for o in outputs),
     )
 
+
+@dataclass(frozen=True)
+class OncePlan:
+    """A `Once` applied to one node; positions are node-input positions.
+
+    Attributes
+    ----------
+    n_inputs
+        How many inputs the node has (function inputs included: they arrive as data).
+    function
+        The position of the body's function input.
+    roles
+        The node input each param reads.
+    outputs
+        The body output giving each node output.
+    """
+
+    n_inputs: int
+    function: int
+    roles: tuple[int, ...]
+    outputs: tuple[int, ...]
+
+
+def once_plan(op: Any, node: Apply) -> OncePlan:
+    """The `OncePlan` of ``node``, a node of a registered consumer declaring `Once` semantics (``ValueError`` naming the Op otherwise)."""
+    d, _ = _declared(op, node, Once, "no call semantics declared (Form(..., semantics=Once()))", "a call's code")
+    (roles,), (outputs,) = _bound(op, node, d, "call")
+    return OncePlan(
+        n_inputs=len(node.inputs),
+        function=_position(node, d.functions[0], "function input"),
+        roles=tuple(roles[i] for i in range(len(roles))),
+        outputs=tuple(outputs[k] for k in range(len(node.outputs))),
+    )

@@ -208,8 +208,8 @@ class Form:
     required
         Kind names whose slots are live with no result (besides conditions).
     semantics
-        How it runs its bodies (`innergraph.semantics.Iterate`, or a function of the
-        Op giving them), from which innergraph generates its Numba and JAX code;
+        How it runs its bodies (`innergraph.semantics.Iterate`, `Branch` or `Once`,
+        or a function of the Op giving them), from which innergraph generates its Numba and JAX code;
         None: it runs under those backends only with code of its own (Numba: object
         mode otherwise).
     """

@@ -160,8 +160,7 @@ def test_jax_pullback_of_fori_and_bounded_while():
 
 def test_jax_fori_with_symbolic_bounds_values_and_derivatives():
     """Symbolic bounds carry the index from ``lower`` (no arange of symbolic length): JAX runs them and their
-    pushforward. Reverse mode needs a history of symbolic length, which JAX refuses (as for a Scan and for
-    JAX's own fori_loop with traced bounds); it is checked against the Scan's on the py linker."""
+    pushforward; reverse mode is checked against the Scan's on the py linker (and under JAX below)."""
     lo, hi = pt.lscalar("lo"), pt.lscalar("hi")
     xs = pt.dvector("xs")
     fori = innergraph.fori_loop(lo, hi, lambda i, s: (pt.sin(s[0]) * a + pt.cast(i, "float64"), s[1] + i), (xs, pt.constant(0, dtype="int64")))
@@ -190,6 +189,32 @@ def test_jax_fori_with_symbolic_bounds_values_and_derivatives():
         g = grads(x0, 1.7, lo_, hi_)
         for ours, scans in zip(g[:2], g[2:], strict=True):
             np.testing.assert_allclose(ours, scans, rtol=1e-12)
+
+
+def test_jax_fori_reverse_mode_with_symbolic_bounds_runs_eagerly_with_py_values():
+    """Reverse mode of a fori loop with symbolic bounds stores a history of symbolic length (a Scan whose
+    buffers ``jax.jit`` cannot size): under JAX the function falls back to eager execution, with concrete
+    shapes, and gives the py linker's numbers, zero steps included; constant bounds stay jitted."""
+    from pytensor.scan.op import Scan as NativeScan
+
+    lo, hi = pt.lscalar("lo"), pt.lscalar("hi")
+    xs = pt.dvector("xs")
+    fori = innergraph.fori_loop(lo, hi, lambda i, s: pt.sin(s) * a + pt.cast(i, "float64"), xs)
+    outs = [fori, *pytensor.grad(pt.sum(fori**2), [xs, a])]
+    jax_fn = pytensor.function([xs, a, lo, hi], outs, mode="JAX")
+    py_fn = pytensor.function([xs, a, lo, hi], outs, mode=Mode(linker="py", optimizer="fast_run"))
+    scans = [n for n in jax_fn.maker.fgraph.apply_nodes if isinstance(n.op, NativeScan)]
+    assert scans and not isinstance(scans[0].inputs[0], pytensor.graph.basic.Constant)  # the history's length is symbolic
+    x0 = np.array([0.3, -0.2])
+    for lo_, hi_ in [(2, 6), (-1, 3), (5, 5), (4, 1), (0, 7)]:
+        for got, want in zip(jax_fn(x0, 1.7, lo_, hi_), py_fn(x0, 1.7, lo_, hi_), strict=True):
+            np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12, err_msg=f"range({lo_}, {hi_})")
+    fixed = innergraph.fori_loop(0, 4, lambda i, s: pt.sin(s) * a, xs)
+    fixed_fn = pytensor.function([xs, a], pytensor.grad(pt.sum(fixed), xs), mode="JAX")
+    from innergraph.backends.jax import _has_dynamic_loop
+
+    assert not _has_dynamic_loop(fixed_fn.maker.fgraph)  # a static trip count keeps PyTensor's jit
+    assert _has_dynamic_loop(jax_fn.maker.fgraph)
 
 
 # --- declarations -------------------------------------------------------------------------------

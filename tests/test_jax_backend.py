@@ -397,7 +397,7 @@ def test_uninstall_removes_the_jax_registrations(cls):
     import innergraph.backends.jax as backend
     from innergraph.backends.jax_generated import jax_funcify_generated
 
-    registered = {Call: backend.jax_funcify_call, IfElse: jax_funcify_generated}
+    registered = {Call: jax_funcify_generated, IfElse: jax_funcify_generated}
     registered |= {Scan: backend.jax_funcify_scan, NativeScan: backend.jax_funcify_native_scan}
     default = jax_funcify.dispatch(object)
     before = {Call: default, IfElse: default, Scan: default, NativeScan: backend._native_scan_funcify}

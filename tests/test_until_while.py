@@ -1,6 +1,5 @@
 """``innergraph_until_to_while``: a Scan with ``until`` read only at its final states becomes one
-WhileLoop (opt-in: mode.including("scan_until_to_while"); under Numba, and under py and cvm with
-INNERGRAPH_UNTIL_TO_WHILE=always); the
+WhileLoop (by default under Numba and JAX, and under py and cvm with INNERGRAPH_UNTIL_TO_WHILE=always); the
 values equal vanilla PyTensor's; a Scan any other way (traces read whole, JAX, the rewrite
 excluded) stays a Scan."""
 
@@ -89,9 +88,13 @@ def test_not_converted_by_default_under_thunk_linkers(monkeypatch):
     assert kinds(fn) == ["Scan"]
 
 
-def test_opt_in_the_default_mode_keeps_the_scan():
-    fn = pytensor.function([c], newton(c), mode=get_mode("NUMBA"))
-    assert kinds(fn) == ["Scan"]
+@pytest.mark.parametrize("name", ["NUMBA", "JAX"])
+def test_on_by_default_under_numba_and_jax_and_excluded_on_request(name):
+    cs = pt.dvector("cs", shape=(7,))
+    default = pytensor.function([cs], newton(cs), mode=get_mode(name))
+    excluded = pytensor.function([cs], newton(cs), mode=get_mode(name).excluding("scan_until_to_while"))
+    assert kinds(default) == ["WhileLoop"] and kinds(excluded) == ["Scan"]
+    np.testing.assert_array_equal(default(VALUES[0]), excluded(VALUES[0]))
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,8 @@ Importing this module (the patched linker schedule does, on the first JAX link)
 registers with PyTensor's ``jax_funcify``, reversibly (`DispatchPatch`, removed by
 ``innergraph.uninstall``):
 
-* `Call`: its body's JAX function, traced inline where the call is;
-* (`IfElse` and the loops: code generated from their step semantics,
-  `innergraph.backends.jax_generated`);
+* (`Call`, `IfElse` and the loops: code generated from their step semantics,
+  `innergraph.backends.jax_generated`, calling `jax_body`);
 * the in-graph `Scan`: the native Scan built from its body, converted as below;
 * PyTensor's own Scan: while loops, and mit-mots writing before their oldest input
   tap, run as `innergraph.backends.jax_loop.scan_as_loop` (PyTensor's conversion
@@ -16,8 +15,10 @@ registers with PyTensor's ``jax_funcify``, reversibly (`DispatchPatch`, removed 
   runtime by the input taps').
 
 and patches ``JAXLinker.jit_compile`` (`jit_compile`): a function holding a while
-loop falls back to running eagerly when ``jax.jit`` cannot trace it, e.g. because
-it cannot know the length of a trace the loop returns (`DynamicTraceLength`).
+loop, or a Scan whose number of steps is symbolic, falls back to running eagerly
+when ``jax.jit`` cannot trace it, e.g. because it cannot know the length of a trace
+the loop returns (`DynamicTraceLength`) or of the buffer a Scan writes (the reverse
+pass of a loop with a symbolic trip count: ``fori_loop(lo, hi, ...)``'s gradient).
 
 Terms
 -----
@@ -35,7 +36,7 @@ from collections.abc import Callable, Iterator
 from copy import copy
 from typing import Any
 
-from pytensor.graph.basic import Apply
+from pytensor.graph.basic import Apply, Constant
 from pytensor.graph.fg import FunctionGraph
 from pytensor.link.jax.dispatch import jax_funcify
 from pytensor.link.jax.dispatch import scan as jax_scan
@@ -47,7 +48,6 @@ from innergraph.dispatch import register_conversion_dispatch
 from innergraph.fold import fold_inner_graphs
 from innergraph.graph import body_of, is_function, scope_toposort
 from innergraph.instantiate import private_fgraph
-from innergraph.ops.call import Call
 from innergraph.ops.runtime import body_value, compile_count, is_rewritten, pipeline_passes
 from innergraph.ops.scan import Scan, build_native_scan
 from innergraph.patching import DispatchPatch, Patch, apply_late, original
@@ -55,7 +55,6 @@ from innergraph.types import Body
 
 __all__ = [
     "jax_body",
-    "jax_funcify_call",
     "jax_funcify_native_scan",
     "jax_funcify_scan",
     "jit_compile",
@@ -91,21 +90,6 @@ def jax_body(body: Body) -> Callable[..., tuple[Any, ...]]:
         return jax_funcify(fgraph, fgraph_name="innergraph_body")
 
     return body.cached("jax", make)
-
-
-def _single_or_tuple(outputs: tuple[Any, ...] | list[Any]) -> Any:
-    return outputs[0] if len(outputs) == 1 else tuple(outputs)
-
-
-def jax_funcify_call(op: Call, node: Apply, **kwargs: Any) -> Callable[..., Any]:
-    """``(*functions, *args)`` -> the body's outputs, the body traced inline."""
-    body_fn = jax_body(body_value(node.inputs[0]))
-    n_functions = op.n_functions
-
-    def call(*inputs: Any) -> Any:
-        return _single_or_tuple(body_fn(*inputs[n_functions:]))
-
-    return call
 
 
 def jax_funcify_scan(op: Scan, node: Apply, **kwargs: Any) -> Callable[..., Any]:
@@ -175,18 +159,21 @@ _TRACING_ERRORS = (DynamicTraceLength, IndexError, TypeError)
 
 
 def jit_compile(self: JAXLinker, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``JAXLinker.jit_compile``; for a graph with a while loop, falling back to eager when jit cannot run it.
+    """``JAXLinker.jit_compile``; for a graph with a dynamic loop, falling back to eager when jit cannot run it.
 
     A while loop's traces are cut to the number of steps it ran, which ``jax.jit``
-    cannot know (`DynamicTraceLength`); shapes computed from them, or from values
-    the outer graph did not fold to constants, make slicing under ``jit`` fail
-    (``IndexError``, ``TypeError``). Then the function runs eagerly, op by op (the
-    loop itself is still one compiled ``while_loop``), from that call on; an error
-    that is not about tracing is raised again by the eager run. Graphs without a
-    while loop get PyTensor's ``jit`` unchanged.
+    cannot know (`DynamicTraceLength`); a Scan with a symbolic number of steps
+    writes buffers of that length (allocated in the outer graph: the reverse pass
+    of ``fori_loop`` with symbolic bounds, or of any such Scan). Shapes computed from
+    them, or from values the outer graph did not fold to constants, make tracing
+    under ``jit`` fail (``IndexError``, ``TypeError``). Then the function runs
+    eagerly, op by op, with concrete shapes (each loop itself is still one compiled
+    ``while_loop``/``scan``), from that call on; an error that is not about tracing
+    is raised again by the eager run. Graphs without such a loop get PyTensor's
+    ``jit`` unchanged.
     """
     jitted = _original_jit_compile(self, fn)
-    if self.fgraph is None or not _has_while_loop(self.fgraph):
+    if self.fgraph is None or not _has_dynamic_loop(self.fgraph):
         return jitted
     current = [jitted]
 
@@ -201,13 +188,18 @@ def jit_compile(self: JAXLinker, fn: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-def _has_while_loop(fgraph: FunctionGraph) -> bool:
-    return any(_is_while(node) for node in _all_nodes(fgraph.apply_nodes))
+def _has_dynamic_loop(fgraph: FunctionGraph) -> bool:
+    return any(_is_dynamic(node) for node in _all_nodes(fgraph.apply_nodes))
 
 
-def _is_while(node: Apply) -> bool:
+def _is_dynamic(node: Apply) -> bool:
+    """A while Scan, or a Scan whose number of steps is not a constant (its buffers' lengths are only known at run time)."""
     op = node.op
-    return (isinstance(op, NativeScan) and op.info.as_while) or (isinstance(op, Scan) and op.layout.info.as_while)
+    if isinstance(op, NativeScan):
+        return op.info.as_while or not isinstance(node.inputs[0], Constant)
+    if isinstance(op, Scan):
+        return op.layout.info.as_while or not isinstance(node.inputs[1], Constant)
+    return False
 
 
 def _all_nodes(nodes: Any) -> Iterator[Apply]:
@@ -223,7 +215,6 @@ def _all_nodes(nodes: Any) -> Iterator[Apply]:
 
 
 for _cls, _funcify in (
-    (Call, jax_funcify_call),
     (Scan, jax_funcify_scan),
     (NativeScan, jax_funcify_native_scan),
 ):

@@ -5,7 +5,8 @@ semantics (`innergraph.semantics`) gets `jax_funcify_generated` as its JAX
 conversion, unless its class has one of its own; consumers registered later get it
 at registration (`innergraph.slots.ON_REGISTER`).
 
-A conditional (`Branch`) is ``lax.cond`` over its two bodies (`jax_branch`). A
+A call (`Once`) is its body's JAX function, traced inline where the call is
+(`jax_once`). A conditional (`Branch`) is ``lax.cond`` over its two bodies (`jax_branch`). A
 loop's conversion reads the node's `LoopPlan` and calls the bodies' JAX functions
 (`innergraph.backends.jax.jax_body`, made once per body):
 
@@ -32,10 +33,10 @@ from innergraph.backends.jax import jax_body
 from innergraph.backends.jax_loop import is_traced
 from innergraph.ops.runtime import body_value
 from innergraph.patching import DispatchPatch, apply_late
-from innergraph.semantics import Branch, BranchPlan, LoopPlan, branch_plan, loop_plan, semantics_of
+from innergraph.semantics import Branch, BranchPlan, LoopPlan, Once, OncePlan, branch_plan, loop_plan, once_plan, semantics_of
 from innergraph.slots import FORMS, ON_REGISTER, Form, form_of
 
-__all__ = ["jax_branch", "jax_funcify_generated", "jax_loop", "register_generated"]
+__all__ = ["jax_branch", "jax_funcify_generated", "jax_loop", "jax_once", "register_generated"]
 
 Fn = Callable[..., Sequence[Any]]
 
@@ -121,9 +122,24 @@ def jax_branch(plan: BranchPlan, functions: Sequence[Fn], dtypes: Sequence[Any])
     return run
 
 
+def jax_once(plan: OncePlan, function: Fn, dtypes: Sequence[Any]) -> Callable[..., Any]:
+    """A JAX function of the node's inputs running the body once (its outputs cast to the node's dtypes)."""
+
+    def run(*inputs: Any) -> Any:
+        outs = function(*(inputs[pos] for pos in plan.roles))
+        results = [jnp.asarray(outs[o], dtype=d) for o, d in zip(plan.outputs, dtypes, strict=True)]
+        return results[0] if len(results) == 1 else tuple(results)
+
+    return run
+
+
 def jax_funcify_generated(op: Any, node: Any = None, **kwargs: Any) -> Callable[..., Any]:
-    """The JAX function of ``node`` from its consumer's step semantics (a loop or a branch)."""
-    if isinstance(semantics_of(form_of(op), op), Branch):
+    """The JAX function of ``node`` from its consumer's step semantics (a loop, a branch or a call)."""
+    sem = semantics_of(form_of(op), op)
+    if isinstance(sem, Once):
+        oplan = once_plan(op, node)
+        return jax_once(oplan, jax_body(body_value(node.inputs[oplan.function])), [o.type.dtype for o in node.outputs])
+    if isinstance(sem, Branch):
         bplan = branch_plan(op, node)
         fns = [jax_body(body_value(node.inputs[pos])) for pos in bplan.functions]
         return jax_branch(bplan, fns, [o.type.dtype for o in node.outputs])

@@ -5,11 +5,10 @@ registers, with PyTensor's Numba dispatchers:
 
 * ``numba_typify`` for `Body`: a folded function variable reaches the jitted code
   as ``None``; consumers read their body from the node at funcify time.
-* ``numba_funcify_and_cache_key`` for `Call`: one generated function with the
-  body's code inline (`innergraph.backends.numba_code`). The body is prepared
-  and its nodes converted once per distinct `Body`, so merged bodies convert once;
-* (a lazy `IfElse` and the loops get code generated from their step semantics:
-  `innergraph.backends.numba_generated`);
+* (`Call`, the lazy `IfElse` and the loops get code generated from their step
+  semantics, `innergraph.backends.numba_generated`, with their bodies' code inline:
+  `numba_body_code` prepares a body and converts its nodes once per distinct
+  `Body`, so merged bodies convert once);
 * the in-graph `Scan`, delegating to PyTensor's own Numba Scan;
 * for PyTensor's own Scan, a memo in front of its conversion
   (`funcify_native_scan_once`), and for a `FunctionGraph`, its conversion as one
@@ -48,7 +47,6 @@ from innergraph.backends.numba_code import BodyCode, Converted, body_code, conve
 from innergraph.dispatch import register_conversion_dispatch
 from innergraph.patching import DispatchPatch, Patch, apply_late, original
 from innergraph.rewriting.lift import was_lifted
-from innergraph.ops.call import Call
 from innergraph.ops.scan import Scan, build_native_scan, is_shared
 from innergraph.ops.runtime import body_value, compile_count
 from innergraph.types import Body
@@ -197,18 +195,6 @@ def numba_body(body: Body) -> Converted:
         return _returning("innergraph_body", code, _names("a", code.n_params))
 
     return body.cached("numba_function", make)
-
-
-@register_funcify_and_cache_key(Call)
-def numba_funcify_call(op: Call, node: Any = None, **kwargs: Any) -> Converted:
-    """A jitted ``(*functions, *args)`` computing the body inline."""
-    body = body_value(node.inputs[0])
-    n_args = len(node.inputs) - op.n_functions
-
-    def make() -> Converted:
-        return _returning("innergraph_call", numba_body_code(body), _names("a", n_args), _names("function", op.n_functions))
-
-    return body.cached(("numba_call", n_args, op.n_functions), make)
 
 
 @register_funcify_and_cache_key(Scan)

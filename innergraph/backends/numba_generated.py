@@ -7,8 +7,10 @@ later get it at registration (`innergraph.slots.ON_REGISTER`). A consumer declar
 no semantics keeps PyTensor's fallback (``perform`` in object mode, with its warning).
 
 The generated function takes the node's inputs (a function input arrives as
-``None``). A conditional (`Branch`) renders body 0 under ``if`` and body 1 under
-``else``: exactly one runs per call. A loop, from the node's `LoopPlan`, runs:
+``None``). A call (`Once`) renders its body inline and returns its outputs (the
+inputs that are gradient-override functions are passed and never read). A
+conditional (`Branch`) renders body 0 under ``if`` and body 1 under ``else``:
+exactly one runs per call. A loop, from the node's `LoopPlan`, runs:
 
 * each carried value once, copied, so a loop that runs no step returns no input
   and the update body may overwrite it (its carry params are prepared mutable:
@@ -35,10 +37,10 @@ from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, regi
 from innergraph.backends.numba import _jitted, numba_body_code
 from innergraph.backends.numba_code import Converted
 from innergraph.ops.runtime import body_value
-from innergraph.semantics import Branch, BranchPlan, LoopPlan, Role, branch_plan, loop_plan, semantics_of
+from innergraph.semantics import Branch, BranchPlan, LoopPlan, Once, OncePlan, Role, branch_plan, loop_plan, once_plan, semantics_of
 from innergraph.slots import FORMS, ON_REGISTER, Form, form_of
 
-__all__ = ["branch_source", "generated_source", "numba_funcify_generated", "register_generated"]
+__all__ = ["branch_source", "generated_source", "numba_funcify_generated", "once_source", "register_generated"]
 
 
 def _value(role: Role) -> str:
@@ -105,6 +107,8 @@ def numba_funcify_generated(op: Any, node: Any = None, **kwargs: Any) -> Convert
         return numba_basic.generate_fallback_impl(op, node=node, **kwargs), None
     if isinstance(sem, Branch):
         return _branch(op, node)
+    if isinstance(sem, Once):
+        return _once(op, node)
     plan = loop_plan(op, node)
     bodies = {b: body_value(node.inputs[plan.functions[b]]) for b in plan.bodies_run}
     others = tuple(bodies[b] for b in plan.bodies_run if b != plan.update)
@@ -141,6 +145,27 @@ def _branch(op: Any, node: Any) -> Converted:
         return _jitted(f"innergraph_{type(op).__name__.lower()}", params, lines, env, [c.key for c in codes])
 
     return then_body.cached(("numba_generated", plan, else_body), make)
+
+
+def once_source(plan: OncePlan, code: Any) -> tuple[list[str], list[str], dict[str, Any]]:
+    """The generated call's params, lines and environment: the body inline, its outputs returned."""
+    r = code.render("b_", [f"i{pos}" for pos in plan.roles])
+    outs = [r.outputs[o] for o in plan.outputs]
+    returned = outs[0] if len(outs) == 1 else f"({', '.join(outs)},)"
+    return [f"i{i}" for i in range(plan.n_inputs)], [*r.lines, f"return {returned}"], r.env
+
+
+def _once(op: Any, node: Any) -> Converted:
+    """The jitted call of ``node``: its body inline (cached on the body)."""
+    plan = once_plan(op, node)
+    body = body_value(node.inputs[plan.function])
+
+    def make() -> Converted:
+        code = numba_body_code(body)
+        params, lines, env = once_source(plan, code)
+        return _jitted(f"innergraph_{type(op).__name__.lower()}", params, lines, env, [code.key])
+
+    return body.cached(("numba_generated", plan), make)
 
 
 def register_generated(op_class: type, form: Form) -> None:

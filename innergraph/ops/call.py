@@ -27,6 +27,7 @@ from innergraph.fold import fold_function
 from innergraph.graph import body_of, is_function, params
 from innergraph.instantiate import body_output_shapes, fit_arguments, instantiate
 from innergraph.ops.runtime import body_value, compiled_function, linker_for, make_body_thunk
+from innergraph.semantics import Once
 from innergraph.slots import Form, Meaning, Slot, SlotKind, register_consumer
 
 __all__ = ["Call", "call"]
@@ -271,13 +272,13 @@ def call(
     return Call()(fold_function(closure.function), *args_v, *closure.captured)
 
 
-# --- declared as a consumer: one argument (invariant) and one output slot per param and output
+# --- declared as a consumer: one argument (invariant) and one output slot per param and output;
+# the code of every backend but the thunk linkers' is generated from ``Once`` (innergraph.semantics)
 
 
-def _split_call(node: Apply) -> tuple[tuple[Variable, ...], list[Slot]] | None:
+def _call_slots(node: Apply) -> tuple[tuple[Variable, ...], list[Slot]]:
+    """The call's runtime slots: its arguments and outputs; gradient-override functions are not slots."""
     op: Call = node.op
-    if op.n_functions != 1 or op.connection is not None:
-        return None  # gradient overrides or an explicit connection pattern fix the signature
     function, _, _, args = op.split(node.inputs)
     body = body_of(function)
     slots = [Slot("arg", (a,), ((0, p),)) for a, p in zip(args, params(body.param_types), strict=True)]
@@ -286,6 +287,13 @@ def _split_call(node: Apply) -> tuple[tuple[Variable, ...], list[Slot]] | None:
         for o, t, r in zip(body.outputs, body.type.output_types, node.outputs, strict=True)
     ]
     return (), slots
+
+
+def _split_call(node: Apply) -> tuple[tuple[Variable, ...], list[Slot]] | None:
+    op: Call = node.op
+    if op.n_functions != 1 or op.connection is not None:
+        return None  # gradient overrides or an explicit connection pattern fix the signature
+    return _call_slots(node)
 
 
 def _make_call(op: Call, header: Any, functions: list[Variable], groups: dict[str, list[Slot]], args: list[Variable]) -> Apply:
@@ -297,5 +305,6 @@ CALL_FORM = register_consumer(
     Form(
         1, ("arg",), ("out",), ("arg",), ("out",), _split_call, _make_call, lambda node: [node.inputs[0]],
         kinds=(SlotKind("arg", Meaning.INVARIANT), SlotKind("out", Meaning.OUTPUT)),
+        semantics=Once(slots=_call_slots),  # Numba and JAX code generated from the declaration
     ),
 )
