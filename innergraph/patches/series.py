@@ -283,6 +283,7 @@ counterpart).
         "rewriting/__init__.py",
         "rewriting/args.py",
         "rewriting/carry.py",
+        "rewriting/carry_from_zero.py",
         "rewriting/contiguous.py",
         "rewriting/copies.py",
         "rewriting/db.py",

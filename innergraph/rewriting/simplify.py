@@ -17,6 +17,7 @@ from pytensor.graph.rewriting.basic import MergeOptimizer
 
 from innergraph.rewriting.args import merge_arguments, pass_nested_large_constants
 from innergraph.rewriting.carry import carry_cotangents
+from innergraph.rewriting.carry_from_zero import carry_from_zero
 from innergraph.rewriting.dce import remove_dead_slots
 from innergraph.rewriting.duplicates import merge_duplicate_slots
 from innergraph.rewriting.forward import forward_params
@@ -42,6 +43,7 @@ CONSUMER_REWRITES: tuple[tuple[Callable[[FunctionGraph], int], tuple[str, ...]],
     (untrace_final_states, ("scan_sit_sot_to_untraced",)),
     (push_out_dot_sums, ("scan_pushout", "scan_pushout_add", "scan_push_out_add", "more_mem")),
     (carry_cotangents, ("scan_sit_sot_to_untraced",)),
+    (carry_from_zero, ("scan_sit_sot_to_untraced",)),
     (merge_duplicate_slots, ("scan_merge_inouts",)),
     (remove_dead_slots, ("scan_remove_unused",)),
     (merge_loops, ("scan_merge",)),
