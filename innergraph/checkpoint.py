@@ -294,10 +294,12 @@ def segmented_outputs(node: Apply, policy: Policy, requests: Sequence[str | None
     init_lens = [-min(taps) for taps in info.mit_sot_in_slices] + [1] * info.n_sit_sot
     n_states = len(init_lens)
     traced = [i for i, r in enumerate(requests) if r == "trace"]
-    # at most n steps a segment, so that the segment loop runs at least once (when n > 0):
-    # PyTensor's gradient of a loop that runs zero times mis-shapes its per-step outputs
-    k = pt.minimum(segment_length(n_steps, policy), pt.maximum(n_steps, 1))
-    n_seg = n_steps // k
+    # at most n steps a segment, and at least one segment: the segment loop always runs
+    # (one empty segment when n == 0). A Scan that runs zero times gives its per-step
+    # outputs the shape (0, 0, ...) whatever their rows (PyTensor's Scan.perform), which
+    # broke the second derivative of a zero-step loop when the segment loop ran no step
+    k = pt.minimum(segment_length(n_steps, policy), n_steps)
+    n_seg = pt.switch(pt.gt(k, 0), n_steps // pt.maximum(k, 1), 1)
     heads = [_initial_rows(buf)[:length] for buf, length in zip(parts["states"], init_lens, strict=True)]
     # a sit-sot's carry is the value itself, a mit-sot's the window of its last values
     windows = heads[: info.n_mit_sot] + [head[0] for head in heads[info.n_mit_sot :]]
@@ -308,10 +310,9 @@ def segmented_outputs(node: Apply, policy: Policy, requests: Sequence[str | None
         seqs, wins, nons = args[:n_seqs], args[n_seqs : n_seqs + n_states], args[n_seqs + n_states :]
         traces = step.run(list(seqs), list(wins), list(nons), k)
         new_windows = [
-            pt.concatenate([win, tr], axis=0)[-length:]  # a segment may be shorter than a window
-            for win, tr, length in zip(wins, traces[: info.n_mit_sot], init_lens, strict=False)
+            _last_rows(win, tr, length) for win, tr, length in zip(wins, traces[: info.n_mit_sot], init_lens, strict=False)
         ]
-        new_windows += [tr[-1] for tr in traces[info.n_mit_sot : n_states]]
+        new_windows += [_last_row(win, tr) for win, tr in zip(wins[info.n_mit_sot :], traces[info.n_mit_sot : n_states], strict=True)]
         return new_windows + [traces[i] for i in traced]
 
     outer = _scan(
@@ -323,7 +324,8 @@ def segmented_outputs(node: Apply, policy: Policy, requests: Sequence[str | None
         name="checkpoint_segments",
     )
     # the carry after the last whole segment (the initial one when there is none)
-    last_windows = [pt.concatenate([pt.shape_padleft(w0), w], axis=0)[-1] for w0, w in zip(windows, outer, strict=False)]
+    # (the outer loop carries each window as one value: a sit-sot)
+    last_windows = [_last_row(w0, w) for w0, w in zip(windows, outer, strict=False)]
     tail_seqs = [seq[n_seg * k : n_steps] for seq in parts["seqs"]]
     tail = step.run(tail_seqs, last_windows, parts["non_seqs"], n_steps - n_seg * k)
     results: list[Any | None] = [None] * len(requests)
@@ -333,9 +335,53 @@ def segmented_outputs(node: Apply, policy: Policy, requests: Sequence[str | None
         results[i] = pt.concatenate([heads[i], trace], axis=0) if i < n_states else trace
     for i, request in enumerate(requests):
         if request == "last":
-            carry = last_windows[i] if i < info.n_mit_sot else pt.shape_padleft(last_windows[i])
-            results[i] = pt.concatenate([carry, tail[i]], axis=0)[-1]  # the tail may be empty
+            # the tail may be empty
+            results[i] = _last_rows(last_windows[i], tail[i], init_lens[i])[-1] if i < info.n_mit_sot else _last_row(last_windows[i], tail[i])
     return results
+
+
+def _scan_buffer(trace: Any, length: int) -> Any | None:
+    """The buffer of the Scan that computed ``trace`` when ``trace`` is ``buffer[length:]``, else None.
+
+    `pytensor.scan` lays a state out so: its buffer starts with the ``length`` initial rows.
+    """
+    from pytensor.scan.op import Scan as NativeScan
+    from pytensor.tensor.subtensor import Subtensor, get_idx_list
+
+    node = trace.owner
+    if node is None or not isinstance(node.op, Subtensor):
+        return None
+    buffer = node.inputs[0]
+    (index, *rest) = get_idx_list(node.inputs, node.op.idx_list)
+    if (
+        not rest and isinstance(index, slice) and index.stop is None and index.step is None
+        and _constant(index.start) == length and buffer.owner is not None and isinstance(buffer.owner.op, NativeScan)
+    ):
+        return buffer
+    return None
+
+
+def _last_rows(window: Any, trace: Any, length: int) -> Any:
+    """The last ``length`` rows of ``window`` followed by ``trace`` (a segment may be shorter than a window, or empty).
+
+    When ``trace`` is the Scan's ``buffer[length:]`` they are the buffer's own last
+    rows: no copy of the segment's trace, and right when the segment ran no step.
+    """
+    buffer = _scan_buffer(trace, length)
+    return buffer[-length:] if buffer is not None else pt.concatenate([window, trace], axis=0)[-length:]
+
+
+def _last_row(value: Any, trace: Any) -> Any:
+    """A sit-sot's final value: the last row of ``value`` followed by ``trace``, as ``buffer[-1]``.
+
+    Read so, the Scan's buffer is read only at its last row, which the pipeline turns
+    into an untraced state (`innergraph.rewriting.untrace`): a segment's forward
+    steps then write no trace at all (under Numba a traced step costs about 60x an
+    untraced one). ``trace[-1]`` would be canonicalized to a computed index, which
+    that rule does not recognise, and fails when the segment ran no step.
+    """
+    buffer = _scan_buffer(trace, 1)
+    return buffer[-1] if buffer is not None else pt.concatenate([pt.shape_padleft(value), trace], axis=0)[-1]
 
 
 def _split_outer(node: Apply) -> dict[str, list[Any]]:

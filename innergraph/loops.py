@@ -155,7 +155,9 @@ def _condition(where: str, cond_fun: Callable[[Tree], Any], structure: Any) -> C
     return cond
 
 
-def while_loop(cond_fun: Callable[[Tree], Any], body_fun: Callable[[Tree], Tree], init_val: Tree, *, max_steps: Any = None) -> Tree:
+def while_loop(
+    cond_fun: Callable[[Tree], Any], body_fun: Callable[[Tree], Tree], init_val: Tree, *, max_steps: Any = None, checkpoint: Any = None
+) -> Tree:
     """``while cond_fun(val): val = body_fun(val)``, in the graph (JAX's ``lax.while_loop``).
 
     Parameters
@@ -169,15 +171,24 @@ def while_loop(cond_fun: Callable[[Tree], Any], body_fun: Callable[[Tree], Tree]
     max_steps
         An optional integer bound: the loop stops after that many steps even if
         ``cond_fun`` still holds. Needed for reverse-mode derivatives.
+    checkpoint
+        This loop's checkpoint policy for reverse mode (`innergraph.checkpoint`;
+        needs ``max_steps``): ``"sqrt"`` or a segment length ``k``. The reverse pass
+        then runs ``max_steps`` steps (those after the loop ended change nothing)
+        and stores ``O(max_steps / k + k)`` carries instead of one per step taken.
+        ``None`` leaves the current default (`innergraph.checkpointing`) in charge.
 
     Returns
     -------
     The final state, structured as ``init_val``.
     """
-    init, structure = flatten(init_val)
     where = "while_loop"
+    policy = _while_policy(where, checkpoint, max_steps)
+    init, structure = flatten(init_val)
     cond = _condition(where, cond_fun, structure)
     out = _while(cond, _then(_state_step(where, body_fun, structure, init), cond), init, max_steps)
+    if policy is not None:
+        _tag_policy(out[0].owner, policy)
     return unflatten(structure, out)
 
 
@@ -188,6 +199,14 @@ def do_while(body_fun: Callable[[Tree], Tree], cond_fun: Callable[[Tree], Any], 
     step = _then(_state_step(where, body_fun, structure, init), _condition(where, cond_fun, structure))
     out = _while(lambda xs: pt.constant(True), step, init, max_steps, do_while=True)
     return unflatten(structure, out)
+
+
+def _while_policy(where: str, policy: Any, max_steps: Any) -> Any:
+    """A while loop's own checkpoint policy, checked; a `ValueError` naming the loop without ``max_steps``."""
+    checked = _checked_policy(where, policy)
+    if checked is not None and max_steps is None:
+        raise ValueError(f"{where}: checkpoint={policy!r} needs max_steps= (reverse mode re-runs up to max_steps steps)")
+    return checked
 
 
 def loop(
@@ -417,17 +436,44 @@ def while_pullback(op: WhileLoop, inputs: Sequence[Variable], outputs: Sequence[
     c = op.n_carry
     go = api.instantiate(parts["cond_fn"], [*parts["init"], *parts["cond_args"], *parts["args"]])[0]
 
+    node = outputs[0].owner
+    policy = _while_checkpoint_policy(node)
+
     def scan_step(*state: Variable) -> Any:
         xs, go_on = list(state[:-1]), state[-1]
         outs = api.instantiate(parts["step_fn"], [*xs, *parts["step_args"], *parts["args"]])
-        taken = ifelse(go_on, list(outs), [*xs, pt.zeros_like(go_on)])  # a step after the loop ended changes nothing
-        taken = [taken] if isinstance(taken, Variable) else list(taken)
-        return taken, until(pt.eq(taken[-1], 0))
+        if policy is None:
+            taken = ifelse(go_on, list(outs), [*xs, pt.zeros_like(go_on)])  # a step after the loop ended changes nothing
+            taken = [taken] if isinstance(taken, Variable) else list(taken)
+        else:
+            taken = [pt.switch(go_on, o, x) for o, x in zip(outs, [*xs, pt.zeros_like(go_on)], strict=True)]
+        # checkpointed: no early exit (the segmented form needs the trip count), the
+        # steps after the loop ended are frozen: O(max_steps) time, O(sqrt) memory
+        return taken if policy is not None else (taken, until(pt.eq(taken[-1], 0)))
 
     scanned = pytensor.scan(scan_step, outputs_info=[*parts["init"], go], n_steps=parts["max_steps"], return_updates=False)
     traces = list(scanned)[:c]
-    finals = [_final(x, t) for x, t in zip(parts["init"], traces, strict=True)]
+    if policy is None:
+        finals = [_final(x, t) for x, t in zip(parts["init"], traces, strict=True)]
+    else:
+        from innergraph import checkpoint
+
+        checkpoint.mark(list(scanned), policy)
+        finals = [_last_row(x, t) for x, t in zip(parts["init"], traces, strict=True)]
     return _pullback_by_scan(op, inputs, finals, cotangents, op.n_header)
+
+
+def _while_checkpoint_policy(node: Any) -> Any:
+    """A bounded while loop's own checkpoint policy (``while_loop(checkpoint=)``), or None.
+
+    The default policy (`innergraph.checkpointing`) does not apply to while loops:
+    checkpointed, the reverse pass runs all ``max_steps`` steps, however few the loop
+    took, a cost only the loop's author can judge.
+    """
+    from innergraph import checkpoint
+
+    own = getattr(getattr(node, "tag", None), checkpoint.TAG, None)
+    return None if own in (None, "none") else own
 
 
 def fori_pushforward(op: ForiLoop, inputs: Sequence[Variable], tangents: Sequence[Variable]) -> list[Variable]:

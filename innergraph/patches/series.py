@@ -298,6 +298,7 @@ counterpart).
         "rewriting/lift_ifelse.py",
         "rewriting/lift_ofg.py",
         "rewriting/merge_loops.py",
+        "rewriting/ofg_outputs.py",
         "rewriting/outer.py",
         "rewriting/outline_loops.py",
         "rewriting/outlined.py",

@@ -12,6 +12,7 @@ name                                  position  tags
 ``innergraph_until_to_while``         1.565     fast_run, innergraph, scan_until_to_while
 ``innergraph_lower``                  1.59      fast_run, innergraph
 ``innergraph_set_rows``               2.01      fast_run, innergraph
+``innergraph_ofg_dead_outputs``       48.3      fast_run, innergraph
 ``innergraph_lift_ifelse``            48.4      fast_run, innergraph, ifelse
 ``innergraph_fold``                   48.5      fast_run, fast_compile, minimum_compile
 ``innergraph_fusion``                 49.1      fast_run, fusion
@@ -47,6 +48,9 @@ body becomes one native Op, compiled once. ``mode.excluding("innergraph")`` give
 output, an unused input, a constant or repeated argument, a repeated inner graph);
 ``mode.excluding("innergraph_lift_ofg")`` keeps them native. See
 ``design/opfromgraph.md``.
+
+``innergraph_ofg_dead_outputs`` (`innergraph.rewriting.ofg_outputs`) rebuilds a native
+``OpFromGraph`` (one the lift left native) without its dead outputs.
 
 ``innergraph_inline_args`` (`innergraph.rewriting.inline_args`) inlines the
 constant arguments of the freshly lifted consumers (and merges duplicate ones),
@@ -133,6 +137,7 @@ from innergraph.rewriting.inline_args import inline_lifted_arguments
 from innergraph.rewriting.lift import fold_bodies, lift_native, lower_consumers
 from innergraph.rewriting.lift_ifelse import lift_native_ifelse
 from innergraph.rewriting.lift_ofg import lift_op_from_graphs
+from innergraph.rewriting.ofg_outputs import remove_dead_ofg_outputs
 from innergraph.rewriting.read_back import local_read_of_written_region
 from innergraph.rewriting.scan_inplace import replace_pytensor_pass, restore_pytensor_pass
 from innergraph.rewriting.outline_loops import inline_outlined_loops, outline_loops
@@ -199,6 +204,7 @@ _REWRITES: list[tuple[str, Any, float, tuple[str, ...]]] = [
     ("innergraph_until_to_while", FunctionRewriter(until_scans_to_while_loops), 1.565, ("fast_run", "innergraph", "scan_until_to_while")),
     ("innergraph_lower", FunctionRewriter(lower_consumers), 1.59, ("fast_run", "innergraph")),
     ("innergraph_set_rows", dfs_rewriter(local_set_row_of_expand_dims, ignore_newtrees=True), 2.01, ("fast_run", "innergraph")),
+    ("innergraph_ofg_dead_outputs", FunctionRewriter(remove_dead_ofg_outputs), 48.3, ("fast_run", "innergraph")),
     ("innergraph_lift_ifelse", FunctionRewriter(lift_native_ifelse), 48.4, ("fast_run", "innergraph", "ifelse")),
     ("innergraph_fold", FunctionRewriter(fold_bodies), 48.5, ("fast_run", "fast_compile", "minimum_compile")),
     ("innergraph_fusion", FunctionRewriter(fuse_bodies), 49.1, ("fast_run", "fusion")),

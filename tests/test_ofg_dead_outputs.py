@@ -1,0 +1,94 @@
+"""`innergraph.rewriting.ofg_outputs`: native OpFromGraphs lose their dead outputs (structure and values)."""
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+from pytensor.compile.builders import OpFromGraph
+from pytensor.compile.mode import Mode
+from pytensor.graph.fg import FunctionGraph
+
+import innergraph
+from innergraph.rewriting.ofg_outputs import remove_dead_ofg_outputs
+from innergraph.stats import graph_stats
+
+CVM = Mode(linker="cvm", optimizer="fast_run")
+x, y = pt.dvector("x"), pt.dvector("y")
+a, b = pt.dvector("a"), pt.dvector("b")
+VALUES = [np.arange(3.0), np.array([1.0, -2.0])]
+
+
+def _scan_ofg(**kwargs):
+    """An OpFromGraph holding a Scan (so the lift keeps it native), with three outputs."""
+    doubled = pytensor.scan(lambda r: r * 2, sequences=[x], return_updates=False)
+    return OpFromGraph([x, y], [doubled.sum(), (y**2).sum(), x * 3], **kwargs)
+
+
+def _ofg_nodes(fn):
+    return [n for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, OpFromGraph)]
+
+
+def _vanilla(inputs, outputs):
+    with innergraph.uninstalled():
+        return pytensor.function(inputs, outputs, mode=CVM.excluding("innergraph"))
+
+
+def test_a_native_op_from_graph_loses_its_dead_outputs_and_the_inputs_only_they_read():
+    op = _scan_ofg()
+    first, _, third = op(a, b)
+    out = first + third.sum()
+    fn = pytensor.function([a, b], out, mode=CVM)
+    (node,) = _ofg_nodes(fn)
+    assert type(node.op) is OpFromGraph and len(node.outputs) == 2
+    assert node.inputs == [fn.maker.fgraph.inputs[0]]  # b fed only the dead output
+    assert graph_stats(fn)["dead_outputs_by_kind"] == {}
+    np.testing.assert_allclose(fn(*VALUES), _vanilla([a, b], out)(*VALUES))
+    assert len(op.inner_outputs) == 3 and len(op(a, b)) == 3  # the user's Op is unchanged
+
+
+def test_vanilla_keeps_the_dead_outputs():
+    first, _, _ = _scan_ofg()(a, b)
+    (node,) = _ofg_nodes(_vanilla([a, b], first))
+    assert len(node.outputs) == 3
+
+
+def test_a_gradient_built_before_the_rewrite_equals_vanilla():
+    """The pullback OFG PyTensor builds reads the forward outputs; the rewrite runs on the compiled graph only."""
+    first, second, _ = _scan_ofg()(a, b)
+    outs = [first, *pytensor.grad(first + second, [a, b])]
+    fn = pytensor.function([a, b], outs, mode=CVM)
+    for got, want in zip(fn(*VALUES), _vanilla([a, b], outs)(*VALUES), strict=True):
+        np.testing.assert_allclose(got, want)
+    assert all(fn.maker.fgraph.clients.get(out) for n in _ofg_nodes(fn) for out in n.outputs)
+
+
+def test_inline_flag_name_keywords_and_connection_pattern_are_kept():
+    op = _scan_ofg(inline=True, name="mine", on_unused_input="ignore", connection_pattern=[[True, False, True], [False, True, False]])
+    first, _, _ = op(a, b)
+    fgraph = FunctionGraph([a, b], [first], clone=False)
+    assert remove_dead_ofg_outputs(fgraph) == 1
+    (node,) = [n for n in fgraph.apply_nodes if isinstance(n.op, OpFromGraph)]
+    assert node.op.is_inline and node.op.name == "mine" and node.op.kwargs == {"on_unused_input": "ignore"}
+    assert len(node.outputs) == 1 and node.op._connection_pattern == [[True]]  # row a, column of the first output
+
+
+class _Sub(OpFromGraph):
+    """A subclass (as PyTensor's Einsum or Pad): left alone."""
+
+
+def test_subclasses_and_fully_dead_nodes_are_left_alone():
+    doubled = pytensor.scan(lambda r: r * 2, sequences=[x], return_updates=False)
+    sub = _Sub([x, y], [doubled.sum(), (y**2).sum()])
+    first, _ = sub(a, b)
+    fgraph = FunctionGraph([a, b], [first], clone=False)
+    assert remove_dead_ofg_outputs(fgraph) == 0
+    fn = pytensor.function([a, b], first, mode=CVM)
+    (node,) = _ofg_nodes(fn)
+    assert type(node.op) is _Sub and len(node.outputs) == 2
+    np.testing.assert_allclose(fn(*VALUES), _vanilla([a, b], first)(*VALUES))
+
+
+def test_excluding_the_pass_keeps_the_outputs():
+    first, _, _ = _scan_ofg()(a, b)
+    fn = pytensor.function([a, b], first, mode=CVM.excluding("innergraph_ofg_dead_outputs"))
+    (node,) = _ofg_nodes(fn)
+    assert len(node.outputs) == 3
