@@ -204,6 +204,31 @@ def _output_index(outputs: Sequence[Variable], var: Variable) -> int:
     return next(i for i, o in enumerate(outputs) if o is var)
 
 
+class _OutputTaker:
+    """Body output positions for the slots that read them, one position per slot.
+
+    A body may output one variable at several positions (a zero branch returning the
+    constant ``0.0`` twice); its prepared code copies each position
+    (`innergraph.backends.numba_code.prepared_body`), so the node outputs they give are
+    distinct arrays only if each slot takes a position of its own. Looking the variable
+    up by identity gave every such slot the first position: two node outputs then
+    shared one array, and an in-place update of one changed the other.
+    """
+
+    def __init__(self, bodies: Sequence[Any]) -> None:
+        self._bodies = bodies
+        self._taken: list[set[int]] = [set() for _ in bodies]
+
+    def take(self, b: int, var: Variable) -> int:
+        """The first position of ``var`` among body ``b``'s outputs no slot took yet (the first one if all are taken)."""
+        outputs = self._bodies[b].outputs
+        found = [i for i, o in enumerate(outputs) if o is var]
+        free = [i for i in found if i not in self._taken[b]]
+        index = (free or found)[0]
+        self._taken[b].add(index)
+        return index
+
+
 def _check_semantics(op: Any, form: Any, sem: Iterate, header: Sequence[Variable]) -> None:
     n = form.n_bodies
     where = f"{op}: its step semantics {sem}"
@@ -289,13 +314,14 @@ def loop_plan(op: Any, node: Apply) -> LoopPlan:
     next_values: list[int] = []
     results: dict[int, int] = {}
     conditions: dict[int, int] = {}
+    taker = _OutputTaker(bodies)
     for slot in slots:
         meaning = form.meaning(slot).value
         if meaning not in _LOOP_MEANINGS:
             raise ValueError(f"{op}: slot kind {slot.kind!r} means {meaning!r}; a generated loop runs slots meaning {list(_LOOP_MEANINGS)}")
         if meaning == "condition":
             (b, out), = slot.outputs
-            conditions[b] = _output_index(bodies[b].outputs, out)
+            conditions[b] = taker.take(b, out)
             continue
         pos = _position(node, slot.args[0], f"the argument of a {slot.kind!r} slot")
         if meaning == "sequence":
@@ -309,7 +335,7 @@ def loop_plan(op: Any, node: Apply) -> LoopPlan:
             outs = [o for b, o in slot.outputs if b == sem.update]
             if len(outs) != 1:
                 raise ValueError(f"{op}: a {slot.kind!r} slot's next value must be one output of the update body {sem.update}")
-            next_values.append(_output_index(bodies[sem.update].outputs, outs[0]))
+            next_values.append(taker.take(sem.update, outs[0]))
             for r in slot.results:
                 results[_output_index(node.outputs, r)] = len(carries) - 1
         else:
@@ -377,6 +403,7 @@ def _bound(op: Any, node: Apply, d: _Declared, what: str) -> tuple[list[dict[int
     """Per body, the node input each param reads and the body output giving each node output (invariant and output slots only)."""
     roles: list[dict[int, int]] = [{} for _ in d.bodies]
     outputs: list[dict[int, int]] = [{} for _ in d.bodies]
+    taker = _OutputTaker(d.bodies)
     for slot in d.slots:
         meaning = d.form.meaning(slot).value
         if meaning == "invariant":
@@ -386,7 +413,7 @@ def _bound(op: Any, node: Apply, d: _Declared, what: str) -> tuple[list[dict[int
         elif meaning == "output":
             (result,) = slot.results
             for b, o in slot.outputs:
-                outputs[b][_output_index(node.outputs, result)] = _output_index(d.bodies[b].outputs, o)
+                outputs[b][_output_index(node.outputs, result)] = taker.take(b, o)
         else:
             raise ValueError(f"{op}: slot kind {slot.kind!r} means {meaning!r}; a generated {what} runs invariant and output slots")
     n_out = len(node.outputs)

@@ -291,3 +291,32 @@ def test_declarations_that_cannot_run_are_errors_naming_the_consumer():
             loop_plan(out.owner.op, out.owner)
     finally:
         FORMS.pop(_Plain)
+
+
+def test_a_body_output_read_by_two_slots_gives_two_arrays():
+    """A while loop's stored-trace gradient at zero steps under Numba: the reverse step's zero branch
+    outputs one constant twice, and the generated conditional returned one array for both outputs, so an
+    in-place accumulation into one changed the other (``w``'s cotangent came out as ``x0``'s, 0.6 for 0)."""
+    from pytensor.scan.op import Scan as NativeScan
+
+    from innergraph.ops.ifelse import IfElse
+    from innergraph.semantics import branch_plan
+
+    lim = pt.dscalar("lim")
+    s = innergraph.while_loop(lambda s: s < lim, lambda s: s * a + pt.sin(s) * 0.1 + 0.05, x, max_steps=12)
+    outs = [s, *pytensor.grad(s**2, [x, a])]
+    numba_fn = pytensor.function([x, a, lim], outs, mode=Mode(linker="numba", optimizer="fast_run"))
+    py_fn = pytensor.function([x, a, lim], outs, mode=Mode(linker="py", optimizer="fast_run"))
+    for limit in (-10.0, 0.5, 1e9):  # no step, a few, max_steps
+        np.testing.assert_allclose(numba_fn(0.3, 1.1, limit), py_fn(0.3, 1.1, limit), rtol=1e-12)
+    np.testing.assert_allclose(numba_fn(0.3, 1.1, -10.0), [0.3, 0.6, 0.0])
+    repeated = []
+    for scan in (n for n in numba_fn.maker.fgraph.apply_nodes if isinstance(n.op, NativeScan)):
+        for node in (n for n in scan.op.fgraph.apply_nodes if isinstance(n.op, IfElse)):
+            plan = branch_plan(node.op, node)
+            for b in range(2):
+                body_outputs = innergraph.body_of(node.inputs[plan.functions[b]]).outputs
+                if len(set(body_outputs)) < len(body_outputs):
+                    repeated.append(plan.outputs[b])
+    assert repeated, "the graph no longer has a body outputting one variable twice: the test lost its subject"
+    assert all(len(set(taken)) == len(taken) for taken in repeated), repeated

@@ -98,8 +98,7 @@ def test_checkpointed_gradient_runs_the_segmented_loops(functions):
 
 def test_numba_checkpointed_gradient_equals_stored_trace():
     """One scalar carry under Numba (its JIT compilation dominates this test's time), against cvm's stored
-    trace: Numba's own stored-trace gradient of a while loop that runs no step is wrong (``w``'s cotangent;
-    an IfElse-in-Scan issue this module's checkpointed form avoids by selecting with ``switch``)."""
+    trace (Numba's own stored-trace gradient at zero steps: ``test_codegen``'s two-arrays test)."""
 
     def build(policy, linker):
         s = innergraph.while_loop(lambda s: s < lim, lambda s: s * w + pt.sin(s) * 0.1 + 0.05, x0, max_steps=MAX_STEPS, checkpoint=policy)
