@@ -243,12 +243,20 @@ def test_inline_ofgs_are_inlined_as_in_vanilla():
     assert nodes_of(kept, OpFromGraph) and not nodes_of(kept, Call)
 
 
-@pytest.mark.parametrize("tag", ["innergraph_lift_ofg", "innergraph"])
+@pytest.mark.parametrize("tag", ["innergraph_ofg", "innergraph"])
 def test_the_off_switch(tag):
     used, _ = two_output_ofg()(x, y)
     fn = pytensor.function([x, y], [used], mode=Mode(linker="cvm", optimizer="fast_run").excluding(tag))
     assert nodes_of(fn, OpFromGraph) and not nodes_of(fn, Call)
     assert graph_stats(fn)["unused_outputs"] == 1
+
+
+def test_without_the_lift_a_native_ofg_still_loses_its_dead_output():
+    used, _ = two_output_ofg()(x, y)
+    fn = pytensor.function([x, y], [used], mode=Mode(linker="cvm", optimizer="fast_run").excluding("innergraph_lift_ofg"))
+    (node,) = nodes_of(fn, OpFromGraph)
+    assert not nodes_of(fn, Call) and len(node.outputs) == 1
+    assert graph_stats(fn)["unused_outputs"] == 0
 
 
 # Nesting ---------------------------------------------------------------------------------------

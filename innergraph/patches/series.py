@@ -338,8 +338,9 @@ keeping their body as _<name>_base:
   convert once;
 - numba's cache_key_for_constant: a folded body whose Ops do not pickle
   gets a key of its own instead of failing the conversion;
-- JAXLinker.jit_compile: a graph with a while loop falls back to eager
-  execution where jax.jit cannot trace it;
+- JAXLinker.jit_compile: a graph with a while loop, or with a Scan whose
+  trip count is not a constant, falls back to eager execution where
+  jax.jit cannot trace it;
 - numba's numba_funcify_Scan: a Scan whose Op innergraph shares between
   loops over one body (lowering a merged body) converts once per Op and
   types; other Scans convert as before;

@@ -4,7 +4,7 @@
 name                                  position  tags
 ====================================  ========  ==================================================
 ``innergraph_lift``                   0.04      fast_run, innergraph
-``innergraph_lift_ofg``               0.041     fast_run, innergraph
+``innergraph_lift_ofg``               0.041     fast_run, innergraph, innergraph_ofg
 ``innergraph_inline_args``            0.042     fast_run, innergraph, scan_inline_invariant_constants, scan_merge_duplicate_inputs
 ``innergraph_outline_loops``          0.043     fast_run, innergraph
 ``innergraph_branch``                 1.55      fast_run, innergraph
@@ -12,7 +12,7 @@ name                                  position  tags
 ``innergraph_until_to_while``         1.565     fast_run, innergraph, scan_until_to_while
 ``innergraph_lower``                  1.59      fast_run, innergraph
 ``innergraph_set_rows``               2.01      fast_run, innergraph
-``innergraph_ofg_dead_outputs``       48.3      fast_run, innergraph
+``innergraph_ofg_dead_outputs``       48.3      fast_run, innergraph, innergraph_ofg
 ``innergraph_lift_ifelse``            48.4      fast_run, innergraph, ifelse
 ``innergraph_fold``                   48.5      fast_run, fast_compile, minimum_compile
 ``innergraph_fusion``                 49.1      fast_run, fusion
@@ -51,6 +51,8 @@ output, an unused input, a constant or repeated argument, a repeated inner graph
 
 ``innergraph_ofg_dead_outputs`` (`innergraph.rewriting.ofg_outputs`) rebuilds a native
 ``OpFromGraph`` (one the lift left native) without its dead outputs.
+``mode.excluding("innergraph_ofg")`` turns off both, leaving every ``OpFromGraph`` as
+vanilla PyTensor leaves it.
 
 ``innergraph_inline_args`` (`innergraph.rewriting.inline_args`) inlines the
 constant arguments of the freshly lifted consumers (and merges duplicate ones),
@@ -191,7 +193,7 @@ class ConsumerRewritesDB(RewriteDatabase):
 
 _REWRITES: list[tuple[str, Any, float, tuple[str, ...]]] = [
     ("innergraph_lift", FunctionRewriter(lift_native), 0.04, ("fast_run", "innergraph")),
-    ("innergraph_lift_ofg", FunctionRewriter(lift_op_from_graphs), 0.041, ("fast_run", "innergraph")),
+    ("innergraph_lift_ofg", FunctionRewriter(lift_op_from_graphs), 0.041, ("fast_run", "innergraph", "innergraph_ofg")),
     (
         "innergraph_inline_args",
         FunctionRewriter(inline_lifted_arguments),
@@ -204,7 +206,7 @@ _REWRITES: list[tuple[str, Any, float, tuple[str, ...]]] = [
     ("innergraph_until_to_while", FunctionRewriter(until_scans_to_while_loops), 1.565, ("fast_run", "innergraph", "scan_until_to_while")),
     ("innergraph_lower", FunctionRewriter(lower_consumers), 1.59, ("fast_run", "innergraph")),
     ("innergraph_set_rows", dfs_rewriter(local_set_row_of_expand_dims, ignore_newtrees=True), 2.01, ("fast_run", "innergraph")),
-    ("innergraph_ofg_dead_outputs", FunctionRewriter(remove_dead_ofg_outputs), 48.3, ("fast_run", "innergraph")),
+    ("innergraph_ofg_dead_outputs", FunctionRewriter(remove_dead_ofg_outputs), 48.3, ("fast_run", "innergraph", "innergraph_ofg")),
     ("innergraph_lift_ifelse", FunctionRewriter(lift_native_ifelse), 48.4, ("fast_run", "innergraph", "ifelse")),
     ("innergraph_fold", FunctionRewriter(fold_bodies), 48.5, ("fast_run", "fast_compile", "minimum_compile")),
     ("innergraph_fusion", FunctionRewriter(fuse_bodies), 49.1, ("fast_run", "fusion")),
