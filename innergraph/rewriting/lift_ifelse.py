@@ -122,12 +122,28 @@ def lift_native_ifelse(fgraph: FunctionGraph) -> int:
         visible = visible_nodes(fgraph)
         natives = [n for n in fgraph.toposort() if type(n.op) is NativeIfElse and n not in declined and n in visible]
         if not natives:
+            if lifted:
+                _drop_unread_arguments(fgraph)
             return lifted
         group = _group(natives)
         if _lift_group(fgraph, group):
             lifted += 1
         else:
             declined.update(group)
+
+
+def _drop_unread_arguments(fgraph: FunctionGraph) -> None:
+    """Remove the arguments the lifted bodies do not read, and merge repeated ones.
+
+    A body's params are the cut of its branch; resolving nested conditionals on the
+    same condition inside it (`_resolve_same_condition`) can leave some unread, and
+    this pass runs after ``innergraph_simplify``, which would have removed them.
+    """
+    from innergraph.rewriting.dce import remove_dead_slots
+    from innergraph.rewriting.duplicates import merge_duplicate_slots
+    from innergraph.rewriting.simplify import simplify_consumers
+
+    simplify_consumers(fgraph, [merge_duplicate_slots, remove_dead_slots])
 
 
 def _group(natives: list[Apply]) -> list[Apply]:
