@@ -55,6 +55,9 @@ from innergraph.fold import fold_function, reachable, visible_nodes
 from innergraph.graph import InnerGraph, body_of, is_function, param, scope_toposort
 from innergraph.instantiate import substitute
 from innergraph.ops.ifelse import IfElse
+from innergraph.rewriting.dce import remove_dead_slots
+from innergraph.rewriting.duplicates import merge_duplicate_slots
+from innergraph.rewriting.simplify import simplify_consumers
 from innergraph.types import InnerGraphType, pickles
 
 __all__ = ["CHEAP_OPS", "CHEAP_SCALAR_OPS", "lift_applies", "lift_native_ifelse"]
@@ -139,10 +142,6 @@ def _drop_unread_arguments(fgraph: FunctionGraph) -> None:
     same condition inside it (`_resolve_same_condition`) can leave some unread, and
     this pass runs after ``innergraph_simplify``, which would have removed them.
     """
-    from innergraph.rewriting.dce import remove_dead_slots
-    from innergraph.rewriting.duplicates import merge_duplicate_slots
-    from innergraph.rewriting.simplify import simplify_consumers
-
     simplify_consumers(fgraph, [merge_duplicate_slots, remove_dead_slots])
 
 
