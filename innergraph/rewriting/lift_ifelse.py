@@ -249,7 +249,7 @@ def _body(outputs: list[Variable], cut: list[Variable], cond: Variable, taken: b
     this branch (``cond_merge_ifs_true``/``_false``); other native conditionals are
     lifted with the leaf-only capture of `innergraph.ifelse`.
     """
-    stand_ins = {v: v.type() for v in cut if isinstance(v, Constant)}  # a param is bound to a variable
+    stand_ins: dict[Variable, Variable] = {v: v.type() for v in cut if isinstance(v, Constant)}  # a param is bound to a variable
     if stand_ins:
         outputs = substitute(outputs, stand_ins)
     closure = inner_graph(outputs, [stand_ins.get(v, v) for v in cut], capture="leaves")
