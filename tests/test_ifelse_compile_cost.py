@@ -54,11 +54,11 @@ def test_the_lift_passes_large_constants_as_arguments(rebuilt_by_outline):
 
 @pytest.mark.parametrize("linker", ["py", "cvm", "numba", "jax"])
 def test_values_equal_vanilla(plain, rebuilt_by_outline, linker):
-    # py and cvm run PyTensor's IfElse lazily and do not lift; Numba and JAX lift it
+    # the cheap branch, then the solves: the same numbers whichever runs
     fn = rebuilt_by_outline[1] if linker == "numba" else pytensor.function(*plain.build("innergraph"), mode=mode(linker))
     ref = pytensor.function(*plain.build("vanilla"), mode=mode(linker, vanilla=True))
     lifted = [n for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, IfElse)]
-    assert len(lifted) == (linker in ("numba", "jax"))
+    assert len(lifted) == (linker != "cvm")  # a VM runs the native conditional lazily already
     for x in (1.5, -0.5):  # the cheap branch, then the solves
         values = [*plain.values[:2], np.float64(x)]
         np.testing.assert_array_equal(fn(*values)[0], ref(*values)[0])
