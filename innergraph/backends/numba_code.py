@@ -50,7 +50,7 @@ from pytensor.scan.op import Scan as NativeScan
 
 from innergraph.errors import FreeVariableError
 from innergraph.fold import fold_inner_graphs
-from innergraph.instantiate import private_fgraph
+from innergraph.instantiate import is_large_constant, private_fgraph
 from innergraph.ops.runtime import body_rewriter, is_rewritten
 from innergraph.rewriting.tracks import skipping_untracked
 from innergraph.types import Body
@@ -131,7 +131,7 @@ def convert_once(op: Any, *args: Any, node: Apply | None = None, storage_map: An
     graph's): K loops over one body leave K equal nodes around them (a sequence's
     first rows, its length), and a push-out out of a shared body K equal calls.
     Nodes are equal when they apply an equal Op to inputs of equal types and the
-    same constants, with the same extra arguments (besides the graph-wide ones,
+    same constants (`_constant_key`), with the same extra arguments (besides the graph-wide ones,
     `_GRAPH_WIDE`) and the same ``destroy_map``. PyTensor's Scan is left to
     `innergraph.backends.numba.funcify_native_scan_once`: its equality ignores the
     in-place decisions its conversion takes (``destroy_map``, ``mode``), and
@@ -150,7 +150,7 @@ def convert_once(op: Any, *args: Any, node: Apply | None = None, storage_map: An
             tuple((k, tuple(v)) for k, v in sorted(op.destroy_map.items())),
             tuple(v.type for v in node.inputs),
             tuple(v.type for v in node.outputs),
-            tuple(v.signature() if isinstance(v, Constant) else None for v in node.inputs),  # equal values
+            tuple(_constant_key(v) for v in node.inputs),  # equal values
             tuple(sorted((k, v) for k, v in kwargs.items() if k not in _GRAPH_WIDE)),
         )
         converted = conversion.nodes.get(signature)
@@ -160,6 +160,21 @@ def convert_once(op: Any, *args: Any, node: Apply | None = None, storage_map: An
         converted = numba_funcify_ensure_cache(op, node=node, storage_map=storage_map, **kwargs)
         conversion.nodes[signature] = converted
     return converted
+
+
+def _constant_key(var: Variable) -> Any:
+    """What `convert_once` compares of a node input: a small constant's value, a large constant itself, else nothing.
+
+    A large constant (`innergraph.instantiate.LARGE_CONSTANT`) is compared by
+    identity: hashing its value (PyTensor's constant signature sums the array and
+    masks its NaNs, anew for every signature) cost about 0.15 ms per 500 x 500
+    constant and node, and after merging equal constants of a graph are one
+    variable anyway. Two nodes reading equal large constants that are different
+    variables are converted separately, as PyTensor converts them.
+    """
+    if not isinstance(var, Constant):
+        return None
+    return ("same", var) if is_large_constant(var) else var.signature()
 
 
 def _late_passes(body: Body, linker: str) -> Any:

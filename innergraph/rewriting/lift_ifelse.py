@@ -14,8 +14,12 @@ always-computed node
 branch-only node
     A node reached from a branch input of the group that is not always computed:
     it becomes part of that branch's body. The always-computed variables it reads
-    become the body's arguments (shared, not recomputed); ownerless variables are
-    captured as leaves; constants stay inside.
+    become the body's arguments (shared, not recomputed), and so do the large
+    constants (`innergraph.instantiate.LARGE_CONSTANT`: what ``innergraph_fold``
+    would make arguments right after, `innergraph.rewriting.args.outline_constants`,
+    so the conditional is built once, in its final form, and the constants never
+    leave the graph to be imported and hashed again); ownerless variables are
+    captured as leaves; small constants stay inside.
 work
     A branch-only node other than a view, shape arithmetic, an allocation
     (`CHEAP_OPS`), elementwise arithmetic of one instruction per element
@@ -53,7 +57,7 @@ from innergraph.build import inner_graph
 from innergraph.convert import lift_graph
 from innergraph.fold import fold_function, reachable, visible_nodes
 from innergraph.graph import InnerGraph, body_of, is_function, param, scope_toposort
-from innergraph.instantiate import substitute
+from innergraph.instantiate import is_large_constant, substitute
 from innergraph.ops.ifelse import IfElse
 from innergraph.rewriting.dce import remove_dead_slots
 from innergraph.rewriting.duplicates import merge_duplicate_slots
@@ -168,7 +172,11 @@ def _always_computed(fgraph: FunctionGraph, group: list[Apply]) -> set[Apply]:
 
 
 def _branch(outputs: list[Variable], always: set[Apply]) -> tuple[list[Apply], list[Variable]]:
-    """The branch-only nodes computing ``outputs`` and the always-computed variables they read."""
+    """The branch-only nodes computing ``outputs`` and what becomes the body's arguments.
+
+    The arguments are the always-computed variables the nodes read and the large
+    constants they read.
+    """
     nodes: list[Apply] = []
     cut: dict[Variable, None] = {}
     seen: set[Apply] = set()
@@ -180,7 +188,7 @@ def _branch(outputs: list[Variable], always: set[Apply]) -> tuple[list[Apply], l
     while stack:
         var = stack.pop()
         if stops(var):
-            if var.owner is not None and var.owner in always:
+            if (var.owner is not None and var.owner in always) or is_large_constant(var):
                 cut[var] = None
             continue
         if var.owner in seen:
@@ -241,7 +249,10 @@ def _body(outputs: list[Variable], cut: list[Variable], cond: Variable, taken: b
     this branch (``cond_merge_ifs_true``/``_false``); other native conditionals are
     lifted with the leaf-only capture of `innergraph.ifelse`.
     """
-    closure = inner_graph(outputs, cut, capture="leaves")
+    stand_ins: dict[Variable, Variable] = {v: v.type() for v in cut if isinstance(v, Constant)}  # a param is bound to a variable
+    if stand_ins:
+        outputs = substitute(outputs, stand_ins)
+    closure = inner_graph(outputs, [stand_ins.get(v, v) for v in cut], capture="leaves")
     body = body_of(closure.function)
     inner_outs = list(body.outputs)
     if cond in cut:
