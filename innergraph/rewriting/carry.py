@@ -59,7 +59,7 @@ from pytensor.scan.utils import expand_empty
 
 from pytensor.graph.basic import Apply
 
-from innergraph.graph import scope_toposort
+from innergraph.graph import body_of, scope_toposort
 from innergraph.rewriting.lengths import final_row_reads, length_offset
 from innergraph.rewriting.signature import Signature, Slot, consumers, mit_mot_taps_from_zero, replace_consumer
 from innergraph.slots import Meaning
@@ -68,20 +68,29 @@ __all__ = ["carried_form", "carry_cotangents", "enclosing_bindings"]
 
 
 class _Scopes:
-    """Each consumer body's nodes, found once per pass (most loops are not nested: never asked)."""
+    """Each consumer body's nodes, found on first need after each change (most loops are not nested: never asked)."""
 
     def __init__(self, fgraph: FunctionGraph):
         self.fgraph = fgraph
-        self._found: list[tuple[Signature, int, set[Apply]]] | None = None
+        self._found: list[tuple[Signature, int, Variable, set[Apply]]] | None = None
 
-    def holding(self, node: Apply) -> list[tuple[Signature, int]]:
+    def changed(self) -> None:
+        self._found = None
+
+    def holding(self, node: Apply) -> list[tuple[Signature, int]] | None:
+        """The (consumer, body index) pairs whose body holds ``node``; None if a reader of such a body is no consumer seen here."""
         if self._found is None:
             self._found = [
-                (sig, b, set(scope_toposort(list(body.outputs))))
+                (sig, b, function, set(scope_toposort(list(body_of(function).outputs))))
                 for sig in consumers(self.fgraph)
-                for b, body in enumerate(sig.bodies)
+                for b, function in enumerate(sig.form.functions(sig.node))
             ]
-        return [(sig, b) for sig, b, nodes in self._found if node in nodes and sig.node in self.fgraph.apply_nodes]
+        held = [(sig, b, function) for sig, b, function, nodes in self._found if node in nodes]
+        for _, _, function in held:
+            readers = {client for client, _ in self.fgraph.clients.get(function, [])}
+            if not readers <= {sig.node for sig, _, f in held if f is function}:
+                return None  # a binding we cannot see: prove nothing
+        return [(sig, b) for sig, b, _ in held]
 
 
 def enclosing_bindings(scopes: _Scopes, node: Apply) -> list[dict[Variable, Variable]]:
@@ -89,10 +98,15 @@ def enclosing_bindings(scopes: _Scopes, node: Apply) -> list[dict[Variable, Vari
 
     An invariant argument (a non-sequence, a call's argument) is the param's value
     at every evaluation of the body, so a length proved from the argument holds for
-    the param. Empty when ``node`` is in no body (the outer graph).
+    the param. Empty when ``node`` is in no body (the outer graph), or when a body
+    holding it is read by something other than the consumers found (every binding
+    must be seen for a proof to hold).
     """
-    bindings = []
-    for sig, b in scopes.holding(node):
+    bindings: list[dict[Variable, Variable]] = []
+    held = scopes.holding(node)
+    if held is None:
+        return bindings
+    for sig, b in held:
         bound: dict[Variable, Variable] = {}
         for slot in sig.slots:
             if sig.meaning(slot) is Meaning.INVARIANT:
@@ -165,6 +179,7 @@ def carry_cotangents(fgraph: FunctionGraph) -> int:
         if found is not None:
             slots, forwarded = found
             replace_consumer(fgraph, sig, slots, forwarded=forwarded, reason="carry_cotangents")
+            scopes.changed()
             changed += 1
     return changed
 
