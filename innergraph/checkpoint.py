@@ -54,6 +54,7 @@ __all__ = [
     "current_policy",
     "mark",
     "policy_of",
+    "scan_node_of",
     "segment_length",
     "segmented_outputs",
     "set_checkpointing",
@@ -121,13 +122,14 @@ def mark(outputs: Any | Sequence[Any], policy: Policy = "sqrt") -> None:
     """
     outs = [outputs] if isinstance(outputs, Variable) else list(outputs)
     for out in outs:
-        node = _scan_node_of(out)
+        node = scan_node_of(out)
         if node is None:
             raise TypeError(f"checkpoint.mark: {out} is not computed by a Scan (its owner is {out.owner})")
         setattr(node.tag, TAG, "none" if policy is None else checked(policy))
 
 
-def _scan_node_of(var: Any) -> Apply | None:
+def scan_node_of(var: Any) -> Apply | None:
+    """The Scan node that computed ``var`` (through a few slices and reshapes), or None."""
     from pytensor.scan.op import Scan as NativeScan
 
     from innergraph.ops.scan import Scan
@@ -453,7 +455,7 @@ class _Step:
 
 def _scan(fn: Any, **kwargs: Any) -> list[Any]:
     outs = pytensor.scan(fn, return_list=True, return_updates=False, **kwargs)
-    node = _scan_node_of(outs[0])
+    node = scan_node_of(outs[0])
     if node is not None:
         setattr(node.tag, TAG, "none")  # its own gradient is PyTensor's: no checkpoint of a checkpoint
     return list(outs)

@@ -192,12 +192,20 @@ def while_loop(
     return unflatten(structure, out)
 
 
-def do_while(body_fun: Callable[[Tree], Tree], cond_fun: Callable[[Tree], Any], init_val: Tree, *, max_steps: Any = None) -> Tree:
-    """``val = body_fun(val)`` repeated while ``cond_fun(val)`` holds: at least one step (as `while_loop` otherwise)."""
-    init, structure = flatten(init_val)
+def do_while(
+    body_fun: Callable[[Tree], Tree], cond_fun: Callable[[Tree], Any], init_val: Tree, *, max_steps: Any = None, checkpoint: Any = None
+) -> Tree:
+    """``val = body_fun(val)`` repeated while ``cond_fun(val)`` holds: at least one step (as `while_loop` otherwise).
+
+    ``checkpoint`` is as for `while_loop` (it needs ``max_steps``).
+    """
     where = "do_while"
+    policy = _while_policy(where, checkpoint, max_steps)
+    init, structure = flatten(init_val)
     step = _then(_state_step(where, body_fun, structure, init), _condition(where, cond_fun, structure))
     out = _while(lambda xs: pt.constant(True), step, init, max_steps, do_while=True)
+    if policy is not None:
+        _tag_policy(out[0].owner, policy)
     return unflatten(structure, out)
 
 
@@ -458,7 +466,8 @@ def while_pullback(op: WhileLoop, inputs: Sequence[Variable], outputs: Sequence[
     else:
         from innergraph import checkpoint
 
-        checkpoint.mark(list(scanned), policy)
+        if checkpoint.scan_node_of(scanned[0]) is not None:  # (a constant max_steps=1 builds no Scan)
+            checkpoint.mark(list(scanned), policy)
         finals = [_last_row(x, t) for x, t in zip(parts["init"], traces, strict=True)]
     return _pullback_by_scan(op, inputs, finals, cotangents, op.n_header)
 

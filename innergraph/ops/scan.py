@@ -440,7 +440,7 @@ def retraced_outputs(body: Body, op: Scan, outer: Sequence[Variable], retrace: S
     native = body.cached(("retraced_native_scan", op, id(op.mode), op.strict, tuple(retrace)), build)
     n_steps, *rest = outer
     ins = op.layout.split_outer_inputs(rest)
-    buffers = [expand_empty(shape_padleft(ins["untraced"][i]), n_steps) for i in chosen]
+    buffers = [_trace_buffer(ins["untraced"][i], n_steps) for i in chosen]
     native_inputs = [n_steps, *(v for name in ("seqs", "mit_mot", "mit_sot", "sit_sot") for v in ins[name]), *buffers]
     native_inputs += [ins["untraced"][i] for i in kept] + ins["nit_sot"] + ins["non_seqs"]
     outs = ScanLayout(new_info).split_outer_outputs(native.make_node(*native_inputs).outputs)
@@ -451,6 +451,58 @@ def retraced_outputs(body: Body, op: Scan, outer: Sequence[Variable], retrace: S
     finals.update(zip(kept, outs["untraced"], strict=True))
     untraced = [finals[i] for i in range(len(retrace))]
     return [*outs["mit_mot"], *outs["mit_sot"], *outs["sit_sot"][:n_sit_sot], *outs["nit_sot"], *untraced]
+
+
+def _trace_buffer(initial: Variable, n_steps: Any) -> Any:
+    """A sit-sot buffer of ``n_steps + 1`` rows whose first row is ``initial``.
+
+    A constant initial value that is one number throughout (the zero a gradient's
+    accumulator starts from) fills the whole buffer: ``alloc(c, n_steps + 1, ...)``,
+    one node, vanilla's form for the same accumulator, where
+    ``set_subtensor(empty(n_steps + 1)[:1], [c])`` costs two (rows after the first are
+    written by the loop before they are read either way).
+    """
+    from pytensor.scan.utils import expand_empty
+    from pytensor.tensor.basic import alloc, shape_padleft
+
+    fill = _constant_fill(initial)
+    if fill is not None:
+        return alloc(fill, n_steps + 1, *initial.type.shape)
+    return expand_empty(shape_padleft(initial), n_steps)
+
+
+def _constant_fill(initial: Variable) -> Any:
+    """The one number a constant ``initial`` of static shape holds throughout, as a 0-d array, or None.
+
+    A scalar is followed through PyTensor's constant analysis, and an element of
+    ``alloc(c, ...)`` is ``c``: ``zeros(n + 1)[0]``, the initial row of a gradient's
+    accumulator that `innergraph.rewriting.carry` carries (the row is proved to
+    exist there), is 0 before constant folding ran.
+    """
+    import numpy as np
+    from pytensor.graph.basic import Constant
+    from pytensor.tensor.basic import Alloc, get_underlying_scalar_constant_value
+    from pytensor.tensor.subtensor import Subtensor
+
+    shape = getattr(initial.type, "shape", None)
+    dtype = getattr(initial.type, "dtype", None)
+    if shape is None or None in shape or dtype is None:
+        return None
+    if isinstance(initial, Constant):
+        data = np.asarray(initial.data)
+        if not data.size:
+            return None
+        first = data.flat[0]
+        return np.asarray(first, dtype=dtype) if np.all(data == first) else None  # (never for a NaN)
+    if shape != ():
+        return None
+    node = initial.owner
+    if node is not None and isinstance(node.op, Subtensor) and isinstance(node.inputs[0].owner and node.inputs[0].owner.op, Alloc):
+        initial = node.inputs[0].owner.inputs[0]  # a row of alloc(c, ...): c (a carried cotangent's initial row)
+    value = get_underlying_scalar_constant_value(initial, raise_not_constant=False)
+    if value is None or isinstance(value, Variable):
+        return None
+    return np.asarray(value, dtype=dtype)
 
 
 def copy_untraced_outputs(inner_outputs: Sequence[Variable], info: ScanInfo) -> list[Variable]:

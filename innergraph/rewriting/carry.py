@@ -28,7 +28,10 @@ final-position read
     the last one the loop writes, the carried value's final value (the initial row
     ``k - 1`` when the loop runs no step): such reads become reads of the carried
     state's result. This is how the cotangent of an initial value is read
-    (``buffer[::-1][:1]``, canonicalized to ``buffer[:-2:-1]``).
+    (``buffer[::-1][:1]``, canonicalized to ``buffer[:-2:-1]``). In a loop nested
+    in a body, the buffer and ``n_steps`` are often params of the enclosing
+    consumer (its loop-invariant motion hoisted the allocation out of the body):
+    the proof then follows them to that consumer's arguments (`enclosing_bindings`).
 carried trace
     With several taps below ``k`` the carried state is a mit-sot over a fresh
     buffer of ``n_steps + k`` rows whose rows are the mit-mot buffer's rows
@@ -54,11 +57,62 @@ from pytensor.graph.basic import Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.scan.utils import expand_empty
 
+from pytensor.graph.basic import Apply
+
+from innergraph.graph import body_of, scope_toposort
 from innergraph.rewriting.lengths import final_row_reads, length_offset
 from innergraph.rewriting.signature import Signature, Slot, consumers, mit_mot_taps_from_zero, replace_consumer
 from innergraph.slots import Meaning
 
-__all__ = ["carried_form", "carry_cotangents"]
+__all__ = ["carried_form", "carry_cotangents", "enclosing_bindings"]
+
+
+class _Scopes:
+    """Each consumer body's nodes, found on first need after each change (most loops are not nested: never asked)."""
+
+    def __init__(self, fgraph: FunctionGraph):
+        self.fgraph = fgraph
+        self._found: list[tuple[Signature, int, Variable, set[Apply]]] | None = None
+
+    def changed(self) -> None:
+        self._found = None
+
+    def holding(self, node: Apply) -> list[tuple[Signature, int]] | None:
+        """The (consumer, body index) pairs whose body holds ``node``; None if a reader of such a body is no consumer seen here."""
+        if self._found is None:
+            self._found = [
+                (sig, b, function, set(scope_toposort(list(body_of(function).outputs))))
+                for sig in consumers(self.fgraph)
+                for b, function in enumerate(sig.form.functions(sig.node))
+            ]
+        held = [(sig, b, function) for sig, b, function, nodes in self._found if node in nodes]
+        for _, _, function in held:
+            readers = {client for client, _ in self.fgraph.clients.get(function, [])}
+            if not readers <= {sig.node for sig, _, f in held if f is function}:
+                return None  # a binding we cannot see: prove nothing
+        return [(sig, b) for sig, b, _ in held]
+
+
+def enclosing_bindings(scopes: _Scopes, node: Apply) -> list[dict[Variable, Variable]]:
+    """For each consumer body holding ``node``: its params bound to invariant arguments -> those arguments.
+
+    An invariant argument (a non-sequence, a call's argument) is the param's value
+    at every evaluation of the body, so a length proved from the argument holds for
+    the param. Empty when ``node`` is in no body (the outer graph), or when a body
+    holding it is read by something other than the consumers found (every binding
+    must be seen for a proof to hold).
+    """
+    bindings: list[dict[Variable, Variable]] = []
+    held = scopes.holding(node)
+    if held is None:
+        return bindings
+    for sig, b in held:
+        bound: dict[Variable, Variable] = {}
+        for slot in sig.slots:
+            if sig.meaning(slot) is Meaning.INVARIANT:
+                bound.update((p, slot.args[0]) for body, p in slot.params if body == b)
+        bindings.append(bound)
+    return bindings
 
 
 def carried_form(sig: Signature, slot: Slot, n_steps: Variable) -> list[Slot] | None:
@@ -117,23 +171,31 @@ def carry_cotangents(fgraph: FunctionGraph) -> int:
     Returns how many consumers changed.
     """
     changed = 0
+    scopes = _Scopes(fgraph)
     for sig in consumers(fgraph):
         if not sig.capabilities.counted or sig.is_while:
             continue
-        found = _carried(fgraph, sig)
+        found = _carried(fgraph, sig, scopes)
         if found is not None:
             slots, forwarded = found
             replace_consumer(fgraph, sig, slots, forwarded=forwarded, reason="carry_cotangents")
+            scopes.changed()
             changed += 1
     return changed
 
 
-def _read_results(fgraph: FunctionGraph, sig: Signature, slot: Slot, carried: list[Slot]) -> dict[Variable, Variable] | None:
+def _read_results(
+    fgraph: FunctionGraph, sig: Signature, slot: Slot, carried: list[Slot], scopes: _Scopes
+) -> dict[Variable, Variable] | None:
     """What the reads of a read mit-mot buffer become once it is ``carried``, or None if they cannot."""
     in_taps, out_taps = mit_mot_taps_from_zero(slot.in_taps, slot.out_taps)
     k = max(out_taps)
     result = slot.results[0]
-    if length_offset(slot.args[0], sig.header[0]) != k:
+    offset = length_offset(slot.args[0], sig.header[0])
+    if offset is None:  # a nested loop: its buffer and step count may be the enclosing consumer's params
+        bindings = enclosing_bindings(scopes, sig.node)
+        offset = length_offset(slot.args[0], sig.header[0], bindings) if bindings else None
+    if offset != k:
         return None  # the last rows are not provably the last ones written
     if sig.meaning(carried[0]) is Meaning.TRACE:
         return {result: carried[0].results[0]}  # the same rows: the carried trace is the buffer
@@ -151,14 +213,14 @@ def _read_results(fgraph: FunctionGraph, sig: Signature, slot: Slot, carried: li
     return values
 
 
-def _carried(fgraph: FunctionGraph, sig: Signature) -> tuple[list[Slot], dict[Variable, Variable]] | None:
+def _carried(fgraph: FunctionGraph, sig: Signature, scopes: _Scopes) -> tuple[list[Slot], dict[Variable, Variable]] | None:
     slots: list[Slot] = []
     forwarded: dict[Variable, Variable] = {}
     found = False
     for slot in sig.slots:
         carried = carried_form(sig, slot, sig.header[0]) if sig.meaning(slot) is Meaning.BUFFER else None
         if carried is not None and not _unread(fgraph, slot.results[0]):
-            reads = _read_results(fgraph, sig, slot, carried)
+            reads = _read_results(fgraph, sig, slot, carried, scopes)
             carried = None if reads is None else carried
             forwarded.update(reads or {})
         if carried is None:

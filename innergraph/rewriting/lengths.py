@@ -13,6 +13,13 @@ length offset
     down to an allocation, and writes both lengths as one term plus a constant
     (``x.shape[0]`` or ``n_steps`` plus constants): the offset is known when the
     terms are the same. Anything else is unknown (None), never a guess.
+binding
+    Inside a body, a buffer and a step count may be params: PyTensor's
+    loop-invariant motion hoists ``alloc(0, n_steps + 1)`` out of an enclosing
+    loop, whose non-sequences then carry both. A binding maps such params to the
+    enclosing consumer's arguments (the same value every step); the proof follows a
+    bound param to its argument, and a body shared by several consumers is proved
+    for each of their bindings (`length_offset`).
 final-row read
     A ``Subtensor`` of a buffer that selects only rows among its last few, the
     same ones whatever the length (at least ``minimum``): ``buffer[-1]`` (a row),
@@ -23,6 +30,7 @@ final-row read
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytensor.graph.basic import Variable
@@ -56,10 +64,16 @@ def _strip(var: Variable) -> Variable:
     return var
 
 
-def _linear(value: Variable) -> tuple[Any, int] | None:
+Bound = Mapping[Variable, Variable]
+_NONE: Bound = {}
+
+
+def _linear(value: Variable, bound: Bound = _NONE) -> tuple[Any, int] | None:
     """``value`` as ``(term, c)`` with ``value == term + c``; ``term`` is None for a constant, ``("len", v)``
     for the length of buffer ``v`` (found through length-keeping ops), else a variable."""
     value = _strip(value)
+    if value.owner is None and value in bound:
+        return _linear(bound[value], bound)
     c = _constant(value)
     if c is None:
         c = _minimum_of(value)
@@ -73,7 +87,7 @@ def _linear(value: Variable) -> tuple[Any, int] | None:
         term: Any = None
         total = 0
         for part in node.inputs:
-            found = _linear(part)
+            found = _linear(part, bound)
             if found is None or (found[0] is not None and term is not None):
                 return None
             term = found[0] if found[0] is not None else term
@@ -81,7 +95,7 @@ def _linear(value: Variable) -> tuple[Any, int] | None:
         return term, total
     source = _shape_of_first_axis(node)
     if source is not None:
-        return _length_term(source)
+        return _length_term(source, bound)
     return value, 0
 
 
@@ -100,11 +114,11 @@ def _shape_of_first_axis(node: Any) -> Variable | None:
     return None
 
 
-def _length_term(buffer: Variable) -> tuple[Any, int] | None:
+def _length_term(buffer: Variable, bound: Bound = _NONE) -> tuple[Any, int] | None:
     """``len(buffer)`` in the form of `_linear`."""
-    origin, length = _length(buffer)
+    origin, length = _length(buffer, bound)
     if length is not None:
-        return _linear(length)
+        return _linear(length, bound)
     return ("len", origin), 0
 
 
@@ -126,11 +140,14 @@ def _minimum_of(var: Variable) -> int | None:
     return None if any(v is None for v in values) else min(v for v in values if v is not None)
 
 
-def _length(buffer: Variable) -> tuple[Variable, Variable | None]:
+def _length(buffer: Variable, bound: Bound = _NONE) -> tuple[Variable, Variable | None]:
     """The op-chain origin of ``buffer``'s length, and the allocated length when the chain ends in an allocation."""
     var = buffer
     for _ in range(32):
         node = var.owner
+        if node is None and var in bound:
+            var = bound[var]
+            continue
         if node is None:
             return var, None
         op = node.op
@@ -172,9 +189,17 @@ def _state_buffer(result: Variable) -> Variable | None:
     return None
 
 
-def length_offset(buffer: Variable, n_steps: Variable) -> int | None:
-    """``len(buffer) - n_steps`` when the graph proves it constant, else None."""
-    return _offset(_length_term(buffer), _linear(n_steps))
+def length_offset(buffer: Variable, n_steps: Variable, bindings: Sequence[Bound] = ()) -> int | None:
+    """``len(buffer) - n_steps`` when the graph proves it constant, else None.
+
+    With ``bindings`` (the params of the body ``buffer`` and ``n_steps`` live in,
+    mapped to each enclosing consumer's arguments), the offset must be proved, and
+    the same, under every binding.
+    """
+    if not bindings:
+        return _offset(_length_term(buffer), _linear(n_steps))
+    offsets = {_offset(_length_term(buffer, bound), _linear(n_steps, bound)) for bound in bindings}
+    return offsets.pop() if len(offsets) == 1 else None
 
 
 def _rows_from_end(index: Any, minimum: int, reversed_: bool, rows: int) -> tuple[int, ...] | int | None:
