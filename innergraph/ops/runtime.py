@@ -21,8 +21,8 @@ rewritten body
     backend's late passes run, unless the body holds a hidden fold
     (`innergraph.hidden_folds`: the shared graph kept constant folding from doing
     what it does to the body alone), which gets the whole rewriter. Any other
-    body — built by a user and compiled without the pipeline, or under ``mode.excluding("innergraph")`` — gets the default
-    mode's whole rewriter.
+    body — built by a user and compiled without the pipeline, or under
+    ``mode.excluding("innergraph")`` — gets the default mode's whole rewriter.
 """
 
 from __future__ import annotations
