@@ -133,8 +133,9 @@ def already_rewritten(mode: Any, *, refold: bool = False) -> Any:
     reached its nodes, and its nested loops were lifted, simplified and lowered with
     it) before lowering it; compiling the native Scan would run them over it again.
     ``refold=True`` (a body with a hidden fold, `innergraph.hidden_folds`: the shared
-    graph kept it from being rewritten as it would be alone) keeps canonicalize and
-    stabilize, leaving out the round trip only.
+    graph kept it from being rewritten as it would be alone) keeps canonicalize, which
+    folds the node and runs the algebra the folded constant unlocks; stabilize and the
+    round trip stay out.
     ``None`` and ``"FAST_RUN"`` stand for what PyTensor's Scan makes of them
     (``Mode("cvm", "fast_run")``); ``"FAST_COMPILE"`` is kept as it is. One Mode
     object per original mode (and ``refold``), so lowered Scans still share one
@@ -147,7 +148,7 @@ def already_rewritten(mode: Any, *, refold: bool = False) -> Any:
     cached = _already_rewritten.get((id(mode), refold))
     if cached is None or cached[0] is not mode:
         base = Mode("cvm", "fast_run") if mode in (None, "FAST_RUN") else get_mode(mode)
-        made = base.excluding(*_ROUND_TRIP) if refold else base.excluding("canonicalize", "stabilize", *_ROUND_TRIP)
+        made = base.excluding("stabilize", *_ROUND_TRIP) if refold else base.excluding("canonicalize", "stabilize", *_ROUND_TRIP)
         if type(made) is Mode:  # a subclass (a debugging mode, say) is kept as it is
             made = LoweredScanMode(linker=made.provided_linker, optimizer=made.provided_optimizer)
         cached = _already_rewritten[(id(mode), refold)] = (mode, made)

@@ -28,9 +28,11 @@ hidden fold
     client elsewhere blocked the fold, or a rewrite after stabilize (a consumer
     rewrite inlining a constant argument) made it.
 
-`has_hidden_fold` answers for a `Body`, once per body (``body.cache``). A body
-with a hidden fold is compiled with canonicalize and stabilize (vanilla's inner
-rewrite); all others keep the shortened rewrite.
+`has_hidden_fold` answers for a `Body`, once per body (``body.cache``). A lowered
+body with a hidden fold is compiled with canonicalize (the pass that folds it and
+holds the zero algebra; `innergraph.convert.already_rewritten`), a rewritten body
+of the Python-thunk linkers with the whole rewriter
+(`innergraph.ops.runtime.body_rewriter`); all others keep the shortened rewrite.
 """
 
 from __future__ import annotations
