@@ -60,6 +60,7 @@ from innergraph.conversion import (
 )
 from innergraph.fold import fold_scope
 from innergraph.graph import InnerGraph, body_of, param
+from innergraph.hidden_folds import has_hidden_fold
 from innergraph.instantiate import copy_scope, instantiate
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse, ifelse
@@ -104,46 +105,53 @@ def _lift_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
 
 def _lower_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
     consumer: Scan = op
-    lowered = Scan(consumer.layout, **{**consumer.flags(), "mode": already_rewritten(consumer.mode)})
+    body = body_of(inputs[0])
+    mode = already_rewritten(consumer.mode, refold=has_hidden_fold(body))
+    lowered = Scan(consumer.layout, **{**consumer.flags(), "mode": mode})
     if for_jit.get():  # the backend converts the Scan itself, untraced states included
-        return native_scan(body_of(inputs[0]), lowered, copy_untraced=False).make_node(*inputs[1:]).outputs
+        return native_scan(body, lowered, copy_untraced=False).make_node(*inputs[1:]).outputs
     if consumer.layout.info.n_untraced_sit_sot:  # PyTensor's own runtime: vanilla's form, traced states
         current = current_node.get()
         results = consumer.layout.split_outer_outputs(current[1].outputs)["untraced"] if current else []
         read = [bool(current[0].clients.get(r)) for r in results] if current else [True] * consumer.layout.info.n_untraced_sit_sot
         initial = consumer.layout.split_outer_inputs(inputs[2:])["untraced"]
         retrace = [r and isinstance(v.type, TensorType) for r, v in zip(read, initial, strict=True)]  # not a generator
-        return retraced_outputs(body_of(inputs[0]), lowered, inputs[1:], retrace)
-    return native_scan(body_of(inputs[0]), lowered).make_node(*inputs[1:]).outputs
+        return retraced_outputs(body, lowered, inputs[1:], retrace)
+    return native_scan(body, lowered).make_node(*inputs[1:]).outputs
 
 
-_already_rewritten: dict[int, tuple[Any, Any]] = {}
+_already_rewritten: dict[tuple[int, bool], tuple[Any, Any]] = {}
 
 #: innergraph's passes that lift, rewrite and lower loops: a lowered body's nested loops went through them already.
 _ROUND_TRIP = ("innergraph_lift", "innergraph_branch", "innergraph_simplify", "innergraph_lower")
 
 
-def already_rewritten(mode: Any) -> Any:
+def already_rewritten(mode: Any, *, refold: bool = False) -> Any:
     """``mode`` for compiling a lowered body: without canonicalize, stabilize and the round trip.
 
     The pipeline rewrote the body with the outer graph (canonicalize and stabilize
     reached its nodes, and its nested loops were lifted, simplified and lowered with
     it) before lowering it; compiling the native Scan would run them over it again.
+    ``refold=True`` (a body with a hidden fold, `innergraph.hidden_folds`: the shared
+    graph kept it from being rewritten as it would be alone) keeps canonicalize, which
+    folds the node and runs the algebra the folded constant unlocks; stabilize and the
+    round trip stay out.
     ``None`` and ``"FAST_RUN"`` stand for what PyTensor's Scan makes of them
     (``Mode("cvm", "fast_run")``); ``"FAST_COMPILE"`` is kept as it is. One Mode
-    object per original mode, so lowered Scans still share one native Op per body.
+    object per original mode (and ``refold``), so lowered Scans still share one
+    native Op per body.
     """
     from pytensor.compile.mode import get_mode
 
     if mode == "FAST_COMPILE":
         return mode
-    cached = _already_rewritten.get(id(mode))
+    cached = _already_rewritten.get((id(mode), refold))
     if cached is None or cached[0] is not mode:
         base = Mode("cvm", "fast_run") if mode in (None, "FAST_RUN") else get_mode(mode)
-        made = base.excluding("canonicalize", "stabilize", *_ROUND_TRIP)
+        made = base.excluding("stabilize", *_ROUND_TRIP) if refold else base.excluding("canonicalize", "stabilize", *_ROUND_TRIP)
         if type(made) is Mode:  # a subclass (a debugging mode, say) is kept as it is
             made = LoweredScanMode(linker=made.provided_linker, optimizer=made.provided_optimizer)
-        cached = _already_rewritten[id(mode)] = (mode, made)
+        cached = _already_rewritten[(id(mode), refold)] = (mode, made)
     return cached[1]
 
 

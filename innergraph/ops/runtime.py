@@ -18,9 +18,11 @@ rewritten body
     stabilize, specialize, ...) already reached its nodes together with the outer
     graph, and ``innergraph_fusion`` fuses it right after. Compiling it leaves those
     passes and elemwise fusion out (`pipeline_passes`); the in-place and the
-    backend's late passes run. Any other body — built by a user and compiled without
-    the pipeline, or under ``mode.excluding("innergraph")`` — gets the default
-    mode's whole rewriter.
+    backend's late passes run, unless the body holds a hidden fold
+    (`innergraph.hidden_folds`: the shared graph kept constant folding from doing
+    what it does to the body alone), which gets the whole rewriter. Any other
+    body — built by a user and compiled without the pipeline, or under
+    ``mode.excluding("innergraph")`` — gets the default mode's whole rewriter.
 """
 
 from __future__ import annotations
@@ -155,14 +157,15 @@ def body_rewriter(body: Body, linker: str) -> Any:
 
     Kept while the default mode and the registered rewrites stay the same
     (`innergraph._compat.queried_once`). A rewritten body (`is_rewritten`) leaves out
-    `pipeline_passes`.
+    `pipeline_passes`, unless it holds a hidden fold (`innergraph.hidden_folds`).
     """
     from pytensor.compile.mode import Mode, get_default_mode
 
     from innergraph._compat import queried_once
+    from innergraph.hidden_folds import has_hidden_fold
 
     query = get_default_mode().provided_optimizer
-    rewritten = is_rewritten(body)
+    rewritten = is_rewritten(body) and not has_hidden_fold(body)
 
     def rewriter() -> Any:
         mode = Mode(linker=linker, optimizer=query)

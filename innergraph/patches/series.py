@@ -254,6 +254,7 @@ Still inert: nothing enables innergraph yet.
         "consumer.py",
         "conversion.py",
         "convert.py",
+        "hidden_folds.py",
         "handover.py",
         "builders.py",
         "checkpoint.py",
