@@ -12,6 +12,7 @@ from pytensor.scan.utils import until
 import innergraph
 from innergraph import checkpoint
 from innergraph.checkpoint_bench import peak_bytes
+from filters import filter_loglik
 
 CVM = Mode(linker="cvm", optimizer="fast_run")
 NUMBA = Mode(linker="numba", optimizer="fast_run")
@@ -207,14 +208,7 @@ def test_bad_policy_is_named():
 def _filter_gradient(policy):
     y, phi, q = pt.vector("y"), pt.scalar("phi"), pt.scalar("q")
 
-    def step(y_t, m, p, ll, phi, q):
-        m_pred, p_pred = phi * m, phi * phi * p + q
-        s = p_pred + 0.3
-        e = y_t - m_pred
-        return m_pred + p_pred / s * e, (1 - p_pred / s) * p_pred, ll - 0.5 * (pt.log(s) + e * e / s)
-
-    zero = pt.constant(0.0, dtype="float64")
-    _, _, ll = pytensor.scan(step, sequences=[y], outputs_info=[zero, zero + 1, zero], non_sequences=[phi, q], return_updates=False)
+    ll = filter_loglik(y, phi, q)
     with checkpoint.checkpointing(policy):
         grads = pytensor.grad(ll[-1], [phi, q])
     return pytensor.function([y, phi, q], [ll[-1], *grads], mode=CVM)

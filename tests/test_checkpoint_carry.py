@@ -18,6 +18,7 @@ from pytensor.scan.op import Scan as NativeScan
 
 from innergraph import checkpoint
 from innergraph.rewriting.lengths import length_offset
+from filters import filter_loglik
 
 MODES = {linker: Mode(linker=linker, optimizer="fast_run") for linker in ("py", "cvm", "numba")}
 
@@ -44,14 +45,7 @@ def _filter(policy, wrt_y):
     """A mean, a variance and a log-likelihood carried over one series; gradient w.r.t. two non-sequences (and the series)."""
     y, phi, q = pt.dvector("y"), pt.dscalar("phi"), pt.dscalar("q")
 
-    def step(y_t, m, p, ll, phi, q):
-        m_pred, p_pred = phi * m, phi * phi * p + q
-        s = p_pred + 0.3
-        e = y_t - m_pred
-        return m_pred + p_pred / s * e, (1 - p_pred / s) * p_pred, ll - 0.5 * (pt.log(s) + e * e / s)
-
-    zero = pt.constant(0.0, dtype="float64")
-    _, _, ll = pytensor.scan(step, sequences=[y], outputs_info=[zero, zero + 1, zero], non_sequences=[phi, q], return_updates=False)
+    ll = filter_loglik(y, phi, q)
     with checkpoint.checkpointing(policy):
         grads = pytensor.grad(ll[-1], [phi, q, y] if wrt_y else [phi, q])
     return [y, phi, q], [ll[-1], *grads]
