@@ -76,7 +76,9 @@ def test_a_parameter_check_inside_a_scan_gives_minus_inf_as_pymc_intends():
     from pymc.logprob.utils import ParameterValueError
 
     mode = Mode(linker="numba", optimizer="fast_run")
-    vanilla, ours = (_compiled((m.value_vars, [m.logp()]), md) for m, md in ((_scan_with_a_checked_sigma(), mode.excluding("innergraph")), (_scan_with_a_checked_sigma(), mode)))
+    vanilla_model, our_model = _scan_with_a_checked_sigma(), _scan_with_a_checked_sigma()
+    vanilla = _compiled((vanilla_model.value_vars, [vanilla_model.logp()]), mode.excluding("innergraph"))
+    ours = _compiled((our_model.value_vars, [our_model.logp()]), mode)
     np.testing.assert_allclose(ours(1.3)[0], vanilla(1.3)[0], rtol=1e-12)
     with pytest.raises(ParameterValueError, match="sigma > 0"):
         vanilla(-1.0)

@@ -53,11 +53,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytensor.tensor as pt
-from pytensor.graph.basic import Variable
+from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.scan.utils import expand_empty
-
-from pytensor.graph.basic import Apply
 
 from innergraph.graph import body_of, scope_toposort
 from innergraph.rewriting.lengths import final_row_reads, length_offset
