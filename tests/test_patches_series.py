@@ -88,3 +88,21 @@ def test_verify_expects_monkey_patching_before_patch_4_a_refusal_at_4_and_the_al
         "refused",
         "patched pytensor",
     ]
+
+
+def test_verify_skips_pytensors_tests_only_after_patches_that_add_unimported_files(tmp_path):
+    from innergraph.patches import verify
+
+    committed = sorted((build.REPOSITORY / "patches").glob("[0-9][0-9][0-9][0-9]-*.patch"))
+    skipped = [level for level, patch in enumerate(committed, start=1) if verify.untouched_reason(patch, level)]
+    assert skipped == [1, 3]  # 2 edits PyTensor's linker, printing, pickling; 4 enables the copy; 5 the backends
+    assert verify.edited_pytensor_files(committed[1])[:2] == ["pytensor/compile/debug/debugmode.py", "pytensor/graph/fg.py"]
+
+    # an inert patch that edits one of PyTensor's own files is run, as is any patch once PyTensor imports its copy
+    edits_pytensor = tmp_path / "edit.patch"
+    edits_pytensor.write_text("--- a/pytensor/innergraph/fold.py\n+++ b/pytensor/innergraph/fold.py\n--- a/pytensor/scan/op.py\n+++ b/pytensor/scan/op.py\n")
+    assert verify.untouched_reason(edits_pytensor, 1) is None
+    adds_only = tmp_path / "add.patch"
+    adds_only.write_text("--- /dev/null\n+++ b/pytensor/innergraph/new.py\n")
+    assert verify.untouched_reason(adds_only, 3) is not None
+    assert verify.untouched_reason(adds_only, 4) is None

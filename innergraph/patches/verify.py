@@ -14,7 +14,12 @@ form
 upstream
     PyTensor's own test files (``../shared/upstream/run.sh``, its default list, innergraph
     not imported by the harness: PyTensor enables its copy itself from patch 4 on); the
-    counts must be vanilla's (`VANILLA`).
+    counts must be vanilla's (`VANILLA`). By default (``--upstream touched``) they run
+    after the last patch and after every *touching* patch: one that edits a file PyTensor
+    already had, or any file once PyTensor imports its copy (patch 4 on). A patch that
+    only adds or edits files under ``pytensor/innergraph/`` while nothing in PyTensor
+    imports them cannot change what PyTensor's tests see, so running them again would
+    only repeat the previous result (`untouched_reason`).
 suite
     innergraph's own tests: after patches 1-3 in the monkey-patched form (``--suite
     each``: the whole suite; default: `PARTIAL_TESTS`, the tests of the two forms and the
@@ -40,7 +45,7 @@ from innergraph.patches.build import REPOSITORY
 from innergraph.patches.sdist import PYTENSOR_VERSION, extract, sdist_path
 from innergraph.patches.series import SERIES
 
-__all__ = ["PARTIAL_TESTS", "VANILLA", "counts", "main", "verify"]
+__all__ = ["PARTIAL_TESTS", "VANILLA", "counts", "main", "untouched_reason", "verify"]
 
 #: PyTensor 3.0.7's own test files (``run.sh``'s default list) on vanilla PyTensor.
 VANILLA = {"passed": 534, "xfailed": 8, "skipped": 18, "deselected": 8}
@@ -70,6 +75,24 @@ def counts(summary: str) -> dict[str, int]:
 
 def _expected_form(level: int) -> str:
     return "patched pytensor" if level == len(SERIES) else "refused" if level >= 4 else "monkey-patched"
+
+
+def edited_pytensor_files(patch: Path) -> list[str]:
+    """The files ``patch`` edits or deletes (not the ones it creates), as paths in PyTensor's tree."""
+    return [line[len("--- a/") :].rstrip("\n") for line in patch.read_text().splitlines() if line.startswith("--- a/")]
+
+
+def untouched_reason(patch: Path, level: int) -> str | None:
+    """Why PyTensor's own tests need not run after ``patch`` (the ``level``-th), or None if they must.
+
+    They need not when PyTensor does not import its copy of innergraph yet (the series'
+    inert levels) and the patch edits no file outside ``pytensor/innergraph/``: it adds
+    or changes only modules nothing in PyTensor imports.
+    """
+    if _expected_form(level) != "monkey-patched":
+        return None
+    outside = [name for name in edited_pytensor_files(patch) if not name.startswith("pytensor/innergraph/")]
+    return None if outside else "the patch only adds files under pytensor/innergraph/, which nothing in PyTensor imports yet"
 
 
 def _run(command: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[int, str, float]:
@@ -161,7 +184,10 @@ def verify(each: bool, venv: Path, suite: str, upstream: str, files: str | None,
                 _say(f"   FAILED: import innergraph\n{output[-3000:]}")
                 return False
             checks = []
-            if upstream == "each" or level == len(patches):
+            skip = untouched_reason(patch, level) if upstream == "touched" and level < len(patches) else None
+            if skip:
+                _say(f"   upstream: not run, {skip}: PyTensor's tests see what they saw before this patch")
+            elif upstream in ("each", "touched") or level == len(patches):
                 checks.append(lambda: _check_upstream(python, files if level < len(patches) else None))
             if suite != "none" and form != "refused" and (suite == "each" or level == len(patches) or form == "monkey-patched"):
                 checks.append(lambda: _check_suite(python, level, whole=suite == "each"))
@@ -179,7 +205,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--each", action="store_true", help="check after every patch (default: after the last one only)")
     parser.add_argument("--venv", type=Path, default=REPOSITORY / ".venv-patched", help="the environment to (re)create")
     parser.add_argument("--suite", choices=["final", "each", "none"], default="final", help="innergraph's whole suite after the last patch only (and PARTIAL_TESTS after inert ones), after every patch, or never")
-    parser.add_argument("--upstream", choices=["each", "final"], default="each", help="PyTensor's test files after every checked patch, or after the last only")
+    parser.add_argument(
+        "--upstream",
+        choices=["touched", "each", "final"],
+        default="touched",
+        help="PyTensor's test files after the last patch and every checked patch that can change them (default), after every checked patch, or after the last only",
+    )
     parser.add_argument("--files", default=None, help="PyTensor's test files to run after the intermediate patches (default: run.sh's whole list)")
     parser.add_argument("--levels", default=None, help="check after these patches only (``2,3``), for a run split across machines or a re-run")
     args = parser.parse_args(argv)
