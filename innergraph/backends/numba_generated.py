@@ -102,13 +102,14 @@ def numba_funcify_generated(op: Any, node: Any = None, **kwargs: Any) -> Convert
     the dispatch; without semantics of its own it gets PyTensor's fallback
     (object mode, with PyTensor's warning naming the Op).
     """
-    sem = semantics_of(form_of(op), op)
-    if sem is None:
+    form = form_of(op)
+    sem = semantics_of(form, op)
+    if sem is None or form is None:
         return numba_basic.generate_fallback_impl(op, node=node, **kwargs), None
     if isinstance(sem, Branch):
-        return _branch(op, node)
+        return _branch(op, node, form)
     if isinstance(sem, Once):
-        return _once(op, node)
+        return _once(op, node, form)
     plan = loop_plan(op, node)
     bodies = {b: body_value(node.inputs[plan.functions[b]]) for b in plan.bodies_run}
     others = tuple(bodies[b] for b in plan.bodies_run if b != plan.update)
@@ -152,9 +153,9 @@ def _wiring(node: Any) -> tuple[Any, ...]:
     )
 
 
-def _branch(op: Any, node: Any) -> Converted:
+def _branch(op: Any, node: Any, form: Form) -> Converted:
     """The jitted conditional of ``node``: one body runs per call (cached on the then body, planned once per wiring)."""
-    then_body, else_body = (body_value(f) for f in form_of(op).functions(node))
+    then_body, else_body = (body_value(f) for f in form.functions(node))
 
     def make() -> Converted:
         plan = branch_plan(op, node)  # its bodies are the form's functions (`innergraph.semantics._declared`)
@@ -173,9 +174,9 @@ def once_source(plan: OncePlan, code: Any) -> tuple[list[str], list[str], dict[s
     return [f"i{i}" for i in range(plan.n_inputs)], [*r.lines, f"return {returned}"], r.env
 
 
-def _once(op: Any, node: Any) -> Converted:
+def _once(op: Any, node: Any, form: Form) -> Converted:
     """The jitted call of ``node``: its body inline (cached on the body, planned once per wiring)."""
-    (function,) = form_of(op).functions(node)
+    (function,) = form.functions(node)
     body = body_value(function)
 
     def make() -> Converted:
