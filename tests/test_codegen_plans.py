@@ -1,0 +1,66 @@
+"""Generated Numba code is planned once per equal consumer: equal conditionals over one pair of
+bodies share one plan and one generated function, and a different wiring of the same bodies gets its own."""
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from pytensor.compile.mode import Mode
+from pytensor.ifelse import ifelse as vanilla_ifelse
+
+import innergraph
+import innergraph.backends.numba_generated as generated
+from innergraph.ops.ifelse import IfElse
+
+b, x, y = pt.dvector("b"), pt.dscalar("x"), pt.dscalar("y")
+NUMBA = Mode(linker="numba", optimizer="fast_run")
+
+
+def graph(cond_fn, odd_first):
+    """Three conditionals over one then body (after outlining ``+ i``) and one else body, and an odd one
+    whose else branch reads ``y`` where the others read ``x``: the same bodies, wired differently.
+
+    Converted in either order (``odd_first``): a plan of the three reads ``x`` for the odd one's ``y``,
+    while the odd one's plan happens to read the right input of the three.
+    """
+    c = pt.gt(x, 0)
+    outs = [cond_fn(c, (b * x).sum() + i, (b / x).sum()) for i in (1.0, 2.0, 3.0)]
+    odd = cond_fn(c, (b * x).sum() + 4.0, (b / y).sum())
+    return [odd, *outs] if odd_first else [*outs, odd]
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["odd-last", "odd-first"])
+def compiled(request):
+    """The innergraph function, how many branch plans its conversion made, and vanilla's function."""
+    calls = []
+    original = generated.branch_plan
+
+    def counting(op, node):
+        calls.append(node)
+        return original(op, node)
+
+    generated.branch_plan = counting
+    try:
+        fn = pytensor.function([b, x, y], graph(innergraph.ifelse, request.param), mode=NUMBA)
+    finally:
+        generated.branch_plan = original
+    vanilla = pytensor.function([b, x, y], graph(vanilla_ifelse, request.param), mode=NUMBA.excluding("innergraph"))
+    return fn, calls, vanilla
+
+
+def test_equal_conditionals_are_planned_once_per_wiring(compiled):
+    fn, calls, _ = compiled
+    nodes = [n for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, IfElse)]
+    assert len(nodes) == 4
+    assert len({(n.inputs[1].data, n.inputs[2].data) for n in nodes}) == 1, "the test lost its subject: the bodies differ"
+    assert len(calls) == 2  # one plan for the three equal wirings, one for the conditional reading y
+
+
+@pytest.mark.parametrize("args", [(1.5, 3.0), (-1.5, 3.0), (-2.0, -0.5)])
+def test_values_equal_vanilla(compiled, args):
+    fn, _, vanilla = compiled
+    bv = np.linspace(0.5, 2.0, 7)
+    got, want = fn(bv, *args), vanilla(bv, *args)
+    np.testing.assert_allclose(got, want, rtol=1e-14)
+    if args[0] < 0:  # the odd conditional's else branch reads y, not x
+        assert len({float(v) for v in got}) == 2
