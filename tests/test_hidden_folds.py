@@ -27,6 +27,7 @@ from pytensor.tensor.basic import Alloc
 
 from innergraph.graph import param
 from innergraph.hidden_folds import hidden_folds
+from innergraph.types import Body
 
 M = pt.TensorType("float64", shape=(2, 2))
 V = pt.TensorType("float64", shape=(2,))
@@ -103,3 +104,24 @@ def test_the_loop_keeps_no_zero_matrix(compiled):
 def test_values_equal_vanillas(compiled):
     for ours, theirs in zip(compiled["innergraph"][1], compiled["vanilla"][1], strict=True):
         np.testing.assert_array_equal(ours, theirs)
+
+
+def _body(outputs):
+    from innergraph.types import InnerGraphType
+
+    return Body(InnerGraphType((V,), tuple(o.type for o in outputs)), outputs)
+
+
+def test_one_conversion_gives_a_hidden_fold_the_whole_rewriter_whatever_body_came_first():
+    """`prepared_body` shares late passes within a conversion by `body_rewriter`'s own kinds."""
+    from innergraph.backends.numba_code import one_conversion, prepared_body
+    from innergraph.ops.runtime import mark_rewritten
+
+    p = param(0, V)
+    plain = mark_rewritten(_body([pt.exp(p)]))
+    folded = mark_rewritten(_body([pt.diagonal(pt.zeros((2, 2))) * p + p]))  # canonicalize: p
+    for order in ([plain, folded], [folded, plain]):
+        with one_conversion():
+            prepared = {id(b): prepared_body(b) for b in order}
+        ops = [type(n.op).__name__ for n in prepared[id(folded)].apply_nodes]
+        assert "Alloc" not in ops and "ExtractDiag" not in ops, (order.index(folded), ops)

@@ -51,7 +51,7 @@ from pytensor.scan.op import Scan as NativeScan
 from innergraph.errors import FreeVariableError
 from innergraph.fold import fold_inner_graphs
 from innergraph.instantiate import is_large_constant, private_fgraph
-from innergraph.ops.runtime import body_rewriter, is_rewritten
+from innergraph.ops.runtime import body_rewriter, skips_pipeline_passes
 from innergraph.rewriting.tracks import skipping_untracked
 from innergraph.types import Body
 from innergraph.patching import original
@@ -178,11 +178,15 @@ def _constant_key(var: Variable) -> Any:
 
 
 def _late_passes(body: Body, linker: str) -> Any:
-    """`body_rewriter`, walking passes guarded by their tracks; once per kind of body in a conversion."""
+    """`body_rewriter`, walking passes guarded by their tracks; once per kind of body in a conversion.
+
+    The kinds are `body_rewriter`'s own (`skips_pipeline_passes`): a rewritten body with
+    a hidden fold gets the whole rewriter whatever body came first.
+    """
     conversion = _current.get()
     if conversion is None:
         return skipping_untracked(body_rewriter(body, linker))
-    key = (linker, is_rewritten(body))
+    key = (linker, skips_pipeline_passes(body))
     found = conversion.late_passes.get(key)
     if found is None:
         found = conversion.late_passes[key] = skipping_untracked(body_rewriter(body, linker))

@@ -44,6 +44,7 @@ __all__ = [
     "CheckedFunction",
     "compiled_function",
     "is_rewritten",
+    "skips_pipeline_passes",
     "linker_for",
     "make_body_thunk",
     "mark_rewritten",
@@ -152,6 +153,16 @@ def is_rewritten(body: Body) -> bool:
     return bool(body.cache.get(_REWRITTEN, False))
 
 
+def skips_pipeline_passes(body: Body) -> bool:
+    """Whether `body_rewriter` leaves `pipeline_passes` out for ``body``: rewritten, and no hidden fold.
+
+    Caches of rewriters (one per linker and answer) must key on this, not on `is_rewritten`.
+    """
+    from innergraph.hidden_folds import has_hidden_fold
+
+    return is_rewritten(body) and not has_hidden_fold(body)
+
+
 def body_rewriter(body: Body, linker: str) -> Any:
     """The graph rewriter a body is compiled with: the default mode's, queried once.
 
@@ -162,10 +173,9 @@ def body_rewriter(body: Body, linker: str) -> Any:
     from pytensor.compile.mode import Mode, get_default_mode
 
     from innergraph._compat import queried_once
-    from innergraph.hidden_folds import has_hidden_fold
 
     query = get_default_mode().provided_optimizer
-    rewritten = is_rewritten(body) and not has_hidden_fold(body)
+    rewritten = skips_pipeline_passes(body)
 
     def rewriter() -> Any:
         mode = Mode(linker=linker, optimizer=query)
