@@ -169,13 +169,28 @@ def _output_types(then_types: Sequence[Any], else_types: Sequence[Any], where: s
         raise BodyTypeError(f"{where}: the then branch has {len(then_types)} outputs, the else branch {len(else_types)}")
     types = []
     for k, (a, b) in enumerate(zip(then_types, else_types, strict=True)):
-        if a.is_super(b):
-            types.append(a)
-        elif b.is_super(a):
-            types.append(b)
-        else:
+        joined = _join(a, b)
+        if joined is None:
             raise BodyTypeError(f"{where}: output {k} has type {a} in the then branch and {b} in the else branch")
+        types.append(joined)
     return types
+
+
+def _join(a: Any, b: Any) -> Any:
+    """The output type of branches typed `a` and `b`, as PyTensor's IfElse makes it, or None.
+
+    Tensors of one dtype and rank whose static shapes differ (``(2,)`` and ``(4,)``, a
+    mixture of components of different lengths) give the shape known in both
+    (``(None,)``), as ``pytensor.ifelse`` does.
+    """
+    if a.is_super(b):
+        return a
+    if b.is_super(a):
+        return b
+    if not isinstance(a, pt.TensorType) or type(a) is not type(b) or (a.dtype, a.ndim) != (b.dtype, b.ndim):
+        return None
+    joined = a.clone(shape=tuple(x if x == y else None for x, y in zip(a.shape, b.shape, strict=True)))
+    return joined if joined.is_super(a) and joined.is_super(b) else None
 
 
 def _param_rows(fn: Variable) -> list[list[bool]]:
