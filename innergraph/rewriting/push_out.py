@@ -172,7 +172,7 @@ def _fold_broadcast_constants(outputs: list[Variable], stop: Collection[Variable
     """
     folded: dict[Variable, Variable] = {}
     for node in scope_toposort(outputs, stop=stop):
-        inputs = [folded.get(v, v) for v in node.inputs]
+        inputs: list[Any] = [folded.get(v, v) for v in node.inputs]
         if not isinstance(node.op, DimShuffle | Elemwise) or len(node.outputs) != 1 or not all(isinstance(v, Constant) for v in inputs):
             continue
         out: list[list[Any]] = [[None]]
@@ -210,7 +210,7 @@ def _rows(var: Any, start: int | None, n_steps: Any) -> Variable:
     if isinstance(n_steps, Constant):
         n_steps = int(n_steps.data)
         if isinstance(var, Constant) and start is not None:  # rows of a constant: a constant
-            return pt.constant(np.ascontiguousarray(np.asarray(var.data)[start : start + n_steps]), dtype=var.dtype)
+            return pt.constant(np.ascontiguousarray(np.asarray(var.data)[start : start + n_steps]), dtype=var.type.dtype)
     return var if start is None else var[:n_steps] if start == 0 else var[start : start + n_steps]
 
 
