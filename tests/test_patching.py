@@ -62,7 +62,7 @@ def test_uninstall_restores_pytensor_exactly_and_install_is_idempotent():
     assert patched_state() == (linker_patch.schedule, printing_patch.debugprint, printing_patch.debugprint, True, gradient_patch.pullback)
     from innergraph.rewriting import db
 
-    assert len(db.registered()) == 19  # 16 graph passes in optdb, 3 node rewriters in canonicalize/specialize
+    assert len(db.registered()) == 20  # 17 graph passes in optdb, 3 node rewriters in canonicalize/specialize
     innergraph.uninstall()
     try:
         assert patched_state() == (
@@ -87,7 +87,7 @@ def test_uninstall_restores_pytensor_exactly_and_install_is_idempotent():
     assert patched_state() == (linker_patch.schedule, printing_patch.debugprint, printing_patch.debugprint, True, gradient_patch.pullback)
     from innergraph.rewriting import db
 
-    assert len(db.registered()) == 19
+    assert len(db.registered()) == 20
 
 
 def program():
