@@ -76,7 +76,7 @@ def test_uninstall_restores_pytensor_exactly_and_install_is_idempotent():
 
         names = [name for name, *_ in db._REWRITES]
         local = [(name, where) for name, _, where, _ in db._LOCAL_REWRITES]
-        assert len(names) == 16 and len(local) == 3 and db.registered() == []
+        assert len(names) == 17 and len(local) == 3 and db.registered() == []
         assert not any(name in optdb.__db__ for name in names)
         assert not any(name in optdb[where].__db__ or name in optdb[where]._names for name, where in local)
         assert not any("innergraph" in optdb[where].__db__ for _, where in local)
