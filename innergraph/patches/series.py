@@ -291,6 +291,7 @@ counterpart).
         "rewriting/dce.py",
         "rewriting/duplicates.py",
         "rewriting/forward.py",
+        "rewriting/fresh_carry.py",
         "rewriting/fusion.py",
         "rewriting/inline_args.py",
         "rewriting/lengths.py",

@@ -23,6 +23,7 @@ from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.tensor.basic import Alloc
 from pytensor.tensor.elemwise import Elemwise
+from pytensor.tensor.subtensor import Subtensor
 from pytensor.tensor.variable import TensorConstant
 
 from innergraph.canonical import template
@@ -70,15 +71,22 @@ def inline_constant(slot: Slot, meaning: Meaning = Meaning.INVARIANT) -> dict[Va
 def invariant_row(sig: Signature, slot: Slot) -> Variable | None:
     """The row every step reads from a sequence whose rows are all equal, if it is one.
 
-    Such a sequence is a constant with equal rows (at least ``n_steps`` long), or an
-    ``Alloc`` that broadcasts a value along time.
+    Such a sequence is a constant with equal rows (or rows ``k:`` of one: what carrying
+    a zero cotangent leaves), or an ``Alloc`` that broadcasts a
+    value along time. A constant's length is checked against ``n_steps`` only when
+    that is a constant too: otherwise, as for the ``Alloc``, a valid graph's sequence
+    is long enough (PyTensor's ``scan_inline_invariant_constants`` makes the same
+    assumption, and would otherwise rebuild the lowered Scan to do this).
     """
     seq: Any = slot.args[0]
     ((_, p),) = slot.params
     n_steps = sig.header[0]
-    if isinstance(seq, Constant):
-        data = np.asarray(seq.data)
-        if not isinstance(n_steps, Constant) or data.ndim == 0 or len(data) < int(n_steps.data) or not len(data) or not (data == data[:1]).all():
+    sliced = _slice_of_constant(seq)
+    if isinstance(seq, Constant) or sliced is not None:
+        data = np.asarray(seq.data if sliced is None else sliced.data)
+        if data.ndim == 0 or not len(data) or not (data == data[:1]).all():
+            return None
+        if sliced is None and isinstance(n_steps, Constant) and len(data) < int(n_steps.data):
             return None
         return TensorConstant(p.type, p.type.filter(data[0]))
     node = seq.owner
@@ -98,6 +106,16 @@ def invariant_row(sig: Signature, slot: Slot) -> Variable | None:
         return p.type.filter_variable(row)
     except TypeError:
         return None
+
+
+def _slice_of_constant(seq: Any) -> Constant | None:
+    """The constant ``c`` when ``seq`` is ``c[start:stop]`` (a slice along time only), else None."""
+    node = seq.owner
+    if node is None or not isinstance(node.op, Subtensor) or not isinstance(node.inputs[0], Constant):
+        return None
+    if len(node.op.idx_list) != 1 or not isinstance(node.op.idx_list[0], slice):
+        return None
+    return node.inputs[0]
 
 
 def _invariant_row(sig: Signature, slot: Slot) -> tuple[Variable, str] | None:

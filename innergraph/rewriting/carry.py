@@ -59,6 +59,7 @@ from pytensor.scan.utils import expand_empty
 
 from innergraph.graph import body_of, scope_toposort
 from innergraph.rewriting.lengths import final_row_reads, length_offset
+from innergraph.rewriting.outer import rows_of
 from innergraph.rewriting.signature import Signature, Slot, consumers, mit_mot_taps_from_zero, replace_consumer
 from innergraph.slots import Meaning
 
@@ -145,7 +146,7 @@ def carried_form(sig: Signature, slot: Slot, n_steps: Variable) -> list[Slot] | 
     if set(below) == {o - 1 for o in out_taps} and set(out_taps) <= set(in_taps):
         states = []
         for o in sorted(out_taps):
-            initial = buffer[o - 1]
+            initial = rows_of(buffer, o - 1)
             output, output_type = produced[o]
             states.append(Slot(carry, (initial,), (by_tap[o - 1],), (output,), (output_type,), (initial.type(),)))
     elif len(out_taps) == 1:
@@ -155,7 +156,7 @@ def carried_form(sig: Signature, slot: Slot, n_steps: Variable) -> list[Slot] | 
         states = [Slot(trace_kind, (trace,), params, slot.outputs, slot.output_types, (trace.type(),), taps)]
     else:
         return None
-    contributions = [Slot(sequence, (buffer[t:],), (by_tap[t],)) for t in in_taps if t >= k]
+    contributions = [Slot(sequence, (rows_of(buffer, slice(t, None)),), (by_tap[t],)) for t in in_taps if t >= k]
     return [*states, *contributions]
 
 

@@ -18,6 +18,7 @@ name                                  position  tags
 ``innergraph_fusion``                 49.1      fast_run, fusion
 ``innergraph_inline_outlined_loops``  49.15     fast_run, innergraph
 ``innergraph_contiguous``             49.2      fast_run, innergraph
+``innergraph_fresh_carries``          49.3      fast_run, innergraph
 ``innergraph_share``                  99        fast_run, innergraph
 ====================================  ========  ==================================================
 
@@ -107,6 +108,11 @@ when fusion does.
 graph's non-contiguous array constants (folded strided slices), which the Numba
 backend cannot cache, after the last pass that folds constants into the graph.
 
+``innergraph_fresh_carries`` (`innergraph.rewriting.fresh_carry`) gives an untraced
+sit-sot that starts from a constant, and whose result an in-place Op may overwrite
+(a triangular solve's right-hand side), a fresh initial buffer: the Scan declares
+the result a view of that value, and a view of a constant is never overwritten.
+
 PyTensor's own ``scan_make_inplace`` (50.5) is, while innergraph is installed,
 `innergraph.rewriting.scan_inplace.SharedScanInplace` under the same name, tags and
 position: PyTensor's pass on graphs innergraph did not lift; on lifted ones it makes
@@ -134,6 +140,7 @@ from pytensor.graph.rewriting.db import RewriteDatabase
 
 from innergraph.rewriting.contiguous import contiguous_constants
 from innergraph.rewriting.copies import add_to_copies, remove_from_copies
+from innergraph.rewriting.fresh_carry import fresh_carries
 from innergraph.rewriting.fusion import fuse_bodies
 from innergraph.rewriting.inline_args import inline_lifted_arguments
 from innergraph.rewriting.lift import fold_bodies, lift_native, lower_consumers
@@ -212,6 +219,7 @@ _REWRITES: list[tuple[str, Any, float, tuple[str, ...]]] = [
     ("innergraph_fusion", FunctionRewriter(fuse_bodies), 49.1, ("fast_run", "fusion")),
     ("innergraph_inline_outlined_loops", FunctionRewriter(inline_outlined_loops), 49.15, ("fast_run", "innergraph")),
     ("innergraph_contiguous", FunctionRewriter(contiguous_constants), 49.2, ("fast_run", "innergraph")),
+    ("innergraph_fresh_carries", FunctionRewriter(fresh_carries), 49.3, ("fast_run", "innergraph")),
     ("innergraph_share", FunctionRewriter(share_native_ops), 99, ("fast_run", "innergraph")),
 ]
 

@@ -19,6 +19,7 @@ from pytensor.ifelse import IfElse as NativeIfElse
 from innergraph.fold import always_computed
 from innergraph.graph import is_function, scope_toposort
 from innergraph.instantiate import substitute
+from innergraph.rewriting.push_out import fold_constant_work
 from innergraph.rewriting.signature import Signature, Slot, consumers, replace_consumer
 from innergraph.slots import Meaning
 
@@ -75,7 +76,7 @@ def hoist_invariants(fgraph: FunctionGraph) -> int:
             targets = analysed[key]
             if not targets:
                 continue
-            outer = substitute(targets, bound)
+            outer = fold_constant_work(substitute(targets, bound), stop=set(bound.values()))
             new = [placeholders.setdefault(t, t.type()) for t in targets]
             slots += [Slot(kind, (o,), ((b, p),)) for o, p in zip(outer, new, strict=True)]
             replace[b] = dict(zip(targets, new, strict=True))

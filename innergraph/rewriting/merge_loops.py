@@ -12,7 +12,7 @@ both bodies side by side; sequences and non-sequences they share then become one
 param (`innergraph.rewriting.args`) and MergeOptimizer shares their work.
 
 Equal loops are one loop before different loops are merged: when two loops could
-merge, ordinary merging runs first (`merge_equal_consumers`), so loops whose
+merge and have equal Ops (only those can be one node), ordinary merging runs first (`merge_equal_consumers`), so loops whose
 bodies became equal in this round's rewrites (or in canonicalize) are one node
 and not two halves of a merged body that computes the same state twice.
 """
@@ -87,6 +87,20 @@ def _key(sig: Signature) -> Hashable | None:
     return None if key is None else (type(sig.node.op), key)
 
 
+def _could_be_one(sigs: list[Signature]) -> bool:
+    """Whether merging could make two of ``sigs`` one node: two have equal Ops and input types.
+
+    `MergeOptimizer` merges only nodes with equal Ops, so loops of different layouts
+    (a forward loop and its gradient) never become one, and the whole-graph merge of
+    `merge_equal_consumers` would be spent for nothing.
+    """
+    return any(
+        a.node.op == b.node.op and [v.type for v in a.node.inputs] == [v.type for v in b.node.inputs]
+        for i, a in enumerate(sigs)
+        for b in sigs[i + 1 :]
+    )
+
+
 def merge_loops(fgraph: FunctionGraph) -> int:
     """Merge independent loops of ``fgraph`` pairwise, to a fixpoint; return how many merged."""
     merged = 0
@@ -98,7 +112,7 @@ def merge_loops(fgraph: FunctionGraph) -> int:
             key = _key(sig) if sig.node in visible else None  # loops of one scope only: the outer one
             if key is not None:
                 groups.setdefault(key, []).append(sig)
-        if not fresh and any(len(sigs) > 1 for sigs in groups.values()):
+        if not fresh and any(_could_be_one(sigs) for sigs in groups.values()):
             fresh = True
             if merge_equal_consumers(fgraph):
                 merged += 1

@@ -49,7 +49,7 @@ from pytensor.tensor.subtensor import IncSubtensor, Subtensor, get_constant_idx,
 
 from innergraph.patching import installed
 
-__all__ = ["first_row", "local_merge_slices_of_known_length", "local_set_row_of_expand_dims", "local_sum_of_one_row"]
+__all__ = ["first_row", "rows_of", "local_merge_slices_of_known_length", "local_set_row_of_expand_dims", "local_sum_of_one_row"]
 
 
 def _constant_slices(node: Apply) -> list[Any] | None:
@@ -100,8 +100,21 @@ def first_row(buffer: Variable) -> Variable:
                     written = pt.constant(y.data[0], dtype=str(y.data.dtype))  # canonicalize folded v[None] of a constant
             if written is not None and (row_type.in_same_class(written.type) or row_type.is_super(written.type)):
                 return written
-    result: Variable = buffer[0]  # type: ignore[index]
-    return result
+    return rows_of(buffer, 0)
+
+
+def rows_of(buffer: Variable, index: int | slice) -> Variable:
+    """``buffer[index]``, a constant when ``buffer`` is one.
+
+    The rewrites that run after canonicalize build such reads of constant state
+    buffers (a zero cotangent's); left as nodes, PyTensor's second Scan pass folds
+    them and then runs again over the whole graph.
+    """
+    result: Variable = buffer[index]  # type: ignore[index]
+    if not isinstance(buffer, Constant):
+        return result
+    data = np.array(np.asarray(buffer.data)[index], order="C")  # a contiguous copy (Numba caches no strided global)
+    return result.type.filter_variable(pt.constant(data, dtype=result.type.dtype))
 
 
 @node_rewriter([IncSubtensor])

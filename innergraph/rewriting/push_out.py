@@ -49,9 +49,10 @@ row, and work computed for rows they never reach could fail or be wasted.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
+import numpy as np
 import pytensor.tensor as pt
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
@@ -70,7 +71,7 @@ from innergraph.rewriting.outlined import outline, readers
 from innergraph.rewriting.signature import Signature, Slot, consumers, replace_consumer
 from innergraph.slots import Meaning
 
-__all__ = ["push_out_dot_sums", "push_out_per_step_outputs", "push_out_sequence_work"]
+__all__ = ["fold_constant_work", "push_out_dot_sums", "push_out_per_step_outputs", "push_out_sequence_work"]
 
 
 class AfterLoop(Mapping[Variable, Variable]):
@@ -127,10 +128,13 @@ class AfterLoop(Mapping[Variable, Variable]):
         if self._shared:
             return self._outlined(outputs, leaves, templates)
         outer = [self._recipes[p] for p in leaves]
-        key = (tuple(outputs), tuple((p, var.type, start) for p, (var, start) in zip(leaves, outer, strict=True)), self._n_steps.type)
+        key = (tuple(outputs), tuple((p, _template_key(var), start) for p, (var, start) in zip(leaves, outer, strict=True)), _template_key(self._n_steps))
         if key not in templates:
-            stand_ins = [var.type() for var, _ in outer]
-            n = self._n_steps.type()
+            # constants stay themselves, so that the broadcasts of them vectorizing makes fold here
+            # (a stand-in substituted by a constant afterwards would leave ``ExpandDims(c)`` nodes for
+            # PyTensor's second Scan pass to fold, which then runs again over the whole graph)
+            stand_ins = [_stand_in(var) for var, _ in outer]
+            n = _stand_in(self._n_steps)
             replace = {p: _rows(v, start, n) for p, v, (_, start) in zip(leaves, stand_ins, outer, strict=True)}
             vectorized = vectorize_graph(outputs, replace)
             blockwise = any(isinstance(node.op, Blockwise) for node in scope_toposort(vectorized))
@@ -138,7 +142,10 @@ class AfterLoop(Mapping[Variable, Variable]):
         if templates[key] is None:
             return None
         stand_ins, n, template = templates[key]
-        return substitute(template, {**dict(zip(stand_ins, (var for var, _ in outer), strict=True)), n: self._n_steps})
+        bind = {a: var for a, (var, _) in zip(stand_ins, outer, strict=True) if a is not var}
+        if n is not self._n_steps:
+            bind[n] = self._n_steps
+        return substitute(template, bind)
 
     def _outlined(self, outputs: list[Variable], leaves: list[Variable], templates: dict[Any, Any]) -> list[Variable] | None:
         """`vectorized` for a loop whose body other loops share: one call body, applied to this loop's rows.
@@ -156,25 +163,57 @@ class AfterLoop(Mapping[Variable, Variable]):
         return None if templates[key] is None else templates[key].apply(rows)
 
 
-def _fold_broadcast_constants(outputs: list[Variable]) -> list[Variable]:
-    """``outputs`` with each ``DimShuffle`` of a constant (vectorizing broadcasts them) a constant.
+def _fold_broadcast_constants(outputs: list[Variable], stop: Collection[Variable] = ()) -> list[Variable]:
+    """``outputs`` with each ``DimShuffle`` or ``Elemwise`` of constants alone (vectorizing broadcasts them) a constant.
 
     Canonicalize has run by the time loops are pushed out of; left alone, these
     nodes make PyTensor's second Scan pass fold them and then run again over
-    every loop.
+    every loop. The walk stops at ``stop`` (outer variables the outputs read).
     """
     folded: dict[Variable, Variable] = {}
-    for node in scope_toposort(outputs):
-        if isinstance(node.op, DimShuffle) and isinstance(node.inputs[0], Constant):
-            out: list[list[Any]] = [[None]]
-            node.op.perform(node, [node.inputs[0].data], out)
-            result: Any = node.outputs[0]
-            folded[result] = result.type.filter_variable(pt.constant(out[0][0], dtype=result.dtype))
+    for node in scope_toposort(outputs, stop=stop):
+        inputs: list[Any] = [folded.get(v, v) for v in node.inputs]
+        if not isinstance(node.op, DimShuffle | Elemwise) or len(node.outputs) != 1 or not all(isinstance(v, Constant) for v in inputs):
+            continue
+        out: list[list[Any]] = [[None]]
+        try:
+            node.op.perform(node, [v.data for v in inputs], out)
+        except Exception:  # noqa: BLE001 -- folding is only a saving: the node stays for constant folding
+            continue
+        result: Any = node.outputs[0]
+        folded[result] = result.type.filter_variable(pt.constant(np.asarray(out[0][0], dtype=result.dtype), dtype=result.dtype))
     return substitute(outputs, folded) if folded else outputs
 
 
+def _stand_in(var: Variable) -> Variable:
+    """What stands for ``var`` in a vectorization template: a constant itself, else a fresh variable of its type."""
+    return var if isinstance(var, Constant) else var.type()
+
+
+def _template_key(var: Variable) -> Any:
+    """What a template depends on of ``var``: a constant's identity, else its type."""
+    return ("constant", var) if isinstance(var, Constant) else var.type
+
+
+def fold_constant_work(outputs: list[Variable], stop: Collection[Variable]) -> list[Variable]:
+    """``outputs`` with their elementwise work on constants alone folded, walking no further than ``stop``.
+
+    For values a rewrite builds in the outer graph after canonicalize (the loop
+    invariants `innergraph.rewriting.licm` hoists when an argument is a constant).
+    """
+    return _fold_broadcast_constants(outputs, stop)
+
+
 def _rows(var: Any, start: int | None, n_steps: Any) -> Variable:
-    """Rows ``start, ..., start + n_steps - 1`` of ``var`` (``var`` itself if ``start`` is None)."""
+    """Rows ``start, ..., start + n_steps - 1`` of ``var`` (``var`` itself if ``start`` is None).
+
+    A constant step count is used as a number: a tensor one would leave a
+    ``ScalarFromTensor`` of a constant in the graph, for a later pass to fold.
+    """
+    if isinstance(n_steps, Constant):
+        n_steps = int(n_steps.data)
+        if isinstance(var, Constant) and start is not None:  # rows of a constant: a constant
+            return pt.constant(np.ascontiguousarray(np.asarray(var.data)[start : start + n_steps]), dtype=var.type.dtype)
     return var if start is None else var[:n_steps] if start == 0 else var[start : start + n_steps]
 
 
