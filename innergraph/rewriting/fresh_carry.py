@@ -70,9 +70,10 @@ def _fresh(value: Constant) -> Variable:
 def fresh_carries(fgraph: FunctionGraph) -> int:
     """Start the constant-initialised untraced sit-sots an in-place reader may overwrite from fresh buffers; return how many."""
     changed = 0
-    for node in list(fgraph.apply_nodes):
-        if not isinstance(node.op, Scan) or not node.op.info.n_untraced_sit_sot:
-            continue
+    loops = {node for node in fgraph.apply_nodes if isinstance(node.op, Scan) and node.op.info.n_untraced_sit_sot}
+    if not loops:
+        return 0
+    for node in [n for n in fgraph.toposort() if n in loops]:  # a set's order is the nodes' addresses: deterministic order instead
         op = node.op
         initial = op.outer_untraced_sit_sot(node.inputs, with_idx=True)
         results = op.outer_untraced_sit_sot_outs(node.outputs)
