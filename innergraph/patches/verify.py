@@ -92,7 +92,7 @@ def untouched_reason(patch: Path, level: int) -> str | None:
     if _expected_form(level) != "monkey-patched":
         return None
     outside = [name for name in edited_pytensor_files(patch) if not name.startswith("pytensor/innergraph/")]
-    return None if outside else "the patch only adds files under pytensor/innergraph/, which nothing in PyTensor imports yet"
+    return None if outside else "the patch only adds or edits files under pytensor/innergraph/, which nothing in PyTensor imports yet"
 
 
 def _run(command: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[int, str, float]:

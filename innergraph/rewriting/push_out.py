@@ -67,6 +67,7 @@ from pytensor.tensor.subtensor import Subtensor, set_subtensor
 from innergraph.fold import always_computed
 from innergraph.graph import is_function, scope_leaves, scope_toposort
 from innergraph.instantiate import substitute
+from innergraph.rewriting.outer import rows_of
 from innergraph.rewriting.outlined import outline, readers
 from innergraph.rewriting.signature import Signature, Slot, consumers, replace_consumer
 from innergraph.slots import Meaning
@@ -213,7 +214,7 @@ def _rows(var: Any, start: int | None, n_steps: Any) -> Variable:
     if isinstance(n_steps, Constant):
         n_steps = int(n_steps.data)
         if isinstance(var, Constant) and start is not None:  # rows of a constant: a constant
-            return pt.constant(np.ascontiguousarray(np.asarray(var.data)[start : start + n_steps]), dtype=var.type.dtype)
+            return rows_of(var, slice(start, start + n_steps))
     return var if start is None else var[:n_steps] if start == 0 else var[start : start + n_steps]
 
 
