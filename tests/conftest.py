@@ -9,8 +9,11 @@ import innergraph  # noqa: F401  (installs the patches for every test)
 from innergraph.rewriting.db import unregister
 
 # Property-based tests: deterministic in CI; `--hypothesis-profile=thorough` runs thousands.
+# `repeat` is for a second run of the whole suite on the same innergraph code in another form
+# (the patched PyTensor, `innergraph.patches.verify`): the ci profile's examples already ran once.
 _common = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 settings.register_profile("ci", max_examples=200, derandomize=True, print_blob=True, **_common)
+settings.register_profile("repeat", max_examples=25, derandomize=True, print_blob=True, **_common)
 settings.register_profile("thorough", max_examples=3000, **_common)
 settings.load_profile("ci")
 
