@@ -82,14 +82,16 @@ def _body_rewriter(body: Body) -> Any:
 def jax_body(body: Body) -> Callable[..., tuple[Any, ...]]:
     """The body function of ``body`` (module docstring): params in, a tuple of outputs out (cached)."""
 
+    rewriter = _body_rewriter(body)
+
     def make() -> Callable[..., tuple[Any, ...]]:
         compile_count[(id(body), "jax")] += 1
         fgraph = private_fgraph(body)
-        _body_rewriter(body).rewrite(fgraph)
+        rewriter.rewrite(fgraph)
         fold_inner_graphs(fgraph)
         return jax_funcify(fgraph, fgraph_name="innergraph_body")
 
-    return body.cached("jax", make)
+    return body.cached(("jax", rewriter), make)  # the rewriter depends on the default mode
 
 
 def jax_funcify_scan(op: Scan, node: Apply, **kwargs: Any) -> Callable[..., Any]:

@@ -43,7 +43,15 @@ from pytensor.link.numba.cache import compile_numba_function_src
 from pytensor.link.numba.linker import NumbaLinker
 from pytensor.scan.op import Scan as NativeScan
 
-from innergraph.backends.numba_code import BodyCode, Converted, body_code, convert_once, one_conversion, prepared_body
+from innergraph.backends.numba_code import (
+    BodyCode,
+    Converted,
+    body_code,
+    convert_once,
+    late_passes_key,
+    one_conversion,
+    prepared_body,
+)
 from innergraph.dispatch import register_conversion_dispatch
 from innergraph.patching import DispatchPatch, Patch, apply_late, original
 from innergraph.rewriting.lift import was_lifted
@@ -160,7 +168,8 @@ def numba_body_code(body: Body, mutable: frozenset[int] = frozenset()) -> BodyCo
         compile_count[(id(body), "numba")] += 1
         return body_code(prepared_body(body, "numba", mutable))
 
-    return body.cached("numba" if not mutable else ("numba", mutable), make)
+    # keyed by the late passes too: an interned body outlives a change of the default mode
+    return body.cached(("numba", mutable, late_passes_key(body, "numba")), make)
 
 
 def _jitted(
