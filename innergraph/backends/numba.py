@@ -47,8 +47,8 @@ from innergraph.backends.numba_code import (
     BodyCode,
     Converted,
     body_code,
+    code_key,
     convert_once,
-    late_passes_key,
     one_conversion,
     prepared_body,
 )
@@ -168,8 +168,8 @@ def numba_body_code(body: Body, mutable: frozenset[int] = frozenset()) -> BodyCo
         compile_count[(id(body), "numba")] += 1
         return body_code(prepared_body(body, "numba", mutable))
 
-    # keyed by the late passes too: an interned body outlives a change of the default mode
-    return body.cached(("numba", mutable, late_passes_key(body, "numba")), make)
+    # keyed by what else the code depends on: an interned body outlives a change of the default mode
+    return body.cached(("numba", mutable, code_key(body)), make)
 
 
 def _jitted(
@@ -203,7 +203,7 @@ def numba_body(body: Body) -> Converted:
         code = numba_body_code(body)
         return _returning("innergraph_body", code, _names("a", code.n_params))
 
-    return body.cached("numba_function", make)
+    return body.cached(("numba_function", code_key(body)), make)
 
 
 @register_funcify_and_cache_key(Scan)
@@ -215,7 +215,9 @@ def numba_funcify_scan(op: Scan, node: Any = None, **kwargs: Any) -> Converted:
     nodes with the same outer input types.
     """
     body = body_value(node.inputs[0])
-    key = ("numba_scan", op, tuple(v.type for v in node.inputs[1:]))
+    from pytensor import config
+
+    key = ("numba_scan", op, tuple(v.type for v in node.inputs[1:]), bool(config.numba__fastmath))
 
     def convert() -> Converted:
         native = build_native_scan(body, op)

@@ -65,7 +65,7 @@ __all__ = [
     "Rendering",
     "body_code",
     "convert_once",
-    "late_passes_key",
+    "code_key",
     "one_conversion",
     "prepared_body",
 ]
@@ -195,14 +195,18 @@ def _late_passes(body: Body, linker: str) -> Any:
     return _rewriters(body, linker)[1]
 
 
-def late_passes_key(body: Body, linker: str) -> Any:
-    """What the late passes of ``body`` under ``linker`` are: `body_rewriter`'s object (for cache keys).
+def code_key(body: Body, linker: str = "numba") -> tuple[Any, bool]:
+    """What besides ``body`` its code depends on, for cache keys: the late passes' rewriter, Numba's fastmath.
 
-    It stays the same object while the default mode, the registered rewrites and
-    the kind of body stay the same (`innergraph._compat.queried_once`): a body's
-    code cached under it was prepared by exactly these passes.
+    The rewriter is `body_rewriter`'s object, the same while the default mode, the
+    registered rewrites and the kind of body stay the same
+    (`innergraph._compat.queried_once`); ``config.numba__fastmath`` is read by every
+    node's conversion (PyTensor keys its own cache with it too). A body interned
+    across compilations (`innergraph.interning`) can meet a change of either.
     """
-    return _rewriters(body, linker)[0]
+    from pytensor import config
+
+    return _rewriters(body, linker)[0], bool(config.numba__fastmath)
 
 
 def _rewriters(body: Body, linker: str) -> tuple[Any, Any]:
