@@ -130,12 +130,16 @@ def cache_key_for_constant(data: Any) -> str:
     mistaken for another one in the disk cache (vanilla does not cache such a
     graph either).
     """
-    if isinstance(data, Body):
-        try:
-            return str(_original_cache_key_for_constant(data))
-        except (AttributeError, TypeError, pickle.PicklingError):
-            return f"unpicklable body {uuid.uuid4().hex}"
+    if isinstance(data, Body):  # once per body: a function of its structure (interned bodies: once per process)
+        return str(data.cached("numba constant key", lambda: _body_key(data)))
     return str(_original_cache_key_for_constant(data))
+
+
+def _body_key(body: Body) -> str:
+    try:
+        return str(_original_cache_key_for_constant(body))
+    except (AttributeError, TypeError, pickle.PicklingError):
+        return f"unpicklable body {uuid.uuid4().hex}"
 
 
 apply_late(Patch(numba_basic, "cache_key_for_constant", cache_key_for_constant))
