@@ -97,7 +97,7 @@ def jax_body(body: Body) -> Callable[..., tuple[Any, ...]]:
 def jax_funcify_scan(op: Scan, node: Apply, **kwargs: Any) -> Callable[..., Any]:
     """``(function, n_steps, *outer)`` -> the native Scan of its body, converted once per body, op and outer types."""
     body = body_value(node.inputs[0])
-    key = ("jax_scan", op, tuple(v.type for v in node.inputs[1:]))
+    key = ("jax_scan", op, id(op.mode), op.strict, tuple(v.type for v in node.inputs[1:]))  # as `native_scan` keys it
 
     def convert() -> Callable[..., Any]:
         native = build_native_scan(body, op)

@@ -218,10 +218,13 @@ def numba_funcify_scan(op: Scan, node: Any = None, **kwargs: Any) -> Converted:
     that depend on the node's outer types, so the native Op is shared only among
     nodes with the same outer input types.
     """
-    body = body_value(node.inputs[0])
     from pytensor import config
 
-    key = ("numba_scan", op, tuple(v.type for v in node.inputs[1:]), bool(config.numba__fastmath))
+    body = body_value(node.inputs[0])
+    # Op equality ignores the mode and strict flags, which the native conversion reads;
+    # the key holds the op, so its mode stays alive and its id cannot be reused.
+    types = tuple(v.type for v in node.inputs[1:])
+    key = ("numba_scan", op, id(op.mode), op.strict, types, bool(config.numba__fastmath))
 
     def convert() -> Converted:
         native = build_native_scan(body, op)
