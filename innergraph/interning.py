@@ -83,19 +83,25 @@ def intern_body(body: Body) -> Body:
 
 
 def intern_folded(fgraph: FunctionGraph) -> int:
-    """Replace each folded function ``fgraph``'s nodes read by one holding the interned body; return how many.
+    """Make each folded function ``fgraph``'s nodes read hold the interned body; return how many changed.
 
-    Bodies nested in a replaced body come with it (they are the interned body's
-    own); those of a body interned for the first time stay as they are.
+    Called by ``innergraph_fold`` on a graph the pipeline lifted, right after it
+    folded: every folded function such a graph's nodes read was made by this
+    compilation (the lift unfolded every folded function the graph came with), so
+    the constant's value is swapped for the equal interned body in place. The graph
+    is not changed — the constant keeps its type, and its signature (type, equal
+    body) stays equal — so the rewrite history is the same whether the table had
+    the body or not (DebugMode compares the histories of repeated rewrites).
+    Bodies nested in an interned body come with it; those of a body interned for
+    the first time stay as they are.
     """
-    replacements = []
+    changed = 0
     for var in _folded_read(fgraph):
         interned = intern_body(var.data)
         if interned is not var.data:
-            replacements.append((var, Constant(var.type, interned, name=var.name)))
-    if replacements:
-        fgraph.replace_all(replacements, reason="innergraph_intern", import_missing=True)
-    return len(replacements)
+            var.data = interned
+            changed += 1
+    return changed
 
 
 def _folded_read(fgraph: FunctionGraph) -> list[Constant]:
