@@ -30,7 +30,12 @@ __all__ = ["fuse_bodies", "fuse_body"]
 
 
 def fuse_body(body: Body, memo: dict[Body, Body] | None = None) -> Body:
-    """A copy of ``body`` with elemwise fusion applied inside it (and its nested bodies)."""
+    """A copy of ``body`` with elemwise fusion applied inside it (and its nested bodies).
+
+    Cached on ``body`` per fusion rewriter: a body interned across compilations
+    (`innergraph.interning`) is fused once per process, and a fused copy of a
+    rewritten body is itself interned.
+    """
     memo = {} if memo is None else memo
     if body in memo:
         return memo[body]
