@@ -130,16 +130,18 @@ def cache_key_for_constant(data: Any) -> str:
     mistaken for another one in the disk cache (vanilla does not cache such a
     graph either).
     """
-    if isinstance(data, Body):  # once per body: a function of its structure (interned bodies: once per process)
-        return str(data.cached("numba constant key", lambda: _body_key(data)))
-    return str(_original_cache_key_for_constant(data))
+    if not isinstance(data, Body):
+        return str(_original_cache_key_for_constant(data))
+    key = data.cache.get(_BODY_KEY)  # a function of the structure: once per body (interned: once per process)
+    if key is None:
+        try:
+            key = data.cache[_BODY_KEY] = str(_original_cache_key_for_constant(data))
+        except (AttributeError, TypeError, pickle.PicklingError):
+            return f"unpicklable body {uuid.uuid4().hex}"  # a new one every time, as before
+    return str(key)
 
 
-def _body_key(body: Body) -> str:
-    try:
-        return str(_original_cache_key_for_constant(body))
-    except (AttributeError, TypeError, pickle.PicklingError):
-        return f"unpicklable body {uuid.uuid4().hex}"
+_BODY_KEY = "numba constant key"
 
 
 apply_late(Patch(numba_basic, "cache_key_for_constant", cache_key_for_constant))
