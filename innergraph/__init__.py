@@ -49,6 +49,7 @@ from innergraph.errors import ArityError, BodyTypeError, FreeVariableError, Para
 from innergraph.fold import fold_function, fold_inner_graphs, unfold_inner_graphs, visible_nodes
 from innergraph.graph import InnerGraph, body_of, is_function, param, params
 from innergraph.instantiate import instantiate, substitute
+from innergraph.interning import body_table_size, clear_body_cache
 from innergraph.ops.call import Call, call
 from innergraph.ops.ifelse import ifelse
 from innergraph.loops import do_while, fori_loop, loop, while_loop
@@ -68,8 +69,10 @@ __all__ = [
     "InnerGraphType",
     "ParamError",
     "body_of",
+    "body_table_size",
     "call",
     "checkpointing",
+    "clear_body_cache",
     "fold_function",
     "fold_inner_graphs",
     "form",

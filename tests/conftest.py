@@ -23,6 +23,20 @@ def rng():
     return np.random.default_rng(20261121)
 
 
+@pytest.fixture
+def fresh_body_table():
+    """An empty body table (`innergraph.clear_body_cache`): for tests that count the work of one compilation.
+
+    Bodies are interned across compilations (`innergraph.interning`), so an equal body
+    an earlier test compiled would otherwise bring its compiled forms along.
+    """
+    import innergraph
+
+    innergraph.clear_body_cache()
+    yield
+    innergraph.clear_body_cache()
+
+
 class _Nothing(GraphRewriter):
     """A graph rewriter that changes nothing: registered to watch queries change."""
 

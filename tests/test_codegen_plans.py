@@ -40,6 +40,7 @@ def compiled(request):
         return original(op, node)
 
     generated.branch_plan = counting
+    innergraph.clear_body_cache()  # the other order's compilation interned these bodies, with their plans
     try:
         fn = pytensor.function([b, x, y], graph(innergraph.ifelse, request.param), mode=NUMBA)
     finally:

@@ -88,7 +88,7 @@ def test_cache_keys_tell_bodies_apart_and_repeat_across_builds():
     assert key_of(one) != key_of(other)
 
 
-def test_a_body_shared_by_two_conditionals_is_prepared_once():
+def test_a_body_shared_by_two_conditionals_is_prepared_once(fresh_body_table):
     shared = (x**2).sum()
     out = ifelse(s > 0, pt.exp(x).sum(), shared) + ifelse(s > 1, pt.cos(x).sum(), shared)
     before = sum(runtime.compile_count.values())

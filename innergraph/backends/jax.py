@@ -82,20 +82,22 @@ def _body_rewriter(body: Body) -> Any:
 def jax_body(body: Body) -> Callable[..., tuple[Any, ...]]:
     """The body function of ``body`` (module docstring): params in, a tuple of outputs out (cached)."""
 
+    rewriter = _body_rewriter(body)
+
     def make() -> Callable[..., tuple[Any, ...]]:
         compile_count[(id(body), "jax")] += 1
         fgraph = private_fgraph(body)
-        _body_rewriter(body).rewrite(fgraph)
+        rewriter.rewrite(fgraph)
         fold_inner_graphs(fgraph)
         return jax_funcify(fgraph, fgraph_name="innergraph_body")
 
-    return body.cached("jax", make)
+    return body.cached(("jax", rewriter), make)  # the rewriter depends on the default mode
 
 
 def jax_funcify_scan(op: Scan, node: Apply, **kwargs: Any) -> Callable[..., Any]:
     """``(function, n_steps, *outer)`` -> the native Scan of its body, converted once per body, op and outer types."""
     body = body_value(node.inputs[0])
-    key = ("jax_scan", op, tuple(v.type for v in node.inputs[1:]))
+    key = ("jax_scan", op, id(op.mode), op.strict, tuple(v.type for v in node.inputs[1:]))  # as `native_scan` keys it
 
     def convert() -> Callable[..., Any]:
         native = build_native_scan(body, op)

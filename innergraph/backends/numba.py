@@ -43,7 +43,15 @@ from pytensor.link.numba.cache import compile_numba_function_src
 from pytensor.link.numba.linker import NumbaLinker
 from pytensor.scan.op import Scan as NativeScan
 
-from innergraph.backends.numba_code import BodyCode, Converted, body_code, convert_once, one_conversion, prepared_body
+from innergraph.backends.numba_code import (
+    BodyCode,
+    Converted,
+    body_code,
+    code_key,
+    convert_once,
+    one_conversion,
+    prepared_body,
+)
 from innergraph.dispatch import register_conversion_dispatch
 from innergraph.patching import DispatchPatch, Patch, apply_late, original
 from innergraph.rewriting.lift import was_lifted
@@ -122,12 +130,18 @@ def cache_key_for_constant(data: Any) -> str:
     mistaken for another one in the disk cache (vanilla does not cache such a
     graph either).
     """
-    if isinstance(data, Body):
+    if not isinstance(data, Body):
+        return str(_original_cache_key_for_constant(data))
+    key = data.cache.get(_BODY_KEY)  # a function of the structure: once per body (interned: once per process)
+    if key is None:
         try:
-            return str(_original_cache_key_for_constant(data))
+            key = data.cache[_BODY_KEY] = str(_original_cache_key_for_constant(data))
         except (AttributeError, TypeError, pickle.PicklingError):
-            return f"unpicklable body {uuid.uuid4().hex}"
-    return str(_original_cache_key_for_constant(data))
+            return f"unpicklable body {uuid.uuid4().hex}"  # a new one every time, as before
+    return str(key)
+
+
+_BODY_KEY = "numba constant key"
 
 
 apply_late(Patch(numba_basic, "cache_key_for_constant", cache_key_for_constant))
@@ -160,7 +174,8 @@ def numba_body_code(body: Body, mutable: frozenset[int] = frozenset()) -> BodyCo
         compile_count[(id(body), "numba")] += 1
         return body_code(prepared_body(body, "numba", mutable))
 
-    return body.cached("numba" if not mutable else ("numba", mutable), make)
+    # keyed by what else the code depends on: an interned body outlives a change of the default mode
+    return body.cached(("numba", mutable, code_key(body)), make)
 
 
 def _jitted(
@@ -194,7 +209,7 @@ def numba_body(body: Body) -> Converted:
         code = numba_body_code(body)
         return _returning("innergraph_body", code, _names("a", code.n_params))
 
-    return body.cached("numba_function", make)
+    return body.cached(("numba_function", code_key(body)), make)
 
 
 @register_funcify_and_cache_key(Scan)
@@ -205,8 +220,13 @@ def numba_funcify_scan(op: Scan, node: Any = None, **kwargs: Any) -> Converted:
     that depend on the node's outer types, so the native Op is shared only among
     nodes with the same outer input types.
     """
+    from pytensor import config
+
     body = body_value(node.inputs[0])
-    key = ("numba_scan", op, tuple(v.type for v in node.inputs[1:]))
+    # Op equality ignores the mode and strict flags, which the native conversion reads;
+    # the key holds the op, so its mode stays alive and its id cannot be reused.
+    types = tuple(v.type for v in node.inputs[1:])
+    key = ("numba_scan", op, id(op.mode), op.strict, types, bool(config.numba__fastmath))
 
     def convert() -> Converted:
         native = build_native_scan(body, op)

@@ -59,7 +59,16 @@ from innergraph.patching import original
 # PyTensor's own conversion of a node, which `convert_once` replaces (a patched PyTensor keeps it under another name)
 numba_funcify_ensure_cache = original(numba_basic, "numba_funcify_ensure_cache")
 
-__all__ = ["BodyCode", "Converted", "Rendering", "body_code", "convert_once", "one_conversion", "prepared_body"]
+__all__ = [
+    "BodyCode",
+    "Converted",
+    "Rendering",
+    "body_code",
+    "convert_once",
+    "code_key",
+    "one_conversion",
+    "prepared_body",
+]
 
 #: A slot names where a value lives: ``p<i>`` a param, ``c<k>`` a constant, ``v<j>`` a node output.
 Slot = str
@@ -183,13 +192,33 @@ def _late_passes(body: Body, linker: str) -> Any:
     The kinds are `body_rewriter`'s own (`skips_pipeline_passes`): a rewritten body with
     a hidden fold gets the whole rewriter whatever body came first.
     """
+    return _rewriters(body, linker)[1]
+
+
+def code_key(body: Body, linker: str = "numba") -> tuple[Any, bool]:
+    """What besides ``body`` its code depends on, for cache keys: the late passes' rewriter, Numba's fastmath.
+
+    The rewriter is `body_rewriter`'s object, the same while the default mode, the
+    registered rewrites and the kind of body stay the same
+    (`innergraph._compat.queried_once`); ``config.numba__fastmath`` is read by every
+    node's conversion (PyTensor keys its own cache with it too). A body interned
+    across compilations (`innergraph.interning`) can meet a change of either.
+    """
+    from pytensor import config
+
+    return _rewriters(body, linker)[0], bool(config.numba__fastmath)
+
+
+def _rewriters(body: Body, linker: str) -> tuple[Any, Any]:
     conversion = _current.get()
     if conversion is None:
-        return skipping_untracked(body_rewriter(body, linker))
+        rewriter = body_rewriter(body, linker)
+        return rewriter, skipping_untracked(rewriter)
     key = (linker, skips_pipeline_passes(body))
     found = conversion.late_passes.get(key)
     if found is None:
-        found = conversion.late_passes[key] = skipping_untracked(body_rewriter(body, linker))
+        rewriter = body_rewriter(body, linker)
+        found = conversion.late_passes[key] = (rewriter, skipping_untracked(rewriter))
     return found
 
 

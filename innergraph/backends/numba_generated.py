@@ -35,7 +35,7 @@ from pytensor.link.numba.dispatch import basic as numba_basic
 from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, register_funcify_and_cache_key
 
 from innergraph.backends.numba import _jitted, numba_body_code
-from innergraph.backends.numba_code import Converted
+from innergraph.backends.numba_code import Converted, code_key
 from innergraph.ops.runtime import body_value
 from innergraph.semantics import Branch, BranchPlan, LoopPlan, Once, OncePlan, Role, branch_plan, loop_plan, once_plan, semantics_of
 from innergraph.slots import FORMS, ON_REGISTER, Form, form_of
@@ -119,7 +119,8 @@ def numba_funcify_generated(op: Any, node: Any = None, **kwargs: Any) -> Convert
         params, lines, env = generated_source(plan, codes)
         return _jitted(f"innergraph_{type(op).__name__.lower()}", params, lines, env, [codes[b].key for b in plan.bodies_run])
 
-    return bodies[plan.update].cached(("numba_generated", plan, others), make)
+    keys = tuple((_owned(plan, b), code_key(body)) for b, body in bodies.items())  # what each body's code is keyed by
+    return bodies[plan.update].cached(("numba_generated", plan, others, keys), make)
 
 
 def branch_source(plan: BranchPlan, codes: list[Any]) -> tuple[list[str], list[str], dict[str, Any]]:
@@ -163,7 +164,8 @@ def _branch(op: Any, node: Any, form: Form) -> Converted:
         params, lines, env = branch_source(plan, codes)
         return _jitted(f"innergraph_{type(op).__name__.lower()}", params, lines, env, [c.key for c in codes])
 
-    return then_body.cached(("numba_generated", op, _wiring(node), else_body), make)
+    key = ("numba_generated", op, _wiring(node), else_body, code_key(then_body), code_key(else_body))
+    return then_body.cached(key, make)
 
 
 def once_source(plan: OncePlan, code: Any) -> tuple[list[str], list[str], dict[str, Any]]:
@@ -185,7 +187,7 @@ def _once(op: Any, node: Any, form: Form) -> Converted:
         params, lines, env = once_source(plan, code)
         return _jitted(f"innergraph_{type(op).__name__.lower()}", params, lines, env, [code.key])
 
-    return body.cached(("numba_generated", op, _wiring(node)), make)
+    return body.cached(("numba_generated", op, _wiring(node), code_key(body)), make)
 
 
 def register_generated(op_class: type, form: Form) -> None:

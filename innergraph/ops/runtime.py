@@ -90,7 +90,8 @@ def compiled_function(body: Body, linker: str, *, trust_input: bool = False) -> 
         inputs — the caller guarantees arrays of exactly the param types (a
         consumer's thunk, fed by its linker); anything else may crash.
     """
-    key = ("function", linker)
+    # keyed by the rewriter too: it depends on the default mode and on `is_rewritten`
+    key = ("function", linker, body_rewriter(body, linker))
     fn = body.cache.get(key)
     if fn is None:
         fn = _compile(body, linker)
@@ -98,7 +99,7 @@ def compiled_function(body: Body, linker: str, *, trust_input: bool = False) -> 
         compile_count[(id(body), linker)] += 1
     if trust_input:
         return fn
-    return body.cached(("checked function", linker), lambda: CheckedFunction(fn, body))
+    return body.cached(("checked function", fn), lambda: CheckedFunction(fn, body))
 
 
 class CheckedFunction:

@@ -255,6 +255,7 @@ Still inert: nothing enables innergraph yet.
         "conversion.py",
         "convert.py",
         "hidden_folds.py",
+        "interning.py",
         "handover.py",
         "builders.py",
         "checkpoint.py",

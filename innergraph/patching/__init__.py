@@ -224,6 +224,9 @@ def uninstall() -> None:
         for registration in reversed(_registered):
             registration.revert()
     db.unregister_all()
+    from innergraph.interning import clear_body_cache
+
+    clear_body_cache()  # interned bodies were compiled by the rewrites just removed
 
 
 @contextmanager

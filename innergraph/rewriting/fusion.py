@@ -22,6 +22,7 @@ from innergraph import _compat
 from innergraph.fold import fold_inner_graphs, folded_in_order
 from innergraph.graph import is_function, params, scope_toposort
 from innergraph.instantiate import private_fgraph, substitute
+from innergraph.interning import intern_body
 from innergraph.ops.runtime import is_rewritten, mark_rewritten
 from innergraph.types import Body
 
@@ -29,21 +30,35 @@ __all__ = ["fuse_bodies", "fuse_body"]
 
 
 def fuse_body(body: Body, memo: dict[Body, Body] | None = None) -> Body:
-    """A copy of ``body`` with elemwise fusion applied inside it (and its nested bodies)."""
+    """A copy of ``body`` with elemwise fusion applied inside it (and its nested bodies).
+
+    Cached on ``body`` per fusion rewriter: a body interned across compilations
+    (`innergraph.interning`) is fused once per process, and a fused copy of a
+    rewritten body is itself interned.
+    """
     memo = {} if memo is None else memo
     if body in memo:
         return memo[body]
+    fusion = _compat.scope_safe_fusion()
+    key = ("fused", fusion, is_rewritten(body))  # an interned body was fused by an earlier compilation
+    known = body.cache.get(key)
+    if known is None:
+        known = body.cache[key] = _fused(body, fusion, memo)
+    memo[body] = known
+    return known
+
+
+def _fused(body: Body, fusion: object, memo: dict[Body, Body]) -> Body:
     if not _fusion_may_apply(body):
-        memo[body] = body
         return body
     fgraph = private_fgraph(body)
     fold_inner_graphs(fgraph, reason="fuse_body")
     _fuse_folded(fgraph, memo)
-    _compat.scope_safe_fusion().rewrite(fgraph)
+    fusion.rewrite(fgraph)  # type: ignore[attr-defined]
     outputs = substitute(fgraph.outputs, dict(zip(fgraph.inputs, params(body.param_types), strict=True)))
-    memo[body] = fused = Body(body.type, outputs)
+    fused = Body(body.type, outputs)
     if is_rewritten(body):
-        mark_rewritten(fused)
+        return intern_body(mark_rewritten(fused))
     return fused
 
 

@@ -11,6 +11,7 @@ from innergraph.convert import PIPELINE_LIFTS, PIPELINE_LOWERS, lift, lower, low
 from innergraph.dispatch import compiling_for_jit
 from innergraph.debugmode import forget_hidden
 from innergraph.fold import fold_inner_graphs, folded_bodies, unfold_inner_graphs
+from innergraph.interning import intern_folded
 from innergraph.ops.runtime import mark_rewritten
 from innergraph.rewriting.args import outline_constants
 from innergraph.rewriting.remerge import merge_fully
@@ -80,4 +81,5 @@ def _fold_bodies(fgraph: FunctionGraph) -> int:
         MergeOptimizer().rewrite(fgraph)
     for _, body in folded_bodies(fgraph.outputs):
         mark_rewritten(body)
+    intern_folded(fgraph)  # an equal body an earlier compilation made final brings what it compiled
     return changed
