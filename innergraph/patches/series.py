@@ -294,6 +294,7 @@ counterpart).
         "rewriting/forward.py",
         "rewriting/fresh_carry.py",
         "rewriting/fusion.py",
+        "rewriting/hidden_shapes.py",
         "rewriting/inline_args.py",
         "rewriting/lengths.py",
         "rewriting/licm.py",

@@ -183,7 +183,13 @@ def merge_arguments(fgraph: FunctionGraph) -> int:
                 for b, p in slot.params:
                     replace[b][p] = values[p]
             elif row is not None:
-                keep.append(Slot(row[1], (row[0],), slot.params))
+                invariant = Slot(row[1], (row[0],), slot.params)
+                inlined = inline_constant(invariant)  # a constant row goes into the body now, not next round
+                if inlined is None:
+                    keep.append(invariant)
+                else:
+                    for b, p in slot.params:
+                        replace[b][p] = inlined[p]
             elif twin is not slot:
                 for (b, p), (_, q) in zip(slot.params, twin.params, strict=True):
                     replace[b][p] = q

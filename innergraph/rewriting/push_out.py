@@ -117,36 +117,42 @@ class AfterLoop(Mapping[Variable, Variable]):
     def vectorized(self, outputs: list[Variable], templates: dict[Any, Any]) -> list[Variable] | None:
         """``vectorize_graph(outputs, self)``, made once per body and argument types.
 
-        The first loop of a body vectorizes ``outputs`` over stand-ins for its
-        outer variables and step count (into ``templates``); every loop then
-        copies that graph over its own, which is much cheaper than vectorizing
-        again (each vectorized node is made anew); when the loop's body is shared
-        with other loops, every loop calls one body made of that graph instead
-        (`innergraph.rewriting.outlined`). None when the vectorized graph needs a
-        ``Blockwise`` (an op with no batched form of its own).
+        The first loop of a body vectorizes ``outputs`` over its own outer variables
+        and step count, and the result is kept as the template (in ``templates``)
+        for later loops of the body with other variables of the same types: they
+        copy that graph over their own, which is much cheaper than vectorizing
+        again (each vectorized node is made anew). The first loop pays no copy
+        (most bodies are vectorized for one loop only). When the loop's body is
+        shared with other loops, every loop calls one body made of that graph
+        instead (`innergraph.rewriting.outlined`). None when the vectorized graph
+        needs a ``Blockwise`` (an op with no batched form of its own).
         """
         leaves = [p for p in scope_leaves(outputs) if p in self._recipes]
         if self._shared:
             return self._outlined(outputs, leaves, templates)
         outer = [self._recipes[p] for p in leaves]
         key = (tuple(outputs), tuple((p, _template_key(var), start) for p, (var, start) in zip(leaves, outer, strict=True)), _template_key(self._n_steps))
-        if key not in templates:
-            # constants stay themselves, so that the broadcasts of them vectorizing makes fold here
-            # (a stand-in substituted by a constant afterwards would leave ``ExpandDims(c)`` nodes for
-            # PyTensor's second Scan pass to fold, which then runs again over the whole graph)
-            stand_ins = [_stand_in(var) for var, _ in outer]
-            n = _stand_in(self._n_steps)
-            replace = {p: _rows(v, start, n) for p, v, (_, start) in zip(leaves, stand_ins, outer, strict=True)}
-            vectorized = vectorize_graph(outputs, replace)
-            blockwise = any(isinstance(node.op, Blockwise) for node in scope_toposort(vectorized))
-            templates[key] = None if blockwise else (stand_ins, n, _fold_broadcast_constants(vectorized))
-        if templates[key] is None:
+        if key in templates:
+            if templates[key] is None:
+                return None
+            firsts, n, template = templates[key]
+            bind = {a: var for a, (var, _) in zip(firsts, outer, strict=True) if a is not var}
+            if n is not self._n_steps:
+                bind[n] = self._n_steps
+            return substitute(template, bind) if bind else list(template)
+        # constants stay themselves, so that the broadcasts of them vectorizing makes fold here
+        # (left for PyTensor's second Scan pass to fold, they make it run again over the whole graph)
+        vectorized = vectorize_graph(outputs, {p: _rows(var, start, self._n_steps) for p, (var, start) in zip(leaves, outer, strict=True)})
+        reads = {var for var, _ in outer} | {self._n_steps}  # the walks stay out of the outer graph
+        if any(isinstance(node.op, Blockwise) for node in scope_toposort(vectorized, stop=reads)):
+            templates[key] = None
             return None
-        stand_ins, n, template = templates[key]
-        bind = {a: var for a, (var, _) in zip(stand_ins, outer, strict=True) if a is not var}
-        if n is not self._n_steps:
-            bind[n] = self._n_steps
-        return substitute(template, bind)
+        folded = _fold_broadcast_constants(vectorized, stop=reads)
+        bound = [var for var, _ in outer if not isinstance(var, Constant)]
+        bound += [] if isinstance(self._n_steps, Constant) else [self._n_steps]
+        if len(set(bound)) == len(bound):  # each variable stands for one thing: a later loop can rebind them
+            templates[key] = (tuple(var for var, _ in outer), self._n_steps, folded)
+        return folded
 
     def _outlined(self, outputs: list[Variable], leaves: list[Variable], templates: dict[Any, Any]) -> list[Variable] | None:
         """`vectorized` for a loop whose body other loops share: one call body, applied to this loop's rows.
@@ -184,11 +190,6 @@ def _fold_broadcast_constants(outputs: list[Variable], stop: Collection[Variable
         result: Any = node.outputs[0]
         folded[result] = result.type.filter_variable(pt.constant(np.asarray(out[0][0], dtype=result.dtype), dtype=result.dtype))
     return substitute(outputs, folded) if folded else outputs
-
-
-def _stand_in(var: Variable) -> Variable:
-    """What stands for ``var`` in a vectorization template: a constant itself, else a fresh variable of its type."""
-    return var if isinstance(var, Constant) else var.type()
 
 
 def _template_key(var: Variable) -> Any:
