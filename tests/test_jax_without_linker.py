@@ -26,6 +26,10 @@ PROGRAM = textwrap.dedent(
     from innergraph.patching.on_import import ImportHook
     if sys.argv[1] == "uninstalled":
         innergraph.uninstall()
+    if sys.argv[1] == "linker":  # a JAX link first: the schedule imports the backend, which imports the dispatch
+        pytensor_ = __import__("pytensor")
+        y = __import__("pytensor.tensor", fromlist=["dvector"]).dvector("y")
+        assert pytensor_.function([y], y * 2, mode="JAX")([1.0])[0] == 2.0
     if sys.argv[1] == "unhooked":  # innergraph without this module's hook: the bug
         sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, ImportHook)]
     import numpy as np
@@ -72,6 +76,7 @@ PROGRAM = textwrap.dedent(
     [
         ("after", "hooks 1 equal"),  # innergraph imported first, as `-p innergraph` or a user's first import does
         ("before", "hooks 1 equal"),  # the dispatch module imported first: `install` loads the backends
+        ("linker", "hooks 1 equal"),  # a JAX link before: the hook sees the backend import the dispatch
         ("uninstalled", "hooks 0 equal"),  # `uninstall` takes the hook off `sys.meta_path`
         # without the hook (the code before the fix): PyTensor's Scan conversion rewrites
         # the body, innergraph lifts its conditional, and nothing converts it

@@ -99,11 +99,24 @@ class ImportHook(importlib.abc.MetaPathFinder):
 
 
 def _load(linker: tuple[str, str]) -> None:
-    """Load the backend modules of ``linker`` (module, class name) not loaded yet; they register as they load."""
-    from innergraph.patching.linker import load_on_demand
+    """Load the backend modules of ``linker`` (module, class name) not loaded yet; they register as they load.
+
+    Nothing when one of them is being imported: the dispatch module then loads because
+    a backend module imports it (the patched schedule's `load_on_demand` is loading them),
+    and loading the others now would import them before the one they import is complete.
+    """
+    from innergraph.patching import linker as schedule
 
     module, name = linker
-    load_on_demand(getattr(importlib.import_module(module), name))
+    needed = [entry[2] for entry in schedule.ON_DEMAND if entry[:2] == linker]
+    if any(_initializing(sys.modules.get(backend)) for backend in needed):
+        return
+    schedule.load_on_demand(getattr(importlib.import_module(module), name))
+
+
+def _initializing(module: ModuleType | None) -> bool:
+    """Whether ``module`` is being imported (its code has not finished running)."""
+    return module is not None and bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
 
 
 def patches() -> list[Any]:
