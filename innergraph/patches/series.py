@@ -169,6 +169,7 @@ same functions as monkey-patches; these edits are their upstream form.
     modules=(
         "patching/__init__.py",
         "patching/linker.py",
+        "patching/on_import.py",
         "patching/printing.py",
         "patching/pickling.py",
         "patching/gradient.py",

@@ -27,7 +27,8 @@ from pytensor.graph.basic import Apply
 from pytensor.graph.fg import FunctionGraph
 from pytensor.link.basic import Linker
 
-from innergraph.patching import Patch
+from innergraph.patching import Patch, on_import
+from innergraph.patching.on_import import ImportHook
 
 __all__ = ["ON_DEMAND", "load_on_demand", "patches", "prepare_schedule", "schedule"]
 
@@ -78,5 +79,7 @@ def _exists(module: str) -> bool:
         return False
 
 
-def patches() -> list[Patch]:
-    return [Patch(Linker, "schedule", schedule)]
+def patches() -> list[Patch | ImportHook]:
+    # The import hook first: installing it may import a backend, whose registrations
+    # `install` then applies with the other late patches (`innergraph.patching.on_import`).
+    return [*on_import.patches(), Patch(Linker, "schedule", schedule)]
