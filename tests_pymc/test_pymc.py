@@ -1,6 +1,8 @@
 """innergraph with PyMC 6.0.1 and pymc-extras 0.12.1 (run in the ``pymc`` environment: ``.ci/pymc``).
 
-* the NUTS functions of the five models of `innergraph.pymc_models` give vanilla's numbers;
+* the NUTS functions of the five models of `innergraph.pymc_models` give vanilla's numbers,
+  and compile to the same graph with and without lazy shapes for hidden nodes
+  (`innergraph.rewriting.hidden_shapes`);
 * importing innergraph before or after PyMC gives the same compiled graph and the same
   copies of canonicalize in PyMC's logprob database (`innergraph.rewriting.copies`), and
   ``import innergraph; import pymc; innergraph.uninstall()`` gives exactly what PyMC
@@ -10,14 +12,18 @@
 Import order needs fresh processes: those tests run `scripts/` in subprocesses.
 """
 
+import contextlib
+import functools
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import pytensor
 import pytest
 from pytensor.scan.op import Scan
 
+import innergraph.rewriting.simplify as simplify
 from innergraph.bench import compile_graph
 from innergraph.pymc_models import MODELS, nuts_case
 
@@ -43,6 +49,21 @@ def _ops_per_step(fn):
     return {name: sorted(c) for name, c in counts.items()}
 
 
+@functools.cache
+def _compiled(case_id, variant):
+    """The model's NUTS function, compiled once per module: ``vanilla``, ``innergraph`` or ``eager shapes``.
+
+    ``eager shapes`` is innergraph with PyTensor's shape inference for every node the
+    consumer rewrites import (`innergraph.rewriting.hidden_shapes` off).
+    """
+    case = nuts_case(case_id)
+    if variant != "eager shapes":
+        return compile_graph(case, variant, case.build(variant))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(simplify, "lazy_hidden_shapes", lambda fgraph: contextlib.nullcontext())
+        return compile_graph(case, "innergraph", case.build("innergraph"))
+
+
 @pytest.mark.parametrize("case_id", list(MODELS))
 def test_nuts_function_gives_vanillas_numbers_and_runs_no_more_ops_per_step(case_id):
     """Values as vanilla's; every loop (forward and gradient) runs at most vanilla's Ops per step.
@@ -52,7 +73,7 @@ def test_nuts_function_gives_vanillas_numbers_and_runs_no_more_ops_per_step(case
     compiled with canonicalize.
     """
     case = nuts_case(case_id)
-    fns = {v: compile_graph(case, v, case.build(v)) for v in ("vanilla", "innergraph")}
+    fns = {v: _compiled(case_id, v) for v in ("vanilla", "innergraph")}
     vanilla, ours = (fns[v](*case.values) for v in ("vanilla", "innergraph"))
     for a, b in zip(vanilla, ours, strict=True):
         np.testing.assert_allclose(b, a, rtol=case.rtol, atol=1e-12)
@@ -60,6 +81,18 @@ def test_nuts_function_gives_vanillas_numbers_and_runs_no_more_ops_per_step(case
     assert mine.keys() == theirs.keys()
     for name, counts in mine.items():
         assert all(m <= t for m, t in zip(counts, theirs[name], strict=True)), (name, counts, theirs[name])
+
+
+@pytest.mark.parametrize("case_id", list(MODELS))
+def test_lazy_hidden_shapes_leave_the_compiled_nuts_function_as_it_was(case_id):
+    """The body nodes the consumer rewrites import get ``Shape_i`` shapes, not PyTensor's inference.
+
+    The compiled graph (``debugprint`` text, inner graphs included, so the Ops of every
+    loop's step too) is the same as with PyTensor's inference for every node; the
+    values of the lazy variant are the previous test's.
+    """
+    lazy, eager = _compiled(case_id, "innergraph"), _compiled(case_id, "eager shapes")
+    assert pytensor.dprint(lazy, file="str", print_type=True) == pytensor.dprint(eager, file="str", print_type=True)
 
 
 @pytest.mark.parametrize("model", ["pymc-garch-customdist", "pymc-structural"])
