@@ -80,14 +80,16 @@ __all__ = [
     "lowering_for_jit",
 ]
 
-def _lift_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
-    """The in-graph Scan of a native one.
+def _lift_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable] | None:
+    """The in-graph Scan of a native one, or None for one PyTensor already compiled (`_compiled_in_place`).
 
     Equal native Ops (PyTensor compares their inner graphs) get one function: K
     loops over one step function cost one lift, not K lifts that MergeOptimizer
     then merges node by node.
     """
     native: NativeScan = op
+    if _compiled_in_place(native):
+        return None
     memo = lifted_bodies.get()
     function = memo.get(native) if memo is not None else None
     if function is None:
@@ -101,6 +103,19 @@ def _lift_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
         if memo is not None:
             memo[native] = function
     return Scan.like(native).make_node(function, *inputs).outputs
+
+
+def _compiled_in_place(native: NativeScan) -> bool:
+    """Whether PyTensor already compiled ``native``'s inner graph, rewriting it in place.
+
+    A Scan compiles its own inner `FunctionGraph` (``Scan.fn``, what the VM linkers'
+    thunks call), so after one compilation that graph can hold in-place Ops, which no
+    Scan may be built around. Such a Scan is left native, as vanilla leaves it: it
+    comes from a graph compiled before (PyMC's AR reuses its Scan between the
+    initial-point function and ``eval``), and lifting it would make a body of in-place
+    nodes that the lowering cannot turn back into a Scan.
+    """
+    return any(node.op.destroy_map for node in native.fgraph.apply_nodes)
 
 
 def _lower_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
