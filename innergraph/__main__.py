@@ -108,6 +108,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="also replace the section between <!-- bench:begin --> and <!-- bench:end --> of FILE with the report",
     )
+    bench.add_argument(
+        "--fresh-bodies",
+        action="store_true",
+        help="empty innergraph's body table before each timed compilation: first-compilation figures, not repeated ones",
+    )
     bench.add_argument("--no-chart", action="store_true", help="do not write ratios.png")
     return parser
 
@@ -216,7 +221,7 @@ def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     results = []
     for i, case in enumerate(chosen, 1):
         print(f"[{i}/{len(chosen)}] {case.id}: {case.title} ...", end=" ", flush=True)
-        result = bench.measure_case(case, rounds=rounds, steady_budget=budget)
+        result = bench.measure_case(case, rounds=rounds, steady_budget=budget, fresh_bodies=args.fresh_bodies)
         results.append(result)
         ratios = ", ".join(f"{title} {result.ratio(attr):.2f}" for attr, title in bench.METRICS)
         print(f"{ratios}, nodes {result.ratio('total_nodes'):.2f}", flush=True)

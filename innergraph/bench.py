@@ -18,6 +18,10 @@ warm
     Measured after the case was compiled and called once in the same process
     for *both* variants: PyTensor's compiledir and Numba's cache are on disk, so
     cold figures mostly measure the cache state; warm ones compare the pipelines.
+    innergraph's body table (`innergraph.interning`) then holds the case's final
+    bodies, so its compile figure is that of compiling an equal graph again;
+    ``fresh_bodies=True`` (``bench --fresh-bodies``) empties the table before each
+    timed innergraph compilation: the figure of a first compilation of the graph.
 ratio
     innergraph / vanilla; below 1 means innergraph is faster (or smaller).
 
@@ -46,6 +50,7 @@ import pytensor
 from pytensor.compile.mode import Mode
 
 from innergraph.cases import VARIANTS, Case
+from innergraph.interning import clear_body_cache
 from innergraph.stats import graph_stats
 
 __all__ = [
@@ -179,7 +184,7 @@ def _steady(fns: dict[str, Any], values: Sequence[Any], budget: float, blocks: i
     return best
 
 
-def measure_case(case: Case, rounds: int = 5, steady_budget: float = 0.5) -> CaseResult:
+def measure_case(case: Case, rounds: int = 5, steady_budget: float = 0.5, fresh_bodies: bool = False) -> CaseResult:
     """Measure both variants of a case, warm.
 
     Parameters
@@ -190,6 +195,9 @@ def measure_case(case: Case, rounds: int = 5, steady_budget: float = 0.5) -> Cas
         Fresh compilations (and first calls) timed per variant; the fastest is kept.
     steady_budget
         Seconds spent timing steady calls per variant (at least one call per block).
+    fresh_bodies
+        Empty innergraph's body table before each timed innergraph compilation, so
+        no body compiled by an earlier round is reused (see ``warm`` above).
 
     Returns
     -------
@@ -204,6 +212,8 @@ def measure_case(case: Case, rounds: int = 5, steady_budget: float = 0.5) -> Cas
     times: dict[str, dict[str, list[float]]] = {v: {"compile": [], "first": []} for v in VARIANTS}
     for _ in range(rounds):
         for v in VARIANTS:  # interleaved: drift in machine load hits both variants
+            if fresh_bodies and v == "innergraph":
+                clear_body_cache()
             elapsed, fns[v] = timed_compile(case, v)
             times[v]["compile"].append(elapsed)
             elapsed, results[v] = _timed(lambda: fns[v](*case.values))

@@ -208,3 +208,16 @@ def test_a_user_built_body_is_not_interned():
     inputs, out = model(innergraph.ifelse, scale=7.0)
     pytensor.function(inputs, out, mode=NUMBA.excluding("innergraph"))
     assert interned_bodies() == []
+
+
+@pytest.mark.parametrize("fresh", [False, True])
+def test_the_bench_empties_the_table_before_each_timed_innergraph_compile_only_when_asked(fresh, monkeypatch):
+    import innergraph.bench as bench
+    from innergraph.cases import select
+
+    calls = []
+    monkeypatch.setattr(bench, "clear_body_cache", lambda: calls.append(len(interned_bodies())))
+    result = bench.measure_case(select(["ifelse-plain"])[0], rounds=2, steady_budget=0.01, fresh_bodies=fresh)
+    assert len(calls) == (2 if fresh else 0)
+    assert all(calls), "the table held the case's bodies when it was emptied"
+    np.testing.assert_array_equal(result.innergraph.result[0], result.vanilla.result[0])
