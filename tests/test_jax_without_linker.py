@@ -71,6 +71,11 @@ PROGRAM = textwrap.dedent(
 )
 
 
+# A patched PyTensor applies no patch records, so it has no import hook yet: there
+# ``jax_funcify`` without a linker still misses innergraph's JAX implementations (the
+# upstream form, an import in ``pytensor/link/jax/dispatch/__init__.py``, is a follow-up:
+# design/upstream.md).
+@pytest.mark.monkey_patch_only
 @pytest.mark.parametrize(
     ("order", "outcome"),
     [
