@@ -144,8 +144,8 @@ place bodies become constants).
 
 _HOOKS = PatchSpec(
     slug="innergraph-hooks",
-    subject="Call innergraph's hooks from the linker, printing, pickling, DebugMode and Scan's gradient",
-    message=f"""Five places of PyTensor need to know about function variables. Each
+    subject="Call innergraph's hooks from the linker, printing, pickling, DebugMode, Scan's gradient and JAX's dispatch",
+    message=f"""Six places of PyTensor need to know about function variables. Each
 calls one function of pytensor.innergraph.patching, which does nothing
 until innergraph is enabled (the next patches do that):
 
@@ -161,6 +161,9 @@ until innergraph is enabled (the next patches do that):
   rewrites the graph refused and reverted (checking them evaluates a node
   that never runs; see the module docstring for the #1669 graph);
 - Scan.pullback: checkpointed gradients when a checkpoint policy applies.
+- pytensor.link.jax.dispatch: dispatch_loaded loads innergraph's JAX
+  conversions with the dispatch, so a graph converted by jax_funcify
+  without a linker (PyMC's get_jaxified_graph) finds them.
 
 The library that carries this change for released PyTensor installs the
 same functions as monkey-patches; these edits are their upstream form.
@@ -216,6 +219,14 @@ same functions as monkey-patches; these edits are their upstream form.
             "        if grads is not None:\n"
             "            return grads\n\n",
             replaces="Scan.pullback",
+        ),
+        Edit(
+            "pytensor/link/jax/dispatch/__init__.py",
+            "# isort: on\n",
+            "",
+            "\nfrom pytensor.innergraph.patching.on_import import dispatch_loaded  # noqa: E402\n\n"
+            "dispatch_loaded(__name__)\n",
+            replaces="sys.meta_path[ImportHook]",
         ),
     ),
 )

@@ -199,6 +199,9 @@ def install() -> None:
         for registration in _registered:
             registration.apply()
         registry.register_all()
+        from innergraph.patching.on_import import load_imported
+
+        load_imported()  # a dispatch module imported while innergraph was off (`dispatch_loaded`)
         return
     from innergraph.patching import gradient, linker, pickling, printing
     from innergraph.rewriting import db

@@ -14,6 +14,10 @@ what the patched schedule loads for that backend's linker (the modules
 `innergraph.patching.linker.ON_DEMAND` lists for it, through `load_on_demand`); when the
 dispatch module was imported before ``install``, ``install`` loads them itself.
 
+On a PyTensor patched with the series (``patches/``) no record is applied: the dispatch
+module itself calls `dispatch_loaded` at its end (the hook's upstream form), and
+``install`` calls `load_imported`.
+
 Terms
 -----
 dispatch module
@@ -38,7 +42,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-__all__ = ["DISPATCH_MODULES", "ImportHook", "patches"]
+__all__ = ["DISPATCH_MODULES", "ImportHook", "dispatch_loaded", "load_imported", "patches"]
 
 #: (dispatch module, module and class name of the backend's linker): once the dispatch
 #: module has loaded, the backend modules ``ON_DEMAND`` lists for that linker are loaded.
@@ -88,14 +92,32 @@ class ImportHook(importlib.abc.MetaPathFinder):
     def apply(self) -> None:
         """Put the finder first on `sys.meta_path`; load the backends of dispatch modules already imported."""
         sys.meta_path.insert(0, self)
-        for dispatch, module, name in self.modules:
-            if dispatch in sys.modules:
-                _load((module, name))
+        load_imported(self.modules)
 
     def revert(self) -> None:
         """Take the finder off `sys.meta_path` (the backends' registrations are reverted as their own patches)."""
         if self in sys.meta_path:
             sys.meta_path.remove(self)
+
+
+def load_imported(modules: tuple[tuple[str, str, str], ...] = DISPATCH_MODULES) -> None:
+    """Load the backend modules of every dispatch module of ``modules`` already imported."""
+    for dispatch, module, name in modules:
+        if dispatch in sys.modules:
+            _load((module, name))
+
+
+def dispatch_loaded(dispatch: str) -> None:
+    """What a patched PyTensor's dispatch module calls at its end: load its backend modules while innergraph is enabled.
+
+    The upstream form of `ImportHook` (the series edits ``pytensor/link/jax/dispatch/__init__.py``);
+    nothing while innergraph is not installed, or for a module `DISPATCH_MODULES` does not list.
+    """
+    from innergraph.patching import installed
+
+    linker = {name: (module, cls) for name, module, cls in DISPATCH_MODULES}.get(dispatch)
+    if linker is not None and installed():
+        _load(linker)
 
 
 def _load(linker: tuple[str, str]) -> None:
