@@ -1,4 +1,4 @@
-"""Real PyMC models as benchmark cases: the NUTS function of five time-series models.
+"""Real PyMC models as benchmark cases: the NUTS function of five time-series models and four without loops.
 
 Terms
 -----
@@ -16,6 +16,12 @@ The five models (issue 21): a structural time series (level + trend, AR(2),
 measurement error; Kalman filter by scan), SARIMAX(2,0,1), VARMAX(1,0), and a
 GARCH(1,1) likelihood written once with ``pm.Potential`` and once generatively with
 ``pm.CustomDist(dist=...)``, whose logp PyMC derives from the scan.
+
+Four models without control flow (`PLAIN_MODELS`) check the other half of the promise:
+where innergraph cannot help it stays out of the way (the compiled graph is vanilla's,
+the compile costs what vanilla's does): eight schools (non-centred), a Student-t
+regression on 10 predictors, a hierarchical logistic regression over 20 groups, and a
+three-component Normal mixture with ordered means.
 
 PyMC and pymc-extras are imported when a model is built, never when this module is
 imported: the project's own environment has no PyMC (``pip install -e ".[pymc]"``
@@ -38,13 +44,18 @@ if TYPE_CHECKING:  # at run time only `nuts_case` needs innergraph: the module l
 
 __all__ = [
     "MODELS",
+    "PLAIN_MODELS",
+    "eight_schools",
     "garch_custom_dist",
     "garch_potential",
+    "hierarchical_logistic",
+    "normal_mixture",
     "nuts_case",
     "nuts_graph",
     "pymc_cases",
     "sarimax",
     "structural",
+    "student_t_regression",
     "varmax",
 ]
 
@@ -191,6 +202,68 @@ MODELS: dict[str, tuple[str, Callable[[], Any]]] = {
 }
 
 
+def eight_schools() -> Any:
+    """Eight schools, non-centred: the classic hierarchical model (no loop)."""
+    import pymc as pm
+
+    y = np.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
+    sigma = np.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
+    with pm.Model() as model:
+        mu, tau = pm.Normal("mu", 0.0, 5.0), pm.HalfCauchy("tau", 5.0)
+        theta = pm.Normal("theta", 0.0, 1.0, shape=8)
+        pm.Normal("y", mu + tau * theta, sigma, observed=y)
+    return model
+
+
+def student_t_regression(n: int = 500, k: int = 10) -> Any:
+    """A robust linear regression: Student-t noise, ``k`` predictors, ``n`` rows (no loop)."""
+    import pymc as pm
+
+    rng = np.random.default_rng(_SEED)
+    x = rng.normal(size=(n, k))
+    y = x @ rng.normal(size=k) + rng.standard_t(4, size=n)
+    with pm.Model() as model:
+        b, a, s = pm.Normal("b", 0.0, 1.0, shape=k), pm.Normal("a", 0.0, 1.0), pm.HalfNormal("s", 1.0)
+        pm.StudentT("y", nu=4, mu=a + pm.math.dot(x, b), sigma=s, observed=y)
+    return model
+
+
+def hierarchical_logistic(n: int = 1000, groups: int = 20) -> Any:
+    """A logistic regression with a non-centred intercept per group (indexing, no loop)."""
+    import pymc as pm
+
+    rng = np.random.default_rng(_SEED)
+    group, x = rng.integers(0, groups, n), rng.normal(size=n)
+    y = rng.integers(0, 2, n)
+    with pm.Model() as model:
+        mu, sd = pm.Normal("mu", 0.0, 1.0), pm.HalfNormal("sd", 1.0)
+        z, beta = pm.Normal("z", 0.0, 1.0, shape=groups), pm.Normal("beta", 0.0, 1.0)
+        pm.Bernoulli("y", logit_p=mu + sd * z[group] + beta * x, observed=y)
+    return model
+
+
+def normal_mixture(n: int = 300) -> Any:
+    """Three Normal components with ordered means and Dirichlet weights (logsumexp, no loop)."""
+    import pymc as pm
+
+    rng = np.random.default_rng(_SEED)
+    y = np.concatenate([rng.normal(-2.0, 1.0, n), rng.normal(3.0, 1.0, n)])
+    with pm.Model() as model:
+        w = pm.Dirichlet("w", np.ones(3))
+        mu = pm.Normal("mu", 0.0, 5.0, shape=3, transform=pm.distributions.transforms.ordered, initval=[-1.0, 0.0, 1.0])
+        pm.NormalMixture("y", w=w, mu=mu, sigma=pm.HalfNormal("sd", 2.0, shape=3), observed=y)
+    return model
+
+
+#: Models without control flow, by case id: innergraph must leave them as vanilla compiles them.
+PLAIN_MODELS: dict[str, tuple[str, Callable[[], Any]]] = {
+    "pymc-eight-schools": ("eight schools, non-centred (no loop)", eight_schools),
+    "pymc-student-t-regression": ("Student-t regression, 10 predictors (no loop)", student_t_regression),
+    "pymc-hierarchical-logistic": ("hierarchical logistic regression, 20 groups (no loop)", hierarchical_logistic),
+    "pymc-normal-mixture": ("three-component Normal mixture (no loop)", normal_mixture),
+}
+
+
 def nuts_graph(model: Any) -> tuple[Graph, np.ndarray]:
     """The NUTS function's graph, as ``ValueGradFunction`` builds it, and a point to evaluate it at.
 
@@ -225,7 +298,7 @@ def nuts_case(case_id: str) -> Case:
     """The benchmark `Case` of one of `MODELS`: its NUTS function, compiled with PyMC's compile."""
     from innergraph.cases import Case
 
-    title, build_model = MODELS[case_id]
+    title, build_model = {**MODELS, **PLAIN_MODELS}[case_id]
     _, point = nuts_graph(build_model())
 
     def build(variant: str) -> Graph:
@@ -245,8 +318,9 @@ def pymc_cases(patterns: Sequence[str] | None = None) -> list[Case]:
     ValueError
         If a pattern matches no case.
     """
+    every = [*MODELS, *PLAIN_MODELS]
     for pattern in patterns or ():
-        if not fnmatch.filter(MODELS, pattern) and pattern != "pymc":
-            raise ValueError(f"no PyMC benchmark case matches {pattern!r}; cases: {', '.join(MODELS)}")
-    chosen = [i for i in MODELS if not patterns or any(p == "pymc" or fnmatch.fnmatchcase(i, p) for p in patterns)]
+        if not fnmatch.filter(every, pattern) and pattern != "pymc":
+            raise ValueError(f"no PyMC benchmark case matches {pattern!r}; cases: {', '.join(every)}")
+    chosen = [i for i in every if not patterns or any(p == "pymc" or fnmatch.fnmatchcase(i, p) for p in patterns)]
     return [nuts_case(case_id) for case_id in chosen]
