@@ -178,26 +178,35 @@ def _import(name: str, level: int, package: str | None) -> Any:
         return None
 
 
-def linker_being_compiled() -> Linker | None:
+def linker_being_compiled(fgraph: FunctionGraph | None = None) -> Linker | None:
     """The linker of the mode being compiled; None for an unknown mode.
 
     PyTensor compiles with ``config.mode`` set to the `Mode` whose rewriter runs
     (``pytensor.compile.maker.FunctionMaker.prepare_fgraph``); outside a
-    compilation it is the default mode.
+    compilation it is the default mode. DebugMode's maker runs its rewriter without
+    setting ``config.mode``, so there the default mode's linker (Numba, by default)
+    would be answered for a graph DebugMode evaluates with Python and C thunks: a
+    ``fgraph`` that carries DebugMode's equivalence tracker (the feature DebugMode
+    attaches, ``fgraph.equivalence_tracker``) is being compiled by DebugMode, whose
+    linker is answered. Pass the graph being rewritten whenever there is one.
     """
     from pytensor import config
     from pytensor.compile.mode import get_mode
 
+    if fgraph is not None and getattr(fgraph, "equivalence_tracker", None) is not None:
+        from pytensor.compile.debug.debugmode import _Linker as DebugModeLinker
+
+        return DebugModeLinker(None)
     try:
         return get_mode(config.mode).linker
     except Exception:  # an unknown mode name
         return None
 
 
-def compiling_for_jit() -> bool:
-    """Whether the mode being compiled links with a JIT linker (Numba, JAX, ...).
+def compiling_for_jit(fgraph: FunctionGraph | None = None) -> bool:
+    """Whether the mode compiling ``fgraph`` (default: the mode being compiled) links with a JIT linker (Numba, JAX, ...).
 
     An unknown mode counts as not JIT: the answer chooses the form PyTensor's own
     runtime needs.
     """
-    return isinstance(linker_being_compiled(), JITLinker)
+    return isinstance(linker_being_compiled(fgraph), JITLinker)

@@ -89,7 +89,7 @@ def test_the_runtime_loses_an_uncopied_state(monkeypatch):
     """
     import innergraph.rewriting.lift
 
-    monkeypatch.setattr(innergraph.rewriting.lift, "compiling_for_jit", lambda: True)
+    monkeypatch.setattr(innergraph.rewriting.lift, "compiling_for_jit", lambda fgraph=None: True)
     trace = pytensor.scan(lambda s: s * k + 2.0, outputs_info=[s0], n_steps=3, return_updates=False)
     grad = pytensor.grad(trace[-1].sum(), [k])
     mode = Mode(linker="py", optimizer="fast_run")

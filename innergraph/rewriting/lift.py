@@ -52,7 +52,7 @@ def lift_native(fgraph: FunctionGraph) -> int:
 
 def lower_consumers(fgraph: FunctionGraph) -> int:
     """Convert the in-graph consumers the pipeline lifted back into PyTensor's own nodes."""
-    with lowering_for_jit(compiling_for_jit()):  # the pipeline knows the linker it compiles for
+    with lowering_for_jit(compiling_for_jit(fgraph)):  # the pipeline knows the linker it compiles for
         return lower(fgraph, PIPELINE_LOWERS)
 
 

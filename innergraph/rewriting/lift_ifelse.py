@@ -81,7 +81,7 @@ CHEAP_SCALAR_OPS: tuple[type, ...] = (
 )
 
 
-def lift_applies() -> bool:
+def lift_applies(fgraph: FunctionGraph | None = None) -> bool:
     """Whether the linker of the mode being compiled should get lifted conditionals.
 
     Not a `VMLinker`: the VM evaluates PyTensor's IfElse lazily already (or was
@@ -101,7 +101,7 @@ def lift_applies() -> bool:
     from innergraph.ops.ifelse import IfElse
     from innergraph.patching.linker import load_on_demand
 
-    linker = linker_being_compiled()
+    linker = linker_being_compiled(fgraph)
     if linker is None:  # an unknown mode name: leave the graph as it is
         return False
     if isinstance(linker, VMLinker):
@@ -117,7 +117,7 @@ def lift_native_ifelse(fgraph: FunctionGraph) -> int:
     native conditional on the same condition is resolved inside the outer body
     (``cond_merge_ifs_true``/``_false``) and others are lifted with it.
     """
-    if not any(type(n.op) is NativeIfElse for n in fgraph.apply_nodes) or not lift_applies():
+    if not any(type(n.op) is NativeIfElse for n in fgraph.apply_nodes) or not lift_applies(fgraph):
         return 0
     declined: set[Apply] = set()
     lifted = 0

@@ -144,12 +144,12 @@ def _equal_constants(variables: Sequence[Variable]) -> bool:
     return isinstance(first, Constant) and all(v is first or (isinstance(v, Constant) and v.equals(first)) for v in variables)
 
 
-def _numba_compilation() -> bool:
+def _numba_compilation(fgraph: FunctionGraph) -> bool:
     try:
         from pytensor.link.numba.linker import NumbaLinker
     except ImportError:  # pragma: no cover - numba is a dependency of PyTensor 3
         return False
-    return isinstance(linker_being_compiled(), NumbaLinker)
+    return isinstance(linker_being_compiled(fgraph), NumbaLinker)
 
 
 def outline_loops(fgraph: FunctionGraph, *, force: bool = False) -> int:
@@ -168,7 +168,7 @@ def outline_loops(fgraph: FunctionGraph, *, force: bool = False) -> int:
     int
         How many groups were outlined.
     """
-    if not force and not _numba_compilation():
+    if not force and not _numba_compilation(fgraph):
         return 0
     if sum(1 for node in fgraph.apply_nodes if _is_loop(node)) < MIN_LOOPS:
         return 0  # most graphs: no toposort spent finding it out

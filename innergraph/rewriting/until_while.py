@@ -70,9 +70,9 @@ __all__ = ["ENV_FLAG", "until_scans_to_while_loops", "while_loop_of"]
 ENV_FLAG = "INNERGRAPH_UNTIL_TO_WHILE"
 
 
-def _wanted() -> bool:
+def _wanted(fgraph: FunctionGraph) -> bool:
     """Whether the linker being compiled should run until-scans as while loops."""
-    linker = linker_being_compiled()
+    linker = linker_being_compiled(fgraph)
     if linker is None:
         return False
     load_on_demand(type(linker))  # innergraph's Numba/JAX implementations, if any
@@ -149,7 +149,7 @@ def _replacements(sig: Signature, reads: dict[Slot, list[Variable]], finals: Seq
 
 def until_scans_to_while_loops(fgraph: FunctionGraph) -> int:
     """Turn every until-scan of ``fgraph`` read only at its final states into a `WhileLoop`; how many."""
-    if not any(isinstance(node.op, Scan) for node in fgraph.apply_nodes) or not _wanted():
+    if not any(isinstance(node.op, Scan) for node in fgraph.apply_nodes) or not _wanted(fgraph):
         return 0
     changed = 0
     for sig in list(consumers(fgraph)):
