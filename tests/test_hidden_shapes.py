@@ -7,6 +7,8 @@
   visible node PyTensor's inference; when the block ends, a lazily shaped node of a
   call's body (not lowered) is inferred again, one of a loop's body is not;
   PyTensor's own ``on_import`` is back.
+* A visible node whose type fixes its whole shape gets the shape PyTensor gives it
+  without an ``infer_shape`` call (the pushed-out vectors of the GARCH models).
 """
 
 import contextlib
@@ -105,6 +107,38 @@ def test_a_call_body_outliving_the_block_is_inferred_again_a_loop_body_is_not():
         assert all(_lazy(feature, o) for o in loop_body if o.ndim)
     assert not _lazy(feature, call_body)  # a call is not lowered: PyTensor's inference after all
     assert all(_lazy(feature, o) for o in loop_body if o.ndim)  # lowered at 1.59: left lazy
+
+
+def _infer_shape_calls(monkeypatch):
+    from pytensor.tensor.elemwise import Elemwise
+
+    calls = []
+    infer = Elemwise.infer_shape
+
+    def counted(self, fgraph, node, shapes):
+        calls.append(node)
+        return infer(self, fgraph, node, shapes)
+
+    monkeypatch.setattr(Elemwise, "infer_shape", counted)
+    return calls
+
+
+def test_a_visible_node_of_static_shape_is_not_inferred(monkeypatch):
+    x, w = pt.tensor("x", shape=(200,)), pt.tensor("w", shape=(None,))
+    calls = _infer_shape_calls(monkeypatch)
+    shapes = {}
+    for lazy in (False, True):
+        fgraph = FunctionGraph([x, w], [x + 1.0], clone=False)
+        feature = ShapeFeature()
+        fgraph.attach_feature(feature)
+        static, open_ = pt.exp(x) * x, pt.exp(w) * w
+        calls.clear()
+        with lazy_hidden_shapes(fgraph) if lazy else contextlib.nullcontext():
+            fgraph.add_output(static)
+            fgraph.add_output(open_)
+        assert {n.outputs[0] for n in calls} == ({open_, open_.owner.inputs[0]} if lazy else {static, static.owner.inputs[0], open_, open_.owner.inputs[0]})
+        shapes[lazy] = [[int(d.data) for d in feature.shape_of[v]] for v in (static, static.owner.inputs[0])]
+    assert shapes[True] == shapes[False] == [[200], [200]]  # the constants PyTensor's set_shape makes either way
 
 
 def test_no_shape_feature_no_change():

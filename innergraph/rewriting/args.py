@@ -38,6 +38,7 @@ __all__ = [
     "LARGE_CONSTANT",
     "argument_kinds",
     "inline_constant",
+    "inlined_row",
     "invariant_row",
     "merge_arguments",
     "outline_constants",
@@ -125,6 +126,17 @@ def _invariant_row(sig: Signature, slot: Slot) -> tuple[Variable, str] | None:
         return None
     row = invariant_row(sig, slot)
     return None if row is None else (row, kind)
+
+
+def inlined_row(sig: Signature, slot: Slot) -> dict[Variable, Variable] | None:
+    """Each param of a sequence ``slot`` of ``sig`` -> the constant row, if every step reads one small constant.
+
+    What `merge_arguments` makes of such a sequence (`invariant_row`, then
+    `inline_constant`). A rewrite that makes such a sequence inlines it at once:
+    left to `merge_arguments`, it costs the consumer rewrites another round.
+    """
+    row = _invariant_row(sig, slot)
+    return None if row is None else inline_constant(Slot(row[1], (row[0],), slot.params))
 
 
 def _large_constants(body: Body) -> list[Constant]:

@@ -58,6 +58,7 @@ from pytensor.graph.fg import FunctionGraph
 from pytensor.scan.utils import expand_empty
 
 from innergraph.graph import body_of, scope_toposort
+from innergraph.rewriting.args import inlined_row
 from innergraph.rewriting.lengths import final_row_reads, length_offset
 from innergraph.rewriting.outer import rows_of
 from innergraph.rewriting.signature import Signature, Slot, consumers, mit_mot_taps_from_zero, replace_consumer
@@ -177,10 +178,30 @@ def carry_cotangents(fgraph: FunctionGraph) -> int:
         found = _carried(fgraph, sig, scopes)
         if found is not None:
             slots, forwarded = found
-            replace_consumer(fgraph, sig, slots, forwarded=forwarded, reason="carry_cotangents")
+            slots, inlined = _inline_constant_rows(sig, slots)
+            replace_consumer(fgraph, sig, slots, forwarded=forwarded, replace=inlined, reason="carry_cotangents")
             scopes.changed()
             changed += 1
     return changed
+
+
+def _inline_constant_rows(sig: Signature, slots: list[Slot]) -> tuple[list[Slot], dict[int, dict[Variable, Variable]]]:
+    """``slots`` without the new sequences whose rows are one small constant, and what their params become.
+
+    Carrying a cotangent whose outside contributions are a constant zero buffer makes
+    such a sequence (rows of that buffer); `innergraph.rewriting.args.inlined_row`
+    inlines its row now rather than in the next round of the consumer rewrites.
+    """
+    kept: list[Slot] = []
+    inlined: dict[int, dict[Variable, Variable]] = {}
+    for slot in slots:
+        values = None if slot in sig.slots or sig.meaning(slot) is not Meaning.SEQUENCE else inlined_row(sig, slot)
+        if values is None:
+            kept.append(slot)
+            continue
+        for b, p in slot.params:
+            inlined.setdefault(b, {})[p] = values[p]
+    return kept, inlined
 
 
 def _read_results(

@@ -22,8 +22,8 @@ name                                  position  tags
 ``innergraph_share``                  99        fast_run, innergraph
 ====================================  ========  ==================================================
 
-and two node rewriters of `innergraph.rewriting.outer` in ``canonicalize``
-(``innergraph_sum_of_one_row``) and ``specialize``
+and three node rewriters of `innergraph.rewriting.outer` in ``canonicalize``
+(``innergraph_sum_of_one_row``, ``innergraph_fill_read_by_consumers``) and ``specialize``
 (``innergraph_merge_slices_of_known_length``), tagged fast_run, innergraph. The
 third, `innergraph.rewriting.outer.local_set_row_of_expand_dims`, is
 ``innergraph_set_rows``: one walk over the graph right after ``specialize`` (in
@@ -151,6 +151,7 @@ from innergraph.rewriting.read_back import local_read_of_written_region
 from innergraph.rewriting.scan_inplace import replace_pytensor_pass, restore_pytensor_pass
 from innergraph.rewriting.outline_loops import inline_outlined_loops, outline_loops
 from innergraph.rewriting.outer import (
+    local_fill_read_by_consumers,
     local_merge_slices_of_known_length,
     local_set_row_of_expand_dims,
     local_sum_of_one_row,
@@ -227,6 +228,7 @@ _REWRITES: list[tuple[str, Any, float, tuple[str, ...]]] = [
 _LOCAL_REWRITES: list[tuple[str, Any, str, tuple[str, ...]]] = [
     ("innergraph_sum_of_one_row", local_sum_of_one_row, "canonicalize", ("fast_run", "innergraph")),
     ("innergraph_read_of_written_region", local_read_of_written_region, "canonicalize", ("fast_run", "innergraph")),
+    ("innergraph_fill_read_by_consumers", local_fill_read_by_consumers, "canonicalize", ("fast_run", "innergraph")),
     ("innergraph_merge_slices_of_known_length", local_merge_slices_of_known_length, "specialize", ("fast_run", "innergraph")),
 ]
 

@@ -30,6 +30,13 @@ those still in the graph outside a lowered scope (a call's or a conditional's
 body, which canonicalize's successors still rewrite) get PyTensor's own
 inference after all, inputs first. Only the ``ShapeFeature`` instance of the
 graph being rewritten is touched, and only for the block.
+
+Visible nodes keep PyTensor's shapes, but one whose outputs' types fix every
+dimension gets them without an ``infer_shape`` call: ``ShapeFeature.set_shape``
+turns each static dimension into the constant of its length whatever the
+inference returned, so the result is the same (on the GARCH models, the pushed-out
+row-wise work, vectors of the series' static length: about 4 ms of the
+CustomDist GARCH's compilation).
 """
 
 from __future__ import annotations
@@ -91,8 +98,17 @@ def _lazy_on_import(feature: Any, bound: _ParamBound, lazy: list[Apply]) -> Any:
     infer = type(feature).on_import
 
     def on_import(fgraph: FunctionGraph, node: Apply, reason: Any) -> None:
-        if node.outputs[0] in feature.shape_of or not bound.node(node):  # a revert, or not hidden
+        if node.outputs[0] in feature.shape_of:  # a revert
             infer(feature, fgraph, node, reason)
+            return
+        if not bound.node(node):  # visible: PyTensor's shapes, which a static type fixes without inferring
+            if not _static(node):
+                infer(feature, fgraph, node, reason)
+                return
+            for r in node.inputs:
+                feature.init_r(r)
+            for r in node.outputs:
+                feature.set_shape(r, r.type.shape)  # each dimension the constant ``set_shape`` makes of a static one
             return
         for r in node.inputs:
             feature.init_r(r)
@@ -101,6 +117,16 @@ def _lazy_on_import(feature: Any, bound: _ParamBound, lazy: list[Apply]) -> Any:
         lazy.append(node)
 
     return on_import
+
+
+def _static(node: Apply) -> bool:
+    """Whether every output of ``node`` is a tensor whose type fixes its whole shape.
+
+    PyTensor's ``ShapeFeature.set_shape`` gives such a dimension the constant of its
+    static length whatever ``infer_shape`` returned, so the inference (a
+    broadcast-shape graph per ``Elemwise``) can be skipped with the same result.
+    """
+    return all(isinstance(getattr(r.type, "shape", None), tuple) and None not in r.type.shape for r in node.outputs)
 
 
 def _outside_lowered_scopes(fgraph: FunctionGraph) -> list[Apply]:

@@ -12,17 +12,24 @@ node per state and hides the single row from the rewrites that follow.
 * `local_sum_of_one_row`: ``x[s].sum(axis=0)`` where the constant slice ``s``
   selects exactly one row of ``x``, whose length the shape feature proves
   constant -> ``x[i]``.
+* `local_fill_read_by_consumers`: ``second(x, c)`` (``fill``), ``c`` a constant, read
+  only by in-graph consumers, where the shape feature proves ``x``'s shape constant
+  -> the constant ``full(shape, c)``. The gradient of a sum sends such ones into a
+  reverse loop. Stabilize would make the same constant (``local_second_to_alloc``,
+  then constant folding of the ``Alloc``, which folds when no client can absorb an
+  ``Alloc``: an in-graph consumer cannot), but that change costs stabilize a second
+  round over the whole graph, bodies included; made in canonicalize, it costs none.
 * `local_merge_slices_of_known_length`: ``x[s1][s2]`` with constant slices, where
   ``x``'s length is provably constant -> ``x[s]`` (PyTensor's own slice merge
   declines the reversed slices that gradients of loops produce, like
   ``x[3:-6:-1][:4]``).
 
 All are registered under the ``innergraph`` tag (`innergraph.rewriting.db`).
-`local_sum_of_one_row` is in ``canonicalize``. `local_set_row_of_expand_dims` runs
+`local_sum_of_one_row` and `local_fill_read_by_consumers` are in ``canonicalize``. `local_set_row_of_expand_dims` runs
 after PyTensor's Scan save-memory rewrites (which recognise a state's initial value
 by the ``x0[None]`` pattern and must see it), in one walk right after
 ``specialize``. `local_merge_slices_of_known_length` is in ``specialize``, after
-canonicalize's own slice merging. Both return nothing while innergraph is
+canonicalize's own slice merging. Those in canonicalize and specialize return nothing while innergraph is
 uninstalled: rewrite databases copied from PyTensor's while it was installed (PyMC
 copies canonicalize into its logprob database when it is imported) keep them, and
 `innergraph.uninstall` cannot reach such copies. In canonicalize it raced PyTensor's
@@ -41,15 +48,20 @@ from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import node_rewriter
 from pytensor.scalar import constant as scalar_constant
-from pytensor.tensor.basic import get_underlying_scalar_constant_value
+from pytensor.tensor.basic import get_underlying_scalar_constant_value, second
 from pytensor.tensor.elemwise import DimShuffle
 from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.math import Sum
 from pytensor.tensor.subtensor import IncSubtensor, Subtensor, get_constant_idx, inc_subtensor, set_subtensor
 
 from innergraph.patching import installed
+from innergraph.slots import form_of
 
-__all__ = ["first_row", "rows_of", "local_merge_slices_of_known_length", "local_set_row_of_expand_dims", "local_sum_of_one_row"]
+__all__ = [
+    "first_row",
+    "rows_of",
+    "local_fill_read_by_consumers",
+    "local_merge_slices_of_known_length", "local_set_row_of_expand_dims", "local_sum_of_one_row"]
 
 
 def _constant_slices(node: Apply) -> list[Any] | None:
@@ -158,6 +170,36 @@ def local_sum_of_one_row(fgraph: FunctionGraph, node: Apply) -> list[Variable] |
     if len(rows) != 1:
         return None
     return [x[rows[0]]]
+
+
+@node_rewriter([second])
+def local_fill_read_by_consumers(fgraph: FunctionGraph, node: Apply) -> list[Variable] | None:
+    if not installed():  # as in `local_sum_of_one_row`
+        return None
+    if not isinstance(node.inputs[1], Constant):
+        return None
+    out = node.outputs[0]
+    value: Any = node.inputs[1]
+    if value.type.dtype == out.type.dtype and value.type.broadcastable == out.type.broadcastable:
+        return None  # PyTensor's `local_useless_fill` makes it ``c``
+    if not all(form_of(client.op) is not None for client, _ in fgraph.clients[out]):
+        return None  # an Elemwise (or other) client can absorb the broadcast: stabilize keeps an Alloc there
+    shape = _constant_shape(fgraph, out)
+    if shape is None:
+        return None
+    data = np.full(shape, np.asarray(value.data), dtype=out.type.dtype)
+    return [out.type.filter_variable(pt.constant(data, dtype=out.type.dtype))]
+
+
+def _constant_shape(fgraph: FunctionGraph, x: Variable) -> tuple[int, ...] | None:
+    """``x``'s shape if the shape feature proves every dimension constant."""
+    shape_feature = getattr(fgraph, "shape_feature", None)
+    if shape_feature is None:
+        return None
+    try:
+        return tuple(int(get_underlying_scalar_constant_value(shape_feature.get_shape(x, i))) for i in range(x.type.ndim))
+    except NotScalarConstantError:
+        return None
 
 
 @node_rewriter([Subtensor])
