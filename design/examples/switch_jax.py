@@ -12,8 +12,7 @@ import jax
 import jax.numpy as jnp
 from pytensor.link.jax.dispatch import jax_funcify
 
-from innergraph.backends.jax import jax_body
-from innergraph.consumer import body_value
+from innergraph.consumer import body_value, jax_body
 
 IndexSwitch = importlib.import_module(__name__.replace("switch_jax", "switch")).IndexSwitch
 
