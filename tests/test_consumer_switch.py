@@ -132,6 +132,24 @@ def test_twins_merge_and_dead_outputs_go(linker):
         np.testing.assert_allclose(got[2], [x * 3.0, x - 1.0][i], rtol=1e-12)
 
 
+def _pass_through():
+    i, x, w = pt.lscalar("i"), pt.dvector("x"), pt.dvector("w")
+    some = example.switch(i, [lambda v, u: v, lambda v, u: u, lambda v, u: v * 2.0], x, w)  # branch 1 returns w
+    every = example.switch(i, [lambda v, u: v, lambda v, u: v, lambda v, u: v], x, w)  # x whatever the index
+    return [i, x, w], [some, every]
+
+
+def test_only_a_pass_through_of_every_branch_is_forwarded():
+    fn = _compiled("forward", "cvm", _pass_through)
+    (node,) = _switches(fn)  # `every` is x itself, no switch
+    assert len(node.outputs) == 1 and fn.maker.fgraph.outputs[0].owner is node
+    x, w = np.array([1.0, 2.0]), np.array([3.0, 4.0])
+    for i, want in [(0, x), (1, w), (2, 2 * x), (9, 2 * x)]:
+        some, every = fn(i, x, w)
+        np.testing.assert_array_equal(some, want)
+        np.testing.assert_array_equal(every, x)
+
+
 # --- gradients ------------------------------------------------------------------------------
 
 
