@@ -180,6 +180,14 @@ def test_worked_example_passes_check_inner_graph_op(linker):
         check_inner_graph_op(case, mode=mode)
 
 
+def test_graph_stats_counts_a_consumer_without_a_kind():
+    """A registered consumer whose class sets no ``kind`` is ``"other"``, its bodies counted (law 4 reads them)."""
+    x = pt.dvector("x")
+    fn = pytensor.function([x], example.repeat(3, lambda s: s * 2.0 + 1.0, [x])[0], mode=Mode(linker="py", optimizer="fast_run"))
+    stats = innergraph.graph_stats(fn)
+    assert not hasattr(example.Repeat, "kind") and stats["consumers"].get("other") == 1 and stats["bodies"] == 1, stats
+
+
 @pytest.fixture(scope="module", params=["py", "cvm", "numba"])
 def example_function(request):
     x, u, a, n = pt.dvector("x"), pt.dvector("u"), pt.dscalar("a"), pt.lscalar("n")

@@ -253,6 +253,13 @@ def test_check_inner_graph_op(linker):
         check_inner_graph_op(CASE, mode=_mode(linker))
 
 
+def test_law_4_can_fail_for_it():
+    """Bodies not equal up to canonicalization (not only in a constant: constants become arguments): the kit says so."""
+    wrong = OpCase(**{**CASE.__dict__, "rewritten": [CASE.bodies[0], lambda v, a: pt.cos(v) * a + 1.0, CASE.bodies[2]]})
+    with pytest.raises(AssertionError, match="law 4"):
+        check_inner_graph_op(wrong, mode=_mode("py"))
+
+
 # --- building -------------------------------------------------------------------------------
 
 
