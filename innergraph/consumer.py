@@ -60,14 +60,15 @@ __all__ = [
     "inner_graph",
     "instantiate",
     "is_function",
+    "jax_body",
     "jvp",
     "linker_for",
     "make_body_thunk",
     "numba_body_code",
     "numba_function",
     "params",
-    "register_consumer",
     "load_on_link",
+    "register_consumer",
     "register_numba",
 ]
 
@@ -89,6 +90,17 @@ def numba_body_code(body: Body) -> Any:
     return make(body)
 
 
+def jax_body(body: Body) -> Callable[..., tuple[Any, ...]]:
+    """The body's JAX function: its params' values in, a tuple of its outputs out (made once per body).
+
+    For a consumer's own ``jax_funcify`` registration (in a module `load_on_link`
+    imports on the first JAX link); importing JAX happens here, not at import time.
+    """
+    from innergraph.backends.jax import jax_body as make
+
+    return make(body)
+
+
 def numba_function(
     name: str, params: Sequence[str], lines: Sequence[str], env: dict[str, Any], keys: Sequence[str | None]
 ) -> tuple[Callable[..., Any], str | None]:
@@ -106,7 +118,10 @@ def register_numba(op_class: type) -> Callable[[Callable[..., Any]], Callable[..
     """Decorator registering ``funcify(op, node=None, **kwargs) -> (jitted, cache_key)`` for ``op_class``.
 
     The function receives the node's inputs in order; a function input reaches it
-    as ``None`` (read the body from the node at funcify time with `body_value`).
+    as ``None`` (read the body from the node at funcify time with `body_value`), a
+    tensor as an array (0-d for a scalar: ``index.item()`` reads it). ``jitted``
+    returns the node's output, or a tuple of them when the node has several. A
+    registration covers subclasses (PyTensor's dispatch follows the class's MRO).
     """
     from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
 

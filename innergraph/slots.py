@@ -149,7 +149,9 @@ class Slot:
     """One binding of a consumer (see the module docstring).
 
     ``params`` and ``outputs`` hold ``(body index, variable)``; ``output_types``
-    the declared type of each output. ``in_taps``/``out_taps`` are a traced state's.
+    the declared type of each output, one per entry of ``outputs`` (an `OUTPUT` slot
+    of a conditional holds one output and one type per branch). ``in_taps``/``out_taps``
+    are a traced state's.
     """
 
     kind: str
@@ -160,6 +162,13 @@ class Slot:
     results: tuple[Variable, ...] = ()
     in_taps: tuple[int, ...] = ()
     out_taps: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if len(self.output_types) != len(self.outputs):
+            raise ValueError(
+                f"slot of kind {self.kind!r}: {len(self.outputs)} outputs but {len(self.output_types)} output_types "
+                "(one type per entry of outputs)"
+            )
 
     def with_(self, **changes: Any) -> Slot:
         """A copy with ``changes``."""

@@ -45,7 +45,11 @@ CONSUMER_KINDS = ("scan", "ifelse", "call", "loop")
 
 
 def consumer_kind(op: Any) -> str | None:
-    """The consumer kind of an Op (``"scan"``, ``"ifelse"``, ``"call"``...) or None."""
+    """The consumer kind of an Op (``"scan"``, ``"ifelse"``, ``"call"``...) or None.
+
+    A consumer registered with `innergraph.slots.register_consumer` whose class sets
+    no ``kind`` is ``"other"``: its bodies are counted like any consumer's.
+    """
     kind = getattr(type(op), "kind", None)
     if isinstance(kind, str):
         return kind
@@ -53,10 +57,12 @@ def consumer_kind(op: Any) -> str | None:
     from pytensor.ifelse import IfElse
     from pytensor.scan.op import Scan
 
+    from innergraph.slots import form_of
+
     for cls, name in ((Scan, "scan"), (IfElse, "ifelse"), (OpFromGraph, "call")):
         if isinstance(op, cls):
             return name
-    return None
+    return "other" if form_of(op) is not None else None
 
 
 def unread_buffers(graph: FunctionGraph | Any) -> list[tuple[Apply, int]]:

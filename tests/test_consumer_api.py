@@ -83,6 +83,25 @@ def test_registration_survives_uninstall_install():
     assert fn(1.0) == 8.0
 
 
+def test_a_slot_needs_one_output_type_per_output():
+    x = pt.dvector("x")
+    with pytest.raises(ValueError, match=r"slot of kind 'out': 2 outputs but 1 output_types"):
+        Slot("out", outputs=((0, x), (1, x)), output_types=(x.type,))
+    assert Slot("out", outputs=((0, x), (1, x)), output_types=(x.type, x.type)).output_types == (x.type, x.type)
+
+
+def test_every_public_name_is_exported_and_jax_body_is_the_backends():
+    import innergraph.consumer as api
+
+    assert sorted(api.__all__) == sorted(n for n in dir(api) if not n.startswith("_") and n not in {"annotations", "Any", "Callable", "Sequence"})
+    body = innergraph.body_of(innergraph.fold_function(innergraph.inner_graph(lambda v: pt.exp(v) * 2.0, [pt.dvector]).function))
+    from innergraph.backends.jax import jax_body
+
+    api.jax_body(body)  # the first conversion in a process registers rewrites (optdb's state changes): its key misses once
+    assert api.jax_body(body) is jax_body(body)  # one function per body, whichever name made it
+    np.testing.assert_allclose(np.asarray(api.jax_body(body)(np.array([0.0, 1.0]))[0]), [2.0, 2 * np.e])
+
+
 def test_compiled_function_validates_its_inputs_unless_trusted():
     v = pt.dvector("v")
     body = body_of(innergraph.inner_graph(lambda u, k: (u * k).sum(), [v, pt.dscalar()]).function)
@@ -159,6 +178,14 @@ def test_worked_example_passes_check_inner_graph_op(linker):
     with warnings.catch_warnings():
         warnings.filterwarnings("error", "Numba will use object mode")  # its Numba code is generated (Iterate)
         check_inner_graph_op(case, mode=mode)
+
+
+def test_graph_stats_counts_a_consumer_without_a_kind():
+    """A registered consumer whose class sets no ``kind`` is ``"other"``, its bodies counted (law 4 reads them)."""
+    x = pt.dvector("x")
+    fn = pytensor.function([x], example.repeat(3, lambda s: s * 2.0 + 1.0, [x])[0], mode=Mode(linker="py", optimizer="fast_run"))
+    stats = innergraph.graph_stats(fn)
+    assert not hasattr(example.Repeat, "kind") and stats["consumers"].get("other") == 1 and stats["bodies"] == 1, stats
 
 
 @pytest.fixture(scope="module", params=["py", "cvm", "numba"])

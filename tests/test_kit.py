@@ -1,5 +1,7 @@
 """Every consumer of this project, checked with the public kit (innergraph.testing)."""
 
+import warnings
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -69,6 +71,14 @@ def test_the_kit_catches_a_broken_reference():
         check_inner_graph_op(broken)
 
 
+def test_a_reference_that_cannot_run_is_named_as_such():
+    from pytensor.raise_op import Assert
+
+    failing = OpCase(**{**CALL.__dict__, "reference": lambda args: Assert("no such run")(pt.tanh(args[0]) * args[1], pt.lt(args[1], -1e9))})
+    with pytest.raises(AssertionError, match=r"law 5: the vanilla reference \(case.reference\) failed to run .*no such run"):
+        check_inner_graph_op(failing)
+
+
 def test_the_kit_catches_bodies_that_do_not_differ():
     same = OpCase(**{**CALL.__dict__, "changed": CALL.bodies})
     with pytest.raises(AssertionError, match="law 2"):
@@ -88,6 +98,8 @@ def test_the_design_doc_example():
     module = types.ModuleType("design_testing_example")  # importable, so the kit can pickle its Op
     sys.modules[module.__name__] = module
     try:
-        exec(compile(code, "design/testing.md", "exec"), module.__dict__)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", ".*returned DisconnectedType")  # it declares its connection pattern
+            exec(compile(code, "design/testing.md", "exec"), module.__dict__)
     finally:
         del sys.modules[module.__name__]
