@@ -246,7 +246,9 @@ CASE = OpCase(
 )
 
 
-@pytest.mark.parametrize("linker", ["cvm", "numba"])
+# the laws under the default linker, whose code is the hand-written one (no object mode);
+# the thunk linkers' values are checked by the tests above (CI's time budget)
+@pytest.mark.parametrize("linker", ["numba"])
 def test_check_inner_graph_op(linker):
     with warnings.catch_warnings():
         warnings.filterwarnings("error", "Numba will use object mode")
