@@ -130,6 +130,12 @@ def program(recipe, kind, n_steps, flavor, inputs):
     return pt.add(*[pt.cast(p, "float64") for p in parts])
 
 
+# Each example compiles two programs and their gradients (about 0.5 s): 100 examples under
+# CI's profile (half its 200: CI's time budget); the other profiles' counts as they are.
+_CI_EXAMPLES = settings.get_profile("ci").max_examples
+
+
+@settings(max_examples=100 if settings.default.max_examples == _CI_EXAMPLES else settings.default.max_examples)
 @given(recipes(max_steps=4, nesting=1), st.sampled_from(["loop", "conditional", "both"]), st.integers(1, 3),
        st.sampled_from(["native", "innergraph"]), st.integers(0, 2**16))
 def test_law5_lift_rewrite_lower_never_changes_results(recipe, kind, n_steps, flavor, seed):
