@@ -3,6 +3,8 @@
 ====================================  ========  ==================================================
 name                                  position  tags
 ====================================  ========  ==================================================
+``innergraph_scan_split_solve``       0.039     fast_run, innergraph, scan, scan_pushout, scan_split_non_sequence_decomposition_and_solve
+``innergraph_scan_split_solve_jax``   0.0391    jax, innergraph, scan, scan_split_non_sequence_decomposition_and_solve_jax
 ``innergraph_lift``                   0.04      fast_run, innergraph
 ``innergraph_lift_ofg``               0.041     fast_run, innergraph, innergraph_ofg
 ``innergraph_inline_args``            0.042     fast_run, innergraph, scan_inline_invariant_constants, scan_merge_duplicate_inputs
@@ -43,6 +45,11 @@ alpha-equivalent bodies. ``innergraph_lower`` converts them back just before
 PyTensor's second Scan pass (``scan_eqopt2``, 1.6: save-memory, merging,
 in-place), which — like PyTensor's own tests — expects native Scans. A merged
 body becomes one native Op, compiled once. ``mode.excluding("innergraph")`` gives vanilla behaviour back.
+
+``innergraph_scan_split_solve`` (and its ``jax`` twin, `innergraph.rewriting.scan_solve`)
+runs PyTensor's ``scan_split_non_sequence_decomposition_and_solve`` on the native Scans
+just before the lift, since its own pass in ``scan_eqopt1`` comes too late to see them:
+a Solve of a loop-invariant matrix factorizes once, outside the loop.
 
 ``innergraph_lift_ofg`` (`innergraph.rewriting.lift_ofg`) lifts PyTensor's plain
 ``OpFromGraph`` nodes into calls right after, when that gains something (a dead
@@ -149,6 +156,7 @@ from innergraph.rewriting.lift_ofg import lift_op_from_graphs
 from innergraph.rewriting.ofg_outputs import remove_dead_ofg_outputs
 from innergraph.rewriting.read_back import local_read_of_written_region
 from innergraph.rewriting.scan_inplace import replace_pytensor_pass, restore_pytensor_pass
+from innergraph.rewriting.scan_solve import split_scan_solves, split_scan_solves_jax
 from innergraph.rewriting.outline_loops import inline_outlined_loops, outline_loops
 from innergraph.rewriting.outer import (
     local_fill_read_by_consumers,
@@ -200,6 +208,18 @@ class ConsumerRewritesDB(RewriteDatabase):
 
 
 _REWRITES: list[tuple[str, Any, float, tuple[str, ...]]] = [
+    (
+        "innergraph_scan_split_solve",
+        FunctionRewriter(split_scan_solves),
+        0.039,
+        ("fast_run", "innergraph", "scan", "scan_pushout", "scan_split_non_sequence_decomposition_and_solve"),
+    ),
+    (
+        "innergraph_scan_split_solve_jax",
+        FunctionRewriter(split_scan_solves_jax),
+        0.0391,
+        ("jax", "innergraph", "scan", "scan_split_non_sequence_decomposition_and_solve_jax"),
+    ),
     ("innergraph_lift", FunctionRewriter(lift_native), 0.04, ("fast_run", "innergraph")),
     ("innergraph_lift_ofg", FunctionRewriter(lift_op_from_graphs), 0.041, ("fast_run", "innergraph", "innergraph_ofg")),
     (
