@@ -322,6 +322,7 @@ counterpart).
         "rewriting/read_back.py",
         "rewriting/remerge.py",
         "rewriting/scan_inplace.py",
+        "rewriting/scan_solve.py",
         "rewriting/share.py",
         "rewriting/share_branch.py",
         "rewriting/signature.py",
