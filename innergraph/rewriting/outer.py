@@ -59,9 +59,12 @@ from innergraph.slots import form_of
 
 __all__ = [
     "first_row",
-    "rows_of",
     "local_fill_read_by_consumers",
-    "local_merge_slices_of_known_length", "local_set_row_of_expand_dims", "local_sum_of_one_row"]
+    "local_merge_slices_of_known_length",
+    "local_set_row_of_expand_dims",
+    "local_sum_of_one_row",
+    "rows_of",
+]
 
 
 def _constant_slices(node: Apply) -> list[Any] | None:
