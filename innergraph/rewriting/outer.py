@@ -196,11 +196,17 @@ def local_fill_read_by_consumers(fgraph: FunctionGraph, node: Apply) -> list[Var
 
 def _constant_shape(fgraph: FunctionGraph, x: Variable) -> tuple[int, ...] | None:
     """``x``'s shape if the shape feature proves every dimension constant."""
+    dims = [_proved_dim(fgraph, x, i) for i in range(x.type.ndim)]
+    return None if None in dims else tuple(d for d in dims if d is not None)
+
+
+def _proved_dim(fgraph: FunctionGraph, x: Variable, i: int) -> int | None:
+    """Dimension ``i`` of ``x`` if the graph's shape feature proves it constant."""
     shape_feature = getattr(fgraph, "shape_feature", None)
     if shape_feature is None:
         return None
     try:
-        return tuple(int(get_underlying_scalar_constant_value(shape_feature.get_shape(x, i))) for i in range(x.type.ndim))
+        return int(get_underlying_scalar_constant_value(shape_feature.get_shape(x, i)))
     except NotScalarConstantError:
         return None
 
@@ -226,12 +232,9 @@ def local_merge_slices_of_known_length(fgraph: FunctionGraph, node: Apply) -> li
 
 def _constant_length(fgraph: FunctionGraph, x: Variable) -> int | None:
     """The length of ``x``'s first axis if the shape feature or a constant slice proves it."""
-    shape_feature = getattr(fgraph, "shape_feature", None)
-    if shape_feature is not None:
-        try:
-            return int(get_underlying_scalar_constant_value(shape_feature.get_shape(x, 0)))
-        except NotScalarConstantError:
-            pass
+    proved = _proved_dim(fgraph, x, 0)
+    if proved is not None:
+        return proved
     if x.owner is not None and isinstance(x.owner.op, Subtensor):
         idx = _constant_slices(x.owner)
         if idx and isinstance(idx[0], slice):
