@@ -290,6 +290,15 @@ def test_fusion_leaves_a_body_it_cannot_change_as_it_is():
     assert sum(isinstance(n.op, pt.elemwise.Elemwise) for n in scope_toposort(fused.outputs)) == 1
 
 
+def test_fusing_a_fused_body_gives_it_back():
+    # a body compiled later runs the fusion pass again over its nested bodies, which are
+    # fused copies already: they are given back, not fused and copied a second time
+    chain = body_of(innergraph.inner_graph(lambda u: (pt.exp(u) * 2.0).sum(), [xs.type]).function)
+    fused = fuse_body(chain)
+    assert fuse_body(fused) is fused
+    assert fuse_body(chain) is fused
+
+
 # -- forwarding --------------------------------------------------------------------
 
 

@@ -58,7 +58,10 @@ def _fused(body: Body, fusion: object, memo: dict[Body, Body]) -> Body:
     outputs = substitute(fgraph.outputs, dict(zip(fgraph.inputs, params(body.param_types), strict=True)))
     fused = Body(body.type, outputs)
     if is_rewritten(body):
-        return intern_body(mark_rewritten(fused))
+        fused = intern_body(mark_rewritten(fused))
+    # Fusion is idempotent: a body compiled later runs the fusion pass again over its
+    # nested bodies, which are fused copies already (two fusions per nested body before).
+    fused.cache.setdefault(("fused", fusion, is_rewritten(fused)), fused)
     return fused
 
 
