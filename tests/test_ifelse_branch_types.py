@@ -16,11 +16,12 @@ from innergraph.errors import BodyTypeError
 from innergraph.ops.ifelse import IfElse
 
 c = pt.scalar("c", dtype="bool")
-a = pt.vector("a", shape=(2,))
-b = pt.vector("b", shape=(4,))
-m2 = pt.matrix("m2", shape=(2, 2))
-m4 = pt.matrix("m4", shape=(4, 4))
-VALUES = [np.array([0.5, 1.0]), np.array([1.0, 2.0, 3.0, 4.0]), np.eye(2) + 1.0, np.arange(16.0).reshape(4, 4)]
+# larger than SMALL_STATIC_SIZE (16 elements): statically small branches are left native
+a = pt.vector("a", shape=(20,))
+b = pt.vector("b", shape=(40,))
+m2 = pt.matrix("m2", shape=(5, 5))
+m4 = pt.matrix("m4", shape=(6, 6))
+VALUES = [np.linspace(0.5, 1.0, 20), np.linspace(1.0, 4.0, 40), np.eye(5) + 1.0, np.arange(36.0).reshape(6, 6)]
 OUTPUTS = ifelse(c, [pt.exp(a) / 3, pt.exp(m2).sum(0)[:, None] * m2], [pt.log(b), pt.sqrt(m4)])
 
 
@@ -44,7 +45,7 @@ def test_plain_ifelse_is_lifted_and_gives_vanillas_values(functions):
     assert any(isinstance(n.op, IfElse) for n in ours.maker.fgraph.apply_nodes)
     for cond in (True, False):
         got, expected = ours(cond, *VALUES), vanilla(cond, *VALUES)
-        assert [g.shape for g in got] == ([(2,), (2, 2)] if cond else [(4,), (4, 4)])
+        assert [g.shape for g in got] == ([(20,), (5, 5)] if cond else [(40,), (6, 6)])
         for g, e in zip(got, expected, strict=True):
             np.testing.assert_allclose(g, e)
 

@@ -169,7 +169,8 @@ def test_two_conditionals_on_one_condition_become_one(linker):
 def test_nested_conditionals_on_the_same_condition_resolve():
     # cond_merge_ifs_true / _false (PyTensor's skipped test_merge_ifs_true_false): one conditional,
     # no conditional left inside its bodies
-    x1, x2, y1, y2, w1, w2 = (pt.dscalar(n) for n in ("x1", "x2", "y1", "y2", "w1", "w2"))
+    # vectors of unknown length: the exp is work (over scalars it would not be, SMALL_STATIC_SIZE)
+    x1, x2, y1, y2, w1, w2 = (pt.dvector(n) for n in ("x1", "x2", "y1", "y2", "w1", "w2"))
     cond = c > 0
     out = ifelse(
         cond,
@@ -180,9 +181,9 @@ def test_nested_conditionals_on_the_same_condition_resolve():
     fn = pytensor.function(ins, out, mode=mode("numba"))
     assert len(consumers(fn)) == 1 and not natives(fn)
     assert not any(isinstance(n.op, IfElse | NativeIfElse) for n in body_nodes(fn))
-    vals = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
-    np.testing.assert_allclose(fn(*vals, 1.0), np.exp(0.1 + 0.3 + 0.5))
-    np.testing.assert_allclose(fn(*vals, -1.0), np.exp(0.2 + 0.4 + 0.6))
+    vals = [[0.1], [0.2], [0.3], [0.4], [0.5], [0.6]]
+    np.testing.assert_allclose(fn(*vals, 1.0), [np.exp(0.1 + 0.3 + 0.5)])
+    np.testing.assert_allclose(fn(*vals, -1.0), [np.exp(0.2 + 0.4 + 0.6)])
 
 
 def test_identical_output_pairs_become_one_output():
@@ -218,6 +219,44 @@ def test_conditionals_without_work_stay_native_and_in_place():
     assert _printed(fn) == _printed(ref)
 
 
+def test_statically_small_work_stays_native():
+    # exp over scalars (or a few elements) costs nanoseconds run eagerly; a lifted branch costs
+    # a body of its own at compile time: the graph is vanilla's, and so are the values
+    s, v3 = pt.dscalar("s"), pt.tensor("v3", shape=(3,), dtype="float64")
+    outs = [ifelse(c > 0, pt.exp(s) * 2, pt.log1p(s**2)) * s, ifelse(c > 0, pt.exp(v3).sum(), pt.tanh(v3).max())]
+    fn = pytensor.function([c, s, v3], outs, mode=mode("numba"))
+    ref = pytensor.function([c, s, v3], outs, mode=vanilla("numba"))
+    assert not consumers(fn) and len(natives(fn)) == 2
+    assert _printed(fn) == _printed(ref)
+    for cv in (1.0, -1.0):
+        for got, want in zip(fn(cv, 0.5, [0.1, 0.2, 0.3]), ref(cv, 0.5, [0.1, 0.2, 0.3]), strict=True):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_small_work_with_an_assert_is_lifted():
+    # an Assert is work whatever the size: laziness decides whether it raises
+    s = pt.dscalar("s")
+    out = ifelse(c > 0, s * 2, Assert("untaken scalar branch ran")(pt.exp(s), pt.gt(s, 10)))
+    fn = pytensor.function([c, s], out, mode=mode("numba"))
+    assert consumers(fn) and not natives(fn)
+    assert fn(1.0, 0.5) == 1.0
+    with pytest.raises(AssertionError, match="untaken scalar branch ran"):
+        fn(-1.0, 0.5)
+
+
+def test_the_lift_keeps_the_shapes_the_shape_feature_knows(monkeypatch):
+    # the conditional replaces native nodes whose output shapes are known: the in-graph
+    # conditional's infer_shape (a shape inference over both bodies) is not run again
+    calls = []
+    original = IfElse.infer_shape
+    monkeypatch.setattr(IfElse, "infer_shape", lambda self, *a, **k: calls.append(self) or original(self, *a, **k))
+    out = ifelse(c > 0, pt.exp(x) * 2, pt.log1p(x**2))
+    fn = pytensor.function([c, x], out, mode=mode("numba"))
+    assert consumers(fn) and not calls
+    np.testing.assert_allclose(fn(1.0, [0.5, 1.0]), np.exp([0.5, 1.0]) * 2)
+    np.testing.assert_allclose(fn(-1.0, [0.5, 1.0]), np.log1p([0.25, 1.0]))
+
+
 def test_an_in_place_conditional_built_by_hand_is_lifted():
     out = NativeIfElse(1, as_view=True)(c > 0, pt.exp(x), x)
     fn = pytensor.function([c, x], out, mode=mode("numba"))
@@ -231,14 +270,14 @@ def test_an_in_place_conditional_built_by_hand_is_lifted():
 def test_branches_of_different_static_shapes():
     # the in-graph conditional's shape picks the taken branch's dims lazily; an int8
     # static dim against an int64 symbolic one used to raise BodyTypeError
-    x2 = pt.tensor("x2", shape=(2,), dtype="float64")
+    x2 = pt.tensor("x2", shape=(32,), dtype="float64")  # more than SMALL_STATIC_SIZE elements: work
     out = ifelse(c > 0, pt.exp(x2) / 3, x)
     fn = pytensor.function([c, x2, x], [out, out.shape[0]], mode=mode("numba"))
     assert consumers(fn)
-    value, length = fn(1.0, [0.0, 0.0], [1.0, 2.0, 3.0])
-    np.testing.assert_allclose(value, [1 / 3, 1 / 3])
-    assert length == 2
-    assert fn(-1.0, [0.0, 0.0], [1.0, 2.0, 3.0])[1] == 3
+    value, length = fn(1.0, np.zeros(32), [1.0, 2.0, 3.0])
+    np.testing.assert_allclose(value, np.full(32, 1 / 3))
+    assert length == 32
+    assert fn(-1.0, np.zeros(32), [1.0, 2.0, 3.0])[1] == 3
 
 
 def test_ifelse_in_a_scan_body_is_lifted():
