@@ -81,14 +81,18 @@ __all__ = [
 ]
 
 def _lift_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable] | None:
-    """The in-graph Scan of a native one, or None for one PyTensor already compiled (`_compiled_in_place`).
+    """The in-graph Scan of a native one, or None for one innergraph leaves native.
+
+    Left native: a Scan PyTensor already compiled (`_compiled_in_place`), and one
+    whose own mode rewrites its inner graph otherwise than the mode being compiled
+    (`_rewritten_by_its_own_mode`).
 
     Equal native Ops (PyTensor compares their inner graphs) get one function: K
     loops over one step function cost one lift, not K lifts that MergeOptimizer
     then merges node by node.
     """
     native: NativeScan = op
-    if _compiled_in_place(native):
+    if _compiled_in_place(native) or _rewritten_by_its_own_mode(native):
         return None
     memo = lifted_bodies.get()
     function = memo.get(native) if memo is not None else None
@@ -116,6 +120,46 @@ def _compiled_in_place(native: NativeScan) -> bool:
     nodes that the lowering cannot turn back into a Scan.
     """
     return any(node.op.destroy_map for node in native.fgraph.apply_nodes)
+
+
+def _rewritten_by_its_own_mode(native: NativeScan) -> bool:
+    """Whether ``native`` names a mode whose rewrites differ from those of the mode being compiled.
+
+    PyTensor compiles a Scan's inner graph with the Scan's own mode
+    (``pytensor.scan(..., mode=...)``); a lifted body is rewritten with the outer
+    graph, by the compiled mode's rewriter. A user who gave the loop a mode of its
+    own — ``get_default_mode().excluding(...)`` to keep a rewrite off it,
+    ``optimizer=None``, ``FAST_COMPILE`` — gets vanilla's inner graph: such a Scan
+    stays native. Modes are compared by what their rewriter query includes,
+    requires and excludes (the optimizer they were given, before their linker's
+    own additions: innergraph compiles a body for the outer linker anyway); a mode
+    given as a rewriter object rather than a query is taken as different. No mode
+    (PyTensor's default, what PyMC's and pymc-extras' loops use) and innergraph's
+    own lowered modes (`LoweredScanMode`) are not a mode of the user's.
+    """
+    mode = native.mode
+    if mode is None or isinstance(mode, LoweredScanMode):
+        return False
+    from pytensor import config
+
+    own = _rewriter_query(mode)
+    return own is None or own != _rewriter_query(config.mode)
+
+
+def _rewriter_query(mode: Any) -> tuple[Any, ...] | None:
+    """What ``mode``'s rewriter query includes, requires and excludes, and its cutoff; None for a rewriter that is not a query."""
+    from pytensor.compile.mode import get_mode, predefined_optimizers
+    from pytensor.graph.rewriting.db import RewriteDatabaseQuery
+
+    try:
+        optimizer = get_mode(mode).provided_optimizer
+    except Exception:  # an unknown mode name
+        return None
+    if isinstance(optimizer, str) or optimizer is None:
+        optimizer = predefined_optimizers.get(optimizer)
+    if not isinstance(optimizer, RewriteDatabaseQuery) or optimizer.subquery or optimizer.extra_rewrites:
+        return None
+    return frozenset(optimizer.include), frozenset(optimizer.require), frozenset(optimizer.exclude), optimizer.position_cutoff
 
 
 def _lower_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
