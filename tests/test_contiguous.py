@@ -16,7 +16,7 @@ from pytensor.compile.mode import Mode
 from pytensor.graph.basic import Constant
 from pytensor.graph.fg import FunctionGraph
 
-from innergraph.rewriting.contiguous import contiguous_constants, is_strided_constant
+from innergraph.rewriting.contiguous import NUMBA_EMBED_LIMIT, contiguous_constants, is_strided_constant
 
 SCRIPT = Path(__file__).parent / "scripts" / "numba_compilations.py"
 
@@ -85,3 +85,32 @@ def test_a_second_process_loads_the_function_from_numbas_cache(size, excluded, c
     count, total = _compilations(size, *excluded)
     assert (count == 0) is cached, count
     assert total == first[1] == pytest.approx(np.arange(size) @ np.linspace(0.5, 2.0, size)[::-1])
+
+
+def test_contiguous_constants_leaves_a_constant_numba_would_not_embed():
+    """Over Numba's embedding limit a copy buys no caching; a broadcast view would be materialized."""
+    base = np.arange(1000.0)
+    large = pt.constant(np.broadcast_to(base, (NUMBA_EMBED_LIMIT // base.nbytes + 1, base.size)))
+    small = pt.constant(np.arange(12.0).reshape(3, 4)[:, ::2])
+    x, m = pt.dvector("x"), pt.dmatrix("m")
+    fgraph = FunctionGraph([x, m], [large * x, m + small], clone=False)
+    assert contiguous_constants(fgraph) == 1
+    constants = {v for node in fgraph.apply_nodes for v in node.inputs if isinstance(v, Constant)}
+    assert large in constants and small not in constants
+    assert np.shares_memory(large.data, base) and large.data.strides[0] == 0
+
+
+@pytest.mark.parametrize("linker", ["py", "cvm", "numba"])
+def test_a_large_broadcast_constant_is_not_copied(linker):
+    base = np.arange(1000.0)
+    data = np.broadcast_to(base, (500, 1000))  # 4 MB if materialized
+    x = pt.dvector("x")
+    y = (pt.constant(data) * x[:, None]).sum()
+    mode = Mode(linker=linker, optimizer="fast_run")
+    vanilla = pytensor.function([x], y, mode=mode.excluding("innergraph"))
+    fn = pytensor.function([x], y, mode=mode)
+    (c,) = [v for v in _constants(fn) if v.ndim == 2]
+    assert np.shares_memory(c.data, base), "the broadcast constant was copied"
+    value = np.linspace(0.0, 1.0, 500)
+    np.testing.assert_array_equal(fn(value), vanilla(value))
+    np.testing.assert_allclose(fn(value), value.sum() * base.sum(), atol=1e-6)

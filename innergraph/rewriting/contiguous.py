@@ -15,16 +15,27 @@ so this pass, run after everything that folds constants, replaces each
 non-contiguous array constant by a contiguous copy of equal type and values. It
 is tagged ``innergraph`` (``mode.excluding("innergraph")`` leaves vanilla as it
 is). Native Scan inner graphs are left alone: their constants are the Op's.
+
+A constant over `NUMBA_EMBED_LIMIT` bytes is left as it is: Numba makes any array
+above that size a dynamic global, contiguous or not, so a copy would not make the
+function cacheable. It would only cost memory and time. A ``np.broadcast_to`` view,
+for instance, would be materialized in full (a PyMC ``Mixture`` with broadcast weights).
 """
 
 from __future__ import annotations
+
+from typing import TypeGuard
 
 import numpy as np
 from pytensor.graph.basic import Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.tensor.variable import TensorConstant
 
-__all__ = ["contiguous_constants", "is_strided_constant"]
+__all__ = ["NUMBA_EMBED_LIMIT", "contiguous_constants", "is_strided_constant"]
+
+#: Numba embeds a constant array in the compiled code only up to this many bytes
+#: (``numba.core.base.BaseContext.make_constant_array``'s ``size_limit``).
+NUMBA_EMBED_LIMIT = 10**6
 
 
 def is_strided_constant(var: Variable) -> bool:
@@ -35,12 +46,20 @@ def is_strided_constant(var: Variable) -> bool:
     return isinstance(data, np.ndarray) and not (data.flags.c_contiguous or data.flags.f_contiguous)
 
 
+def _copied(var: Variable) -> TypeGuard[TensorConstant]:
+    """Whether `contiguous_constants` replaces ``var``: strided, and small enough for Numba to embed."""
+    return isinstance(var, TensorConstant) and is_strided_constant(var) and var.data.nbytes <= NUMBA_EMBED_LIMIT
+
+
 def contiguous_constants(fgraph: FunctionGraph) -> int:
-    """Replace the non-contiguous array constants of ``fgraph`` by contiguous copies; return how many."""
+    """Replace the non-contiguous array constants of ``fgraph`` by contiguous copies; return how many.
+
+    Constants over `NUMBA_EMBED_LIMIT` bytes are not copied (see the module docstring).
+    """
     found: dict[TensorConstant, None] = {}  # ordered: the replacements are made in topological order
     for node in fgraph.toposort():
-        found.update((v, None) for v in node.inputs if isinstance(v, TensorConstant) and is_strided_constant(v))
-    found.update((v, None) for v in fgraph.outputs if isinstance(v, TensorConstant) and is_strided_constant(v))
+        found.update((v, None) for v in node.inputs if _copied(v))
+    found.update((v, None) for v in fgraph.outputs if _copied(v))
     if not found:
         return 0
     replacements = [(v, TensorConstant(v.type, np.ascontiguousarray(v.data), name=v.name)) for v in found]
