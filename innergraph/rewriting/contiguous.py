@@ -14,7 +14,9 @@ does (pushed-out loop-invariant work folds to constants that feed outer nodes),
 so this pass, run after everything that folds constants, replaces each
 non-contiguous array constant by a contiguous copy of equal type and values. It
 is tagged ``innergraph`` (``mode.excluding("innergraph")`` leaves vanilla as it
-is). Native Scan inner graphs are left alone: their constants are the Op's.
+is). Native Scan inner graphs are left alone: their constants are the Op's. It
+copies only when the graph is compiled for Numba: the other linkers read a strided
+constant as it is, and a copy would only cost memory.
 
 A constant over `NUMBA_EMBED_LIMIT` bytes is left as it is: Numba makes any array
 above that size a dynamic global, contiguous or not, so a copy would not make the
@@ -54,8 +56,15 @@ def _copied(var: Variable) -> TypeGuard[TensorConstant]:
 def contiguous_constants(fgraph: FunctionGraph) -> int:
     """Replace the non-contiguous array constants of ``fgraph`` by contiguous copies; return how many.
 
-    Constants over `NUMBA_EMBED_LIMIT` bytes are not copied (see the module docstring).
+    Constants over `NUMBA_EMBED_LIMIT` bytes are not copied, and nothing is unless
+    the graph is compiled for Numba (see the module docstring).
     """
+    from pytensor.link.numba.linker import NumbaLinker
+
+    from innergraph.dispatch import linker_being_compiled
+
+    if not isinstance(linker_being_compiled(fgraph), NumbaLinker):
+        return 0
     found: dict[TensorConstant, None] = {}  # ordered: the replacements are made in topological order
     for node in fgraph.toposort():
         found.update((v, None) for v in node.inputs if _copied(v))
