@@ -153,6 +153,8 @@ def _rewrite_nodes(fgraph: FunctionGraph, rules: dict[type, Rule], reason: str) 
     count = 0
     declined: set[Any] = set()
     while True:  # new nodes (a lifted body's nested scans) are handled in the next round
+        if not any(type(n.op) in rules and n not in declined for n in fgraph.apply_nodes):
+            return count  # a look at the node set, not a sort of it (most graphs have nothing to convert)
         todo = [n for n in fgraph.toposort() if type(n.op) in rules and n not in declined]
         if not todo:
             return count

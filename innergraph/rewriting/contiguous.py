@@ -65,6 +65,8 @@ def contiguous_constants(fgraph: FunctionGraph) -> int:
 
     if not isinstance(linker_being_compiled(fgraph), NumbaLinker):
         return 0
+    if not any(_copied(v) for node in fgraph.apply_nodes for v in node.inputs) and not any(map(_copied, fgraph.outputs)):
+        return 0  # a look at the node set, not a sort of it
     found: dict[TensorConstant, None] = {}  # ordered: the replacements are made in topological order
     for node in fgraph.toposort():
         found.update((v, None) for v in node.inputs if _copied(v))

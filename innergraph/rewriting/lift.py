@@ -11,6 +11,7 @@ from innergraph.convert import PIPELINE_LIFTS, PIPELINE_LOWERS, lift, lower, low
 from innergraph.dispatch import compiling_for_jit
 from innergraph.debugmode import forget_hidden
 from innergraph.fold import fold_inner_graphs, folded_bodies, unfold_inner_graphs
+from innergraph.graph import is_function
 from innergraph.interning import intern_folded
 from innergraph.ops.runtime import mark_rewritten
 from innergraph.rewriting.args import outline_constants
@@ -66,9 +67,14 @@ def fold_bodies(fgraph: FunctionGraph) -> int:
     and so do the small constants that alone tell bodies apart
     (`innergraph.rewriting.args`): no later pass could use their values.
     """
-    changed = _fold_bodies(fgraph)
+    changed = _fold_bodies(fgraph) if _has_functions(fgraph) else 0
     forget_hidden(fgraph)  # no body node is imported from here on: DebugMode's linker must not run those it saw
     return changed
+
+
+def _has_functions(fgraph: FunctionGraph) -> bool:
+    """Whether a node of ``fgraph`` reads a function variable or one is an output: else there is nothing to fold."""
+    return any(is_function(v) for node in fgraph.apply_nodes for v in node.inputs) or any(map(is_function, fgraph.outputs))
 
 
 def _fold_bodies(fgraph: FunctionGraph) -> int:

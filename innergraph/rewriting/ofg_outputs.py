@@ -82,6 +82,8 @@ def without_dead_outputs(node: Apply, live: list[int]) -> tuple[Apply, list[int]
 def remove_dead_ofg_outputs(fgraph: FunctionGraph) -> int:
     """Rebuild each native `OpFromGraph` node of ``fgraph`` with a dead output without it; return how many changed."""
     changed = 0
+    if not any(_rebuildable(node.op) for node in fgraph.apply_nodes):
+        return 0  # a look at the node set, not a sort of it
     for node in list(fgraph.toposort()):
         if not _rebuildable(node.op) or node not in fgraph.apply_nodes:
             continue

@@ -33,6 +33,8 @@ def _key(node: Apply) -> tuple[Any, ...]:
 
 def share_native_ops(fgraph: FunctionGraph) -> int:
     """Give nodes with equal native Scan Ops one Op instance; return how many changed."""
+    if sum(isinstance(node.op, NativeScan) for node in fgraph.apply_nodes) < 2:
+        return 0  # nothing to share: a look at the node set, not a sort of it
     representative: dict[tuple[Any, ...], NativeScan] = {}
     replacements = []
     for node in fgraph.toposort():
