@@ -257,6 +257,22 @@ def test_the_lift_keeps_the_shapes_the_shape_feature_knows(monkeypatch):
     np.testing.assert_allclose(fn(-1.0, [0.5, 1.0]), np.log1p([0.25, 1.0]))
 
 
+def test_a_shape_computed_by_branch_work_is_not_carried(monkeypatch):
+    # the then branch's length is computed by work the lift moves into a body: a shape read
+    # from outside would run that work eagerly again, so the conditional infers its own
+    calls = []
+    original = IfElse.infer_shape
+    monkeypatch.setattr(IfElse, "infer_shape", lambda self, *a, **k: calls.append(self) or original(self, *a, **k))
+    n = pt.cast(pt.exp(x).sum(), "int64") % 2 + 1
+    out = ifelse(c > 0, pt.exp(x[:n]), pt.log1p(x**2))
+    fn = pytensor.function([c, x], out, mode=mode("numba"))
+    assert consumers(fn) and calls
+    xv = np.array([0.5, 1.0, 2.0])
+    n_value = int(np.exp(xv).sum()) % 2 + 1
+    np.testing.assert_allclose(fn(1.0, xv), np.exp(xv[:n_value]))
+    np.testing.assert_allclose(fn(-1.0, xv), np.log1p(xv**2))
+
+
 def test_an_in_place_conditional_built_by_hand_is_lifted():
     out = NativeIfElse(1, as_view=True)(c > 0, pt.exp(x), x)
     fn = pytensor.function([c, x], out, mode=mode("numba"))

@@ -261,7 +261,8 @@ def _lift_group(fgraph: FunctionGraph, group: list[Apply]) -> bool:
     first: dict[int, Variable] = {}
     for o, i in zip(old, targets, strict=True):
         first.setdefault(i, o)
-    carry_shapes(fgraph, [first[i] for i in range(len(new))], new)  # the shape feature knows them: no body shape inference
+    # the shape feature knows them: no shape inference through the bodies (unless they read branch work)
+    carry_shapes(fgraph, [first[i] for i in range(len(new))], new, leaving={*then_nodes, *else_nodes})
     replacements = [(o, o.type.filter_variable(new[i])) for o, i in zip(old, targets, strict=True)]
     fgraph.replace_all(replacements, reason="innergraph_lift_ifelse", import_missing=True)
     return True
