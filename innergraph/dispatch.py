@@ -50,7 +50,7 @@ from pytensor.graph.op import Op
 from pytensor.link.basic import JITLinker, Linker, LocalLinker, WrapLinker
 from pytensor.link.c.basic import CLinker, DualLinker
 
-__all__ = ["compiling_for_jit", "conversion_dispatches", "implements", "linker_being_compiled", "register_conversion_dispatch", "runs"]
+__all__ = ["compiling_for_jit", "compiling_for_numba", "conversion_dispatches", "implements", "linker_being_compiled", "register_conversion_dispatch", "runs"]
 
 #: Linker families that run nodes through ``op.make_thunk`` (a `JITLinker` is checked first).
 THUNK_LINKERS: tuple[type, ...] = (LocalLinker, CLinker, WrapLinker, DualLinker)
@@ -210,3 +210,10 @@ def compiling_for_jit(fgraph: FunctionGraph | None = None) -> bool:
     runtime needs.
     """
     return isinstance(linker_being_compiled(fgraph), JITLinker)
+
+
+def compiling_for_numba(fgraph: FunctionGraph | None = None) -> bool:
+    """Whether the mode compiling ``fgraph`` (default: the mode being compiled) links with PyTensor's Numba linker."""
+    from pytensor.link.numba.linker import NumbaLinker
+
+    return isinstance(linker_being_compiled(fgraph), NumbaLinker)

@@ -59,11 +59,9 @@ def contiguous_constants(fgraph: FunctionGraph) -> int:
     Constants over `NUMBA_EMBED_LIMIT` bytes are not copied, and nothing is unless
     the graph is compiled for Numba (see the module docstring).
     """
-    from pytensor.link.numba.linker import NumbaLinker
+    from innergraph.dispatch import compiling_for_numba
 
-    from innergraph.dispatch import linker_being_compiled
-
-    if not isinstance(linker_being_compiled(fgraph), NumbaLinker):
+    if not compiling_for_numba(fgraph):
         return 0
     if not any(_copied(v) for node in fgraph.apply_nodes for v in node.inputs) and not any(map(_copied, fgraph.outputs)):
         return 0  # a look at the node set, not a sort of it

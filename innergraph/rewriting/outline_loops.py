@@ -57,7 +57,7 @@ from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.shape import Shape, Shape_i
 
 from innergraph.build import inner_graph
-from innergraph.dispatch import linker_being_compiled
+from innergraph.dispatch import compiling_for_numba
 from innergraph.graph import InnerGraph, body_of, is_function, scope_toposort
 from innergraph.instantiate import instantiate
 from innergraph.ops.call import Call
@@ -144,14 +144,6 @@ def _equal_constants(variables: Sequence[Variable]) -> bool:
     return isinstance(first, Constant) and all(v is first or (isinstance(v, Constant) and v.equals(first)) for v in variables)
 
 
-def _numba_compilation(fgraph: FunctionGraph) -> bool:
-    try:
-        from pytensor.link.numba.linker import NumbaLinker
-    except ImportError:  # pragma: no cover - numba is a dependency of PyTensor 3
-        return False
-    return isinstance(linker_being_compiled(fgraph), NumbaLinker)
-
-
 def outline_loops(fgraph: FunctionGraph, *, force: bool = False) -> int:
     """Outline each group of loops sharing a body, with its scaffolding, as one call body.
 
@@ -168,7 +160,7 @@ def outline_loops(fgraph: FunctionGraph, *, force: bool = False) -> int:
     int
         How many groups were outlined.
     """
-    if not force and not _numba_compilation(fgraph):
+    if not force and not compiling_for_numba(fgraph):
         return 0
     if sum(1 for node in fgraph.apply_nodes if _is_loop(node)) < MIN_LOOPS:
         return 0  # most graphs: no toposort spent finding it out
