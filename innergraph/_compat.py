@@ -24,6 +24,7 @@ __all__ = [
     "InplaceGraphOptimizer",
     "PYTENSOR_VERSION",
     "infer_output_shapes",
+    "inner_graph_outputs",
     "param_connection_rows",
     "pullback",
     "pushforward",
@@ -170,3 +171,17 @@ def infer_output_shapes(
     from pytensor.compile.builders import infer_shape
 
     return list(infer_shape(list(outputs), list(inputs), list(input_shapes)))
+
+
+def inner_graph_outputs(op: Any, args: Sequence[Variable] | None = None) -> list[Variable]:
+    """The outputs of a native inner-graph Op's graph, as new mutable nodes over ``args``.
+
+    PyTensor 3.3 keeps the inner graph of a Scan, an `OpFromGraph` or a `Composite`
+    frozen (``op.fgraph`` is a ``FrozenFunctionGraph`` of interned, immutable nodes
+    rooted at ``NominalVariable(i, type)``, the very objects innergraph's params are).
+    Without ``args`` each input is bound to itself: a private body that reads the
+    params, which is what a lift needs. The Op is not touched.
+    """
+    fgraph = op.fgraph
+    inputs = fgraph.inputs if args is None else args
+    return list(fgraph.bind(dict(zip(fgraph.inputs, inputs, strict=True))))

@@ -16,7 +16,7 @@ import re
 __all__ = ["SUPPORTED", "check_pytensor", "parse_version"]
 
 #: Supported PyTensor releases: lowest included, highest excluded (``>=3.0.7,<3.1``).
-SUPPORTED: tuple[tuple[int, ...], tuple[int, ...]] = ((3, 0, 7), (3, 1))
+SUPPORTED: tuple[tuple[int, ...], tuple[int, ...]] = ((3, 3, 0), (3, 4))
 
 
 def parse_version(text: str) -> tuple[int, ...]:

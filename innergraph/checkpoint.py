@@ -44,7 +44,8 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.gradient import DisconnectedType, NullType, disconnected_type
 from pytensor.graph.basic import Apply, Variable
-from pytensor.graph.replace import clone_replace
+
+from innergraph._compat import inner_graph_outputs
 
 __all__ = [
     "Policy",
@@ -142,8 +143,19 @@ def scan_node_of(var: Any) -> Apply | None:
     return None
 
 
+#: The names of the loops a checkpointed gradient builds: their own gradients are PyTensor's.
+OWN_LOOPS = ("checkpoint_segments", "checkpoint_steps")
+
+
 def policy_of(node: Apply) -> Policy:
-    """The policy that applies to a Scan node: its own tag, else the default."""
+    """The policy that applies to a Scan node: its own tag, else the default.
+
+    A loop of a checkpointed gradient (`OWN_LOOPS`) is never checkpointed again. It is
+    told by its name, not only by its tag: PyTensor freezes the inner graph of the Scan
+    around it, and the gradient of that Scan works on a copy of its nodes, without tags.
+    """
+    if getattr(node.op, "name", None) in OWN_LOOPS:
+        return None
     own = getattr(node.tag, TAG, None)
     if own == "none":
         return None
@@ -433,8 +445,7 @@ class _Step:
         self.n_nit_sot = info.n_nit_sot
 
     def body(self, *args: Any) -> list[Any]:
-        replace = dict(zip(self.op.inner_inputs, args, strict=True))
-        return list(clone_replace(self.op.inner_outputs, replace=replace))
+        return inner_graph_outputs(self.op, args)
 
     def run(
         self, seqs: list[Any], windows: list[Any], non_seqs: list[Any], n_steps: Any

@@ -41,7 +41,7 @@ from pytensor.ifelse import IfElse as NativeIfElse
 from pytensor.scan.op import Scan as NativeScan
 from pytensor.tensor.type import TensorType
 
-from innergraph._compat import queried_once
+from innergraph._compat import inner_graph_outputs, queried_once
 from innergraph.build import inner_graph
 from innergraph.conversion import (
     LIFTERS,
@@ -61,7 +61,7 @@ from innergraph.conversion import (
 from innergraph.fold import fold_scope
 from innergraph.graph import InnerGraph, body_of, param
 from innergraph.hidden_folds import has_hidden_fold
-from innergraph.instantiate import copy_scope, instantiate
+from innergraph.instantiate import instantiate
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse, ifelse
 from innergraph.ops.scan import Scan, native_scan, retraced_outputs
@@ -97,7 +97,7 @@ def _lift_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable] | None:
     memo = lifted_bodies.get()
     function = memo.get(native) if memo is not None else None
     if function is None:
-        body = lift_graph(copy_scope(native.inner_outputs))
+        body = lift_graph(inner_graph_outputs(native))
         param_types = [v.type for v in native.inner_inputs]
         assert all(v is param(i, t) for i, (v, t) in enumerate(zip(native.inner_inputs, param_types))), (
             f"{native}: PyTensor's Scan no longer builds its inner graph over NominalVariable(i) inputs"
@@ -266,7 +266,7 @@ def _lift_ofg(op: Any, inputs: Sequence[Variable]) -> list[Variable] | None:
     native: OpFromGraph = op
     if type(native) is not OpFromGraph or native.destroy_map:
         return None
-    body = lift_graph(copy_scope(native.inner_outputs))
+    body = lift_graph(inner_graph_outputs(native))
     param_types = [v.type for v in native.inner_inputs]
     function = InnerGraph(InnerGraphType(param_types, [o.type for o in body])).make_node(*body).outputs[0]
     functions: list[Variable] = [function]

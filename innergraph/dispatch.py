@@ -179,26 +179,16 @@ def _import(name: str, level: int, package: str | None) -> Any:
 
 
 def linker_being_compiled(fgraph: FunctionGraph | None = None) -> Linker | None:
-    """The linker of the mode being compiled; None for an unknown mode.
+    """The linker of the mode compiling ``fgraph``; None for an unknown mode.
 
-    PyTensor compiles with ``config.mode`` set to the `Mode` whose rewriter runs
-    (``pytensor.compile.maker.FunctionMaker.prepare_fgraph``); outside a
-    compilation it is the default mode. DebugMode's maker runs its rewriter without
-    setting ``config.mode``, so there the default mode's linker (Numba, by default)
-    would be answered for a graph DebugMode evaluates with Python and C thunks: a
-    ``fgraph`` that carries DebugMode's equivalence tracker (the feature DebugMode
-    attaches, ``fgraph.equivalence_tracker``) is being compiled by DebugMode, whose
-    linker is answered. Pass the graph being rewritten whenever there is one.
+    PyTensor's ``get_active_mode``: the mode whose rewriter is running on ``fgraph``
+    (every `Mode`, `DebugMode` included, stamps it on the graph it rewrites), else
+    the default mode. Pass the graph being rewritten whenever there is one.
     """
-    from pytensor import config
-    from pytensor.compile.mode import get_mode
+    from pytensor.graph.rewriting.basic import get_active_mode
 
-    if fgraph is not None and getattr(fgraph, "equivalence_tracker", None) is not None:
-        from pytensor.compile.debug.debugmode import _Linker as DebugModeLinker
-
-        return DebugModeLinker(None)
     try:
-        return get_mode(config.mode).linker
+        return get_active_mode(fgraph).linker
     except Exception:  # an unknown mode name
         return None
 

@@ -3,8 +3,8 @@
 A compiled function pickles its whole `FunctionGraph`, features included, and
 both remember more than the graph: its ``clients`` an empty entry for each
 variable pruned, `History` the replacements since its last
-checkpoint, `DestroyHandler` and `ShapeFeature` entries for variables that
-rewrites removed, `MergeFeature` the constants it has seen... When innergraph
+checkpoint, `DestroyHandler` and `ShapeFeature` entries (its caches) for
+variables and nodes that rewrites removed, `MergeFeature` the constants it has seen... When innergraph
 compiled the function, those memories include the in-graph forms the pipeline
 went through (lifted consumers, inner-graph nodes, folded bodies), so a function
 whose graph holds only PyTensor's Ops would still need innergraph to load.
@@ -19,9 +19,9 @@ stale entry
 
 While innergraph is installed, pickling a `FunctionGraph` first drops its
 features' stale entries (`forget_innergraph`; registered with `copyreg`, undone by
-`uninstall`). A `ShapeFeature` entry of a variable still in the graph whose
-shape graph mentions innergraph is replaced by the shape PyTensor gives an
-unknown variable (``Shape_i`` of it, or its static shape). Nothing the running
+`uninstall`). PyTensor's lazy `ShapeFeature` keeps only caches, keyed by node and
+variable: a stale entry is dropped like any other, and the feature infers that
+shape again if it is ever asked. Nothing the running
 function reads is touched: stale entries are memories of rewriting, which is over.
 What the graph itself holds (consumers, folded bodies) pickles as it is, through
 `innergraph_pickle`, and loads without installing innergraph.
@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pytensor.graph.basic import Apply, Constant, Variable
+from pytensor.graph.basic import AbstractApply, Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph, Output
 from pytensor.graph.op import HasInnerGraph, Op
 from pytensor.graph.type import Type
@@ -71,9 +71,6 @@ def forget_innergraph(fgraph: FunctionGraph) -> int:
         if count and hasattr(feature, "stale_droot"):
             feature.stale_droot = True  # DestroyHandler recomputes its roots on demand
         dropped += count
-    shape_feature = getattr(fgraph, "shape_feature", None)
-    if shape_feature is not None:
-        dropped += _renew_shapes(shape_feature, live_vars, mentions)
     return dropped
 
 
@@ -110,20 +107,6 @@ def _scrub(container: Any, stale: Callable[[Any], bool], depth: int) -> int:
     return 0
 
 
-def _renew_shapes(feature: Any, live_vars: Any, mentions: _Mentions) -> int:
-    renewed = 0
-    for var in list(feature.shape_of):
-        shape = feature.shape_of[var]
-        if var in live_vars and shape is not None and any(mentions(d) for d in shape if isinstance(d, Variable)):
-            del feature.shape_of[var]
-            feature.init_r(var)
-            renewed += 1
-    reverse = feature.shape_of_reverse_index
-    for dim in [d for d in reverse if isinstance(d, Variable) and mentions(d)]:
-        del reverse[dim]
-    return renewed
-
-
 class _Mentions:
     """Whether a variable's or node's graph mentions innergraph (memoized, iterative)."""
 
@@ -155,7 +138,7 @@ class _Mentions:
 def _children(item: Any) -> list[Any]:
     if isinstance(item, Variable):
         return [item.owner] if item.owner is not None else []
-    if isinstance(item, Apply):
+    if isinstance(item, AbstractApply):  # a node, or a node of a native Op's frozen inner graph
         inner = list(item.op.inner_outputs) if isinstance(item.op, HasInnerGraph) else []
         return list(item.inputs) + inner
     return []
@@ -165,7 +148,7 @@ def _own_mention(item: Any) -> bool:
     if isinstance(item, Variable):
         data = item.data if isinstance(item, Constant) else None
         return _is_innergraph(item.type) or _is_innergraph(data)
-    return isinstance(item, Apply) and _is_innergraph(item.op)
+    return isinstance(item, AbstractApply) and _is_innergraph(item.op)
 
 
 def _is_innergraph(obj: Any) -> bool:

@@ -67,7 +67,7 @@ from innergraph.rewriting.duplicates import merge_duplicate_slots
 from innergraph.rewriting.simplify import simplify_consumers
 from innergraph.types import InnerGraphType, pickles
 
-__all__ = ["CHEAP_OPS", "CHEAP_SCALAR_OPS", "SMALL_STATIC_SIZE", "lift_applies", "lift_native_ifelse"]
+__all__ = ["CHEAP_OPS", "CHEAP_SCALAR_OPS", "SMALL_STATIC_SIZE", "lazy_by_pytensor", "lift_applies", "lift_native_ifelse"]
 
 #: Ops whose branch-only nodes alone do not make a lift worthwhile: views, shape
 #: arithmetic and allocations (PyTensor's own gradients put them in branches).
@@ -95,7 +95,9 @@ def lift_applies(fgraph: FunctionGraph | None = None) -> bool:
     """Whether the linker of the mode being compiled should get lifted conditionals.
 
     Not a `VMLinker`: the VM evaluates PyTensor's IfElse lazily already (or was
-    built with ``lazy=False``, an explicit request for eager evaluation). Otherwise
+    built with ``lazy=False``, an explicit request for eager evaluation). Not a
+    linker for which PyTensor makes the conditional lazy itself (`lazy_by_pytensor`:
+    Numba and JAX, since PyTensor 3.3.6). Otherwise
     when the linker runs the in-graph conditional, decided from its dispatch
     (`innergraph.dispatch.runs`) once innergraph's implementations for it are loaded
     (`innergraph.patching.linker.load_on_demand`, which its first link would do
@@ -114,10 +116,27 @@ def lift_applies(fgraph: FunctionGraph | None = None) -> bool:
     linker = linker_being_compiled(fgraph)
     if linker is None:  # an unknown mode name: leave the graph as it is
         return False
-    if isinstance(linker, VMLinker):
+    if isinstance(linker, VMLinker) or lazy_by_pytensor(linker):
         return False
     load_on_demand(type(linker))
     return runs(linker, IfElse)
+
+
+def lazy_by_pytensor(linker: Any) -> bool:
+    """Whether PyTensor compiles its own IfElse lazily for ``linker``.
+
+    PyTensor 3.3.6 extracts a conditional's branch work into two compiled branches of a
+    ``LazyIfElse`` (``introduce_lazy_ifelse``, 48.9) for the linkers whose required
+    rewrites include one of that rewrite's tags (``numba``, ``jax``): the laziness the
+    lift exists for. There innergraph leaves PyTensor's conditional as it is.
+    """
+    from pytensor.compile.mode import optdb
+
+    rewrite = optdb.__db__.get("introduce_lazy_ifelse")
+    if not rewrite:
+        return False
+    tags = {tag for tag, members in optdb.__db__.items() if rewrite <= members}
+    return bool(tags.intersection(getattr(linker, "required_rewrites", ())) - {"introduce_lazy_ifelse"})
 
 
 def lift_native_ifelse(fgraph: FunctionGraph) -> int:

@@ -50,10 +50,11 @@ from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import MergeOptimizer
 
+from innergraph._compat import inner_graph_outputs
 from innergraph.convert import PIPELINE_LIFTS, lift, lift_graph
 from innergraph.fold import unfold_inner_graphs
 from innergraph.graph import InnerGraph
-from innergraph.instantiate import copy_scope, is_small_tensor_constant
+from innergraph.instantiate import is_small_tensor_constant
 from innergraph.ops.call import Call
 from innergraph.rewriting.lift import mark_lifted, was_lifted
 from innergraph.types import InnerGraphType, pickles
@@ -154,7 +155,7 @@ def lift_plain_ofg(op: Any, inputs: Sequence[Variable]) -> list[Variable] | None
     memo = _functions.get()
     function = memo.get(op) if memo is not None else None
     if function is None:
-        body = lift_graph(copy_scope(op.inner_outputs))
+        body = lift_graph(inner_graph_outputs(op))
         function_type = InnerGraphType([v.type for v in op.inner_inputs], [o.type for o in body])
         function = InnerGraph(function_type).make_node(*body).outputs[0]
         if memo is not None:

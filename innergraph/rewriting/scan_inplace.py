@@ -42,6 +42,7 @@ takes the same decisions with less work:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from copy import copy
 from itertools import chain
 from typing import Any
 
@@ -99,7 +100,8 @@ def _untraced_start(op: NativeScan) -> int:
 def _inplace_op(op: NativeScan, output_indices: Sequence[int]) -> NativeScan:
     """``op`` computing ``output_indices`` in place on their initial-state inputs (PyTensor's construction)."""
     n_tap_outs, untraced_start = _tap_outputs(op), _untraced_start(op)
-    new_op = op.clone()
+    new_op = copy(op)  # a Scan is immutable (its ``clone`` is itself): a shallow copy gets its own maps
+    new_op._fn = None  # the compiled inner function depends on the destroy map
     destroy_map = op.destroy_map.copy()
     for out_idx in output_indices:
         if out_idx < n_tap_outs:
