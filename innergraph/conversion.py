@@ -16,8 +16,7 @@ Scan's derivatives) imports `lift_graph` from here, so no consumer imports
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Container, Sequence
 from contextvars import ContextVar
 from typing import Any
 
@@ -27,7 +26,6 @@ from pytensor.graph.op import Op
 
 from innergraph.fold import fold_scope
 from innergraph.graph import scope_toposort
-from innergraph.instantiate import carry_shapes
 
 __all__ = [
     "LIFTERS",
@@ -35,14 +33,11 @@ __all__ = [
     "PIPELINE_LIFTS",
     "PIPELINE_LOWERS",
     "Rule",
-    "current_node",
-    "for_jit",
     "lift",
     "lift_graph",
     "lifted_bodies",
     "lower",
     "lower_graph",
-    "lowering_for_jit",
 ]
 
 Rule = Callable[[Op, Sequence[Variable]], list[Variable] | None]  # None: not lifted
@@ -118,25 +113,6 @@ def _subset(rules: dict[type, Rule], only: Container[type] | None) -> dict[type,
 lifted_bodies: ContextVar[dict[Any, Variable] | None] = ContextVar("innergraph_lifted_bodies", default=None)
 
 
-#: The graph and node a rule is rewriting (a rule is called with the node's Op and inputs only).
-current_node: ContextVar[tuple[FunctionGraph, Apply] | None] = ContextVar("innergraph_current_node", default=None)
-
-#: Whether the Scans being lowered will run on a JIT backend (which converts untraced states
-#: itself) rather than PyTensor's own Scan runtime. Only the compile pipeline knows
-#: (`lowering_for_jit`); anywhere else the answer is no, the form every runtime runs correctly.
-for_jit: ContextVar[bool] = ContextVar("innergraph_lowering_for_jit", default=False)
-
-
-@contextmanager
-def lowering_for_jit(jit: bool) -> Iterator[None]:
-    """Lower, in this block, for a JIT backend (``jit``) or for PyTensor's own Scan runtime."""
-    token = for_jit.set(jit)
-    try:
-        yield
-    finally:
-        for_jit.reset(token)
-
-
 #: The rules `lift` applies, so that the nested nodes of the bodies it lifts follow them too.
 _active_lifters: ContextVar[dict[type, Rule] | None] = ContextVar("innergraph_active_lifters", default=None)
 
@@ -160,14 +136,9 @@ def _rewrite_nodes(fgraph: FunctionGraph, rules: dict[type, Rule], reason: str) 
             return count
         for node in todo:
             if node in fgraph.apply_nodes and node not in declined:
-                token = current_node.set((fgraph, node))
-                try:
-                    new = rules[type(node.op)](node.op, node.inputs)
-                finally:
-                    current_node.reset(token)
+                new = rules[type(node.op)](node.op, node.inputs)
                 if new is None:
                     declined.add(node)
                     continue
-                carry_shapes(fgraph, node.outputs, new)
                 fgraph.replace_all(list(zip(node.outputs, new, strict=True)), reason=reason, import_missing=True)
                 count += 1

@@ -39,7 +39,6 @@ from pytensor.compile.mode import Mode
 from pytensor.graph.basic import Variable
 from pytensor.ifelse import IfElse as NativeIfElse
 from pytensor.scan.op import Scan as NativeScan
-from pytensor.tensor.type import TensorType
 
 from innergraph._compat import inner_graph_outputs, queried_once
 from innergraph.build import inner_graph
@@ -49,14 +48,11 @@ from innergraph.conversion import (
     PIPELINE_LIFTS,
     PIPELINE_LOWERS,
     Rule,
-    current_node,
-    for_jit,
     lift,
     lift_graph,
     lifted_bodies,
     lower,
     lower_graph,
-    lowering_for_jit,
 )
 from innergraph.fold import fold_scope
 from innergraph.graph import InnerGraph, body_of, param
@@ -64,7 +60,7 @@ from innergraph.hidden_folds import has_hidden_fold
 from innergraph.instantiate import instantiate
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse, ifelse
-from innergraph.ops.scan import Scan, native_scan, retraced_outputs
+from innergraph.ops.scan import Scan, native_scan
 from innergraph.types import InnerGraphType
 
 __all__ = [
@@ -77,7 +73,6 @@ __all__ = [
     "lift_graph",
     "lower",
     "lower_graph",
-    "lowering_for_jit",
 ]
 
 def _lift_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable] | None:
@@ -167,15 +162,6 @@ def _lower_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
     body = body_of(inputs[0])
     mode = already_rewritten(consumer.mode, refold=has_hidden_fold(body))
     lowered = Scan(consumer.layout, **{**consumer.flags(), "mode": mode})
-    if for_jit.get():  # the backend converts the Scan itself, untraced states included
-        return native_scan(body, lowered, copy_untraced=False).make_node(*inputs[1:]).outputs
-    if consumer.layout.info.n_untraced_sit_sot:  # PyTensor's own runtime: vanilla's form, traced states
-        current = current_node.get()
-        results = consumer.layout.split_outer_outputs(current[1].outputs)["untraced"] if current else []
-        read = [bool(current[0].clients.get(r)) for r in results] if current else [True] * consumer.layout.info.n_untraced_sit_sot
-        initial = consumer.layout.split_outer_inputs(inputs[2:])["untraced"]
-        retrace = [r and isinstance(v.type, TensorType) for r, v in zip(read, initial, strict=True)]  # not a generator
-        return retraced_outputs(body, lowered, inputs[1:], retrace)
     return native_scan(body, lowered).make_node(*inputs[1:]).outputs
 
 

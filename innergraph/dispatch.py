@@ -50,7 +50,7 @@ from pytensor.graph.op import Op
 from pytensor.link.basic import JITLinker, Linker, LocalLinker, WrapLinker
 from pytensor.link.c.basic import CLinker, DualLinker
 
-__all__ = ["compiling_for_jit", "compiling_for_numba", "conversion_dispatches", "implements", "linker_being_compiled", "register_conversion_dispatch", "runs"]
+__all__ = ["compiling_for_numba", "conversion_dispatches", "implements", "linker_being_compiled", "register_conversion_dispatch", "runs"]
 
 #: Linker families that run nodes through ``op.make_thunk`` (a `JITLinker` is checked first).
 THUNK_LINKERS: tuple[type, ...] = (LocalLinker, CLinker, WrapLinker, DualLinker)
@@ -191,15 +191,6 @@ def linker_being_compiled(fgraph: FunctionGraph | None = None) -> Linker | None:
         return get_active_mode(fgraph).linker
     except Exception:  # an unknown mode name
         return None
-
-
-def compiling_for_jit(fgraph: FunctionGraph | None = None) -> bool:
-    """Whether the mode compiling ``fgraph`` (default: the mode being compiled) links with a JIT linker (Numba, JAX, ...).
-
-    An unknown mode counts as not JIT: the answer chooses the form PyTensor's own
-    runtime needs.
-    """
-    return isinstance(linker_being_compiled(fgraph), JITLinker)
 
 
 def compiling_for_numba(fgraph: FunctionGraph | None = None) -> bool:

@@ -53,7 +53,7 @@ def _run_scan_natively(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
     """The native Scan the in-graph Scan runs anyway (same body, same mode): the same numbers."""
     consumer: Scan = op
     body: Body = inputs[0].data  # type: ignore[attr-defined]
-    return list(native_scan(body, consumer, copy_untraced=False).make_node(*inputs[1:]).outputs)  # a JIT linker's own Scan
+    return list(native_scan(body, consumer).make_node(*inputs[1:]).outputs)  # a JIT linker's own Scan
 
 
 #: How a consumer class is handed over, where it differs from `innergraph.convert.LOWERERS`.

@@ -12,7 +12,7 @@ would rewrite the nested params too.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, TypeGuard
 
@@ -31,7 +31,6 @@ __all__ = [
     "LARGE_CONSTANT",
     "NodeTable",
     "body_output_shapes",
-    "carry_shapes",
     "copy_scope",
     "fit_arguments",
     "instantiate",
@@ -346,35 +345,3 @@ def _static_shape(output_type: Any) -> tuple[int, ...] | None:
         return None
     return tuple(shape)
 
-
-def carry_shapes(
-    fgraph: FunctionGraph, old: Sequence[Variable], new: Sequence[Variable], leaving: Container[Apply] = ()
-) -> None:
-    """Give a replacement node the shapes ``fgraph``'s shape feature knows for the node it replaces.
-
-    Lifting and lowering replace a node by its other form, and the consumer
-    rewrites a consumer by one with other slots; the outputs they keep have the
-    same shapes (the consumers' ``infer_shape`` follows PyTensor's Scan). Importing
-    the new node would infer them again — for a native Scan, a shape inference over
-    its whole inner graph. Only done when the new outputs are all of one new node's
-    and the known shapes do not read the old outputs themselves (a while loop's
-    length, a step shape computed from a row's value) nor a node in ``leaving`` (the
-    nodes the replacement takes out of the graph: a lifted branch's, whose work a
-    shape computed outside would run eagerly again).
-    """
-    feature = getattr(fgraph, "shape_feature", None)
-    node = new[0].owner if new else None
-    if feature is None or node is None or node in fgraph.apply_nodes or list(node.outputs) != list(new):
-        return
-    if any(v in feature.shape_of for v in new) or not all(v in feature.shape_of for v in old):
-        return
-    shapes = [feature.shape_of[v] for v in old]
-    dims = [d for shape in shapes if shape is not None for d in shape]
-    above = list(ancestors(dims))
-    if set(old).intersection(above) or any(v.owner in leaving for v in above if v.owner is not None):
-        return
-    for r in node.inputs:  # the feature takes a node with known outputs for a revert: its inputs must be known
-        if r.owner is None and r not in feature.shape_of:  # (owned ones are imported before the node)
-            feature.init_r(r)
-    for v, shape in zip(new, shapes, strict=True):
-        feature.set_shape(v, shape)

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
 from pytensor.graph.basic import Apply, Constant, NominalVariable, Variable
-from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.fg import AbstractFunctionGraph, FunctionGraph
 
 from innergraph.fold import visible_nodes
 from innergraph.graph import InnerGraph, is_function, scope_leaves, scope_toposort
@@ -54,12 +54,12 @@ def consumer_kind(op: Any) -> str | None:
     if isinstance(kind, str):
         return kind
     from pytensor.compile.builders import OpFromGraph
-    from pytensor.ifelse import IfElse
+    from pytensor.conditional.op import IfElse, LazyIfElse
     from pytensor.scan.op import Scan
 
     from innergraph.slots import form_of
 
-    for cls, name in ((Scan, "scan"), (IfElse, "ifelse"), (OpFromGraph, "call")):
+    for cls, name in ((Scan, "scan"), (IfElse, "ifelse"), (LazyIfElse, "ifelse"), (OpFromGraph, "call")):
         if isinstance(op, cls):
             return name
     return "other" if form_of(op) is not None else None
@@ -152,8 +152,7 @@ class _Counter:
             for inp in node.inputs:
                 if is_function(inp):
                     self.function(inp)
-            inner = getattr(node.op, "fgraph", None)
-            if isinstance(inner, FunctionGraph):
+            for inner in _native_inner_graphs(node.op):
                 self.native(inner)
 
     def count_unused(self, node: Apply, clients: Any) -> None:
@@ -184,13 +183,22 @@ class _Counter:
         nodes = scope_toposort(outputs)
         self.scope(nodes, _clients(nodes, outputs), hidden=True)
 
-    def native(self, fgraph: FunctionGraph) -> None:
+    def native(self, fgraph: AbstractFunctionGraph) -> None:
         if fgraph in self.seen:
             return
         self.seen.add(fgraph)
         self.bodies += 1
         self.unused_params += sum(not fgraph.clients.get(i) for i in fgraph.inputs)
         self.scope(fgraph.toposort(), fgraph.clients, hidden=True)
+
+
+def _native_inner_graphs(op: Any) -> list[AbstractFunctionGraph]:
+    """The inner graphs of a native Op (frozen since PyTensor 3.3): a Scan's or an OpFromGraph's, a ``LazyIfElse``'s two branches."""
+    from pytensor.graph.op import HasMultipleInnerGraph
+
+    if not isinstance(op, HasMultipleInnerGraph):
+        return []
+    return [g for g in op.inner_graphs.values() if isinstance(g, AbstractFunctionGraph)]
 
 
 def _clients(nodes: Sequence[Apply], outputs: Sequence[Variable]) -> dict[Variable, list[Any]]:

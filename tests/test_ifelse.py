@@ -98,15 +98,19 @@ def test_untaken_branch_work_is_not_done(lazy_fn):
     assert CountCalls.calls == 1
 
 
-def test_vanilla_numba_is_eager_where_innergraph_is_lazy():
+def test_pytensors_own_conditional_is_lazy_under_numba_and_left_to_pytensor():
+    """PyTensor 3.3.6 makes its IfElse lazy under Numba (``LazyIfElse``): innergraph leaves it as vanilla compiles it."""
     x = pt.dscalar("x")
     guarded = Assert("else ran")(x * 2, pt.lt(x, -100))
     out = vanilla_ifelse(pt.gt(x, 0), pt.sqrt(x), guarded)
-    vanilla = pytensor.function([x], out, mode=mode("numba").excluding("innergraph"))
-    with pytest.raises(AssertionError):
-        vanilla(4.0)  # PyTensor issue #501: both branches run
-    lifted = pytensor.function([x], out, mode=mode("numba"))  # innergraph_lift_ifelse makes it lazy
-    assert lifted(4.0) == 2.0
+    ours = pytensor.function([x], out, mode=mode("numba"))
+    with innergraph.uninstalled():
+        vanilla = pytensor.function([x], out, mode=mode("numba"))
+        eager = pytensor.function([x], out, mode=mode("numba").excluding("lazy_ifelse"))
+        with pytest.raises(AssertionError):
+            eager(4.0)  # PyTensor's eager form runs both branches (PyTensor issue #501)
+    assert ours(4.0) == vanilla(4.0) == 2.0
+    assert [type(n.op).__name__ for n in ours.maker.fgraph.toposort()] == [type(n.op).__name__ for n in vanilla.maker.fgraph.toposort()]
 
 
 def test_work_the_outer_graph_computes_anyway_is_passed_in():
@@ -134,12 +138,14 @@ def test_work_only_a_lazy_native_branch_computes_stays_inside():
 
 
 def _computes_exp(node):
+    """Whether ``node`` computes an ``exp``: itself, or inside a fused node's inner graph (``Composite``, ``FusedElemwise``)."""
     import pytensor.scalar as ps
 
-    scalar_op = getattr(node.op, "scalar_op", None)
-    if isinstance(scalar_op, ps.Composite):
-        return any(isinstance(n.op, ps.Exp) for n in scalar_op.fgraph.apply_nodes)
-    return isinstance(scalar_op, ps.Exp)
+    op = getattr(node.op, "scalar_op", node.op)
+    if isinstance(op, ps.Exp):
+        return True
+    inner = getattr(op, "fgraph", None) or getattr(node.op, "fgraph", None)
+    return inner is not None and any(_computes_exp(n) for n in inner.apply_nodes)
 
 
 def test_identical_conditionals_built_separately_merge():
@@ -176,16 +182,12 @@ def test_lift_and_lower_native_ifelse():
         assert lifted(av, [1.0, 2.0]) == ref(av, [1.0, 2.0]) == lowered(av, [1.0, 2.0])
 
 
-def test_native_ifelse_is_lifted_only_where_that_changes_what_runs():
-    # Numba runs PyTensor's IfElse eagerly: lifted (tests/test_lift_ifelse.py); a VM
-    # runs it lazily already, and the lift's tag turns it off
-    def natives(fn):
-        return [n for n in fn.maker.fgraph.apply_nodes if type(n.op).__module__ == "pytensor.ifelse"]
-
+def test_the_pipeline_never_lifts_a_native_conditional():
+    """PyTensor's own IfElse stays PyTensor's under every linker: lazy under the VMs and, since 3.3.6, Numba and JAX."""
     out = program(vanilla_ifelse)
-    assert not natives(pytensor.function([a, b], out, mode=get_default_mode()))
-    assert natives(pytensor.function([a, b], out, mode=mode("cvm")))
-    assert natives(pytensor.function([a, b], out, mode=get_default_mode().excluding("innergraph_lift_ifelse")))
+    for linker in ("numba", "cvm", "py"):
+        fn = pytensor.function([a, b], out, mode=mode(linker))
+        assert not [n for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, IfElse)], linker
 
 
 def test_ifelse_signature_and_errors():

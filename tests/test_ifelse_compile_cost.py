@@ -1,6 +1,6 @@
-"""What the `ifelse` benchmark cases compile, built once (issue 22, fifth session): the lift of native
-conditionals builds the final form, large constants are compared by identity in one conversion;
-values against vanilla PyTensor under py, cvm and Numba."""
+"""What the `ifelse` benchmark case compiles: the in-graph conditionals receive their large constants
+as arguments, large constants are compared by identity in one conversion; values against vanilla
+PyTensor (uninstalled; its own ``LazyIfElse`` under Numba and JAX) under py, cvm, Numba and JAX."""
 
 import numpy as np
 import pytensor
@@ -10,7 +10,7 @@ from pytensor.compile.mode import Mode
 from pytensor.graph.basic import Constant
 from pytensor.tensor.variable import TensorConstant
 
-import innergraph.rewriting.args as args
+import innergraph
 from innergraph.cases import ifelse_heavy
 from innergraph.fold import folded_bodies
 from innergraph.graph import scope_toposort
@@ -18,49 +18,36 @@ from innergraph.instantiate import is_large_constant
 from innergraph.ops.ifelse import IfElse
 
 
-def mode(linker, vanilla=False):
-    m = Mode(linker=linker, optimizer="fast_run")
-    return m.excluding("innergraph") if vanilla else m
+def mode(linker):
+    return Mode(linker=linker, optimizer="fast_run")
 
 
 @pytest.fixture(scope="module")
-def plain():
-    """The ``ifelse-plain`` case at 100 x 100: four native conditionals on one condition, large constants in the else branches."""
-    return ifelse_heavy(size=100, plain=True)
+def heavy():
+    """The ``ifelse`` case at 100 x 100: four in-graph conditionals on one condition, large constants in the else branches."""
+    return ifelse_heavy(size=100)
 
 
 @pytest.fixture(scope="module")
-def rebuilt_by_outline(plain):
-    """How many consumers ``outline_constants`` rebuilt while the case compiled under Numba, and the function."""
-    calls = []
-    replace = args.replace_consumer
-    args.replace_consumer = lambda *a, **kw: calls.append(kw["reason"]) or replace(*a, **kw)
-    try:
-        fn = pytensor.function(*plain.build("innergraph"), mode=mode("numba"))
-    finally:
-        args.replace_consumer = replace
-    return calls, fn
+def compiled_numba(heavy):
+    return pytensor.function(*heavy.build("innergraph"), mode=mode("numba"))
 
 
-def test_the_lift_passes_large_constants_as_arguments(rebuilt_by_outline):
-    calls, fn = rebuilt_by_outline
-    # the fold had to rebuild the lifted conditional to pass the four 100 x 100 constants (fourth session)
-    assert calls.count("outline_constants") == 0
-    (node,) = [n for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, IfElse)]
-    assert len([v for v in node.inputs if is_large_constant(v)]) == 4
+def test_the_conditional_receives_its_large_constants_as_arguments(compiled_numba):
+    fn = compiled_numba
+    nodes = [n for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, IfElse)]
+    assert len(nodes) == 4 and all(len([v for v in n.inputs if is_large_constant(v)]) == 1 for n in nodes)
     for _, body in folded_bodies(fn.maker.fgraph.outputs):
         assert not any(is_large_constant(v) for n in scope_toposort(body.outputs) for v in n.inputs)
 
 
 @pytest.mark.parametrize("linker", ["py", "cvm", "numba", "jax"])
-def test_values_equal_vanilla(plain, rebuilt_by_outline, linker):
-    # the cheap branch, then the solves: the same numbers whichever runs
-    fn = rebuilt_by_outline[1] if linker == "numba" else pytensor.function(*plain.build("innergraph"), mode=mode(linker))
-    ref = pytensor.function(*plain.build("vanilla"), mode=mode(linker, vanilla=True))
-    lifted = [n for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, IfElse)]
-    assert len(lifted) == (linker != "cvm")  # a VM runs the native conditional lazily already
-    for x in (1.5, -0.5):  # the cheap branch, then the solves
-        values = [*plain.values[:2], np.float64(x)]
+def test_values_equal_vanilla(heavy, compiled_numba, linker):
+    fn = compiled_numba if linker == "numba" else pytensor.function(*heavy.build("innergraph"), mode=mode(linker))
+    with innergraph.uninstalled():
+        ref = pytensor.function(*heavy.build("vanilla"), mode=mode(linker))
+    for x in (1.5, -0.5):  # the cheap branch, then the solves: the same numbers whichever runs
+        values = [*heavy.values[:2], np.float64(x)]
         np.testing.assert_array_equal(fn(*values)[0], ref(*values)[0])
 
 
@@ -88,7 +75,7 @@ def test_equal_outer_nodes_over_one_large_constant_convert_once(monkeypatch):
     outs = [pt.cumsum(pt.join(0, x, pt.constant(big))) for x in xs]  # three Joins reading one large constant
     fn = pytensor.function(xs, outs, mode=mode("numba"))
     joins = [n for n in fn.maker.fgraph.apply_nodes if type(n.op).__name__ == "Join"]
-    assert len(joins) == 3 and len({n.inputs[2] for n in joins if isinstance(n.inputs[2], Constant)}) == 1
+    assert len(joins) == 3 and len({n.inputs[-1] for n in joins if isinstance(n.inputs[-1], Constant)}) == 1
     assert len([op for op in converted if type(op).__name__ == "Join"]) == 1
     values = [np.arange(float(i + 1)) for i in range(3)]
     for got, v in zip(fn(*values), values, strict=True):

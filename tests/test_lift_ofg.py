@@ -102,16 +102,6 @@ def test_an_unused_input_is_dropped():
     assert_same_values(ours, vanilla, X, Y)
 
 
-def test_an_unused_input_pytensor_refuses_is_refused_as_in_vanilla():
-    from pytensor.compile.rebuild import UnusedInputError
-
-    p, q = pt.dvectors("p", "q")
-    out = OpFromGraph([p, q], [p * 2])(x, y)
-    for mode in modes("py"):
-        with pytest.raises(UnusedInputError, match="not part of the computational graph"):
-            pytensor.function([x, y], out, mode=mode)(X, Y)
-
-
 def test_a_constant_argument_is_inlined_and_a_repeated_one_passed_once():
     p, q, r = pt.dvectors("p", "q", "r")
     op = OpFromGraph([p, q, r], [pt.exp(p) * q - r])

@@ -80,12 +80,19 @@ def test_same_body_at_several_call_sites_is_one_body_compiled_once():
     assert sum(runtime.compile_count.values()) - before == 1
 
 
-def test_shared_variables_are_arguments():
+def test_shared_variables_are_refused_as_pytensor_refuses_them_and_work_as_inputs():
+    """PyTensor 3.3's OpFromGraph refuses an inner graph that reads a shared variable it is not given."""
+    from pytensor.graph.utils import MissingInputError
+
     w = pytensor.shared(np.float64(2.0), name="w")
-    helper = op_from_graph([x], [x * w])
-    out = helper(y)
-    node = out.owner
-    assert isinstance(node.op, Call) and w in node.inputs
+    with pytest.raises(MissingInputError, match="shared variable w"):
+        OpFromGraph([x], [x * w])
+    with pytest.raises(MissingInputError, match="shared variable w"):
+        op_from_graph([x], [x * w])
+    v = pt.dscalar("v")
+    helper = op_from_graph([x, v], [x * v])
+    out = helper(y, w)
+    assert isinstance(out.owner.op, Call) and w in out.owner.inputs
     fn = pytensor.function([y], out)
     assert fn(3.0) == 6.0
     w.set_value(4.0)

@@ -1,14 +1,12 @@
 """Untraced states on PyTensor's own Scan runtime (``Scan.perform`` and its C twin).
 
 That runtime keeps the inner function's intermediate storage from step to step
-and feeds an untraced state's next value back as the next step's input without a
-copy. An inner function that computes the value in place of an intermediate
-(``Add{inplace}`` over a ``Sum``) then loses the state at the next step. PyTensor
-makes untraced states only for the JIT backends, so it never meets this; innergraph
-untraces for every linker. Lowering for a linker that is not a JIT one traces such
-states again (`innergraph.ops.scan.retraced_outputs`: vanilla's form), and an
-in-graph Scan run by its own thunk copies their next values
-(`innergraph.ops.scan.copy_untraced_outputs`).
+and feeds an untraced state's next value back as the next step's input. On
+PyTensor 3.0 an inner function computing that value in place of an intermediate
+(``Add{inplace}`` over a ``Sum``) lost the state at the next step, so innergraph
+traced such states again for that runtime. PyTensor 3.3 copies the value where it
+aliases (``Scan.prepare_fgraph``, PyTensor issue #2252): innergraph now lowers
+untraced states as they are for every linker, as it always did for the JIT ones.
 """
 
 import numpy as np
@@ -55,51 +53,38 @@ def test_untraced_gradient_accumulator_matches_vanilla(name):
         for n in untraced
         for o in n.op.inner_untraced_sit_sot_outs(n.op.inner_outputs)
     ]
-    if name == "numba":  # Numba converts the loop itself: the accumulator and the carried cotangent stay untraced
-        assert len(copied) == 2 and not any(copied)
-    else:  # PyTensor's runtime: the accumulator (read) is traced again, the carried cotangent (unread) copied
-        assert copied == [True]
+    # every runtime converts the loop as it is: the accumulator and the carried cotangent stay untraced, uncopied
+    assert len(copied) == 2 and not any(copied)
 
 
-def test_an_in_graph_scan_run_by_its_thunk_copies_untraced_values():
-    """Not lowered (its lowering excluded), the in-graph Scan runs a native Scan whose untraced values are copied."""
+def test_an_in_graph_scan_run_by_its_thunk_gives_vanillas_value():
+    """Not lowered (its lowering excluded), the in-graph Scan runs its native Scan, rewritten for the runtime."""
     from innergraph.ops.scan import Scan
 
     mode = Mode(linker="cvm", optimizer="fast_run").excluding("innergraph_lower")
     fn = pytensor.function([s0, k], GRAD, mode=mode)
     consumers = [n for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, Scan)]
-    native = [n.op.native_node(n) for n in consumers]
-    copied = [
-        isinstance(o.owner.op, DeepCopyOp)
-        for n in native
-        for o in n.op.inner_untraced_sit_sot_outs(n.op.inner_outputs)
-    ]
-    assert copied and all(copied)
+    assert consumers and not _native_scans(fn)
     (got,) = fn(*SAMPLE)
     assert got == pytest.approx(EXPECTED)
 
 
-def test_the_runtime_loses_an_uncopied_state(monkeypatch):
-    """Untraced and uncopied, the state is lost by PyTensor's own Scan runtime (a PyTensor defect).
+def test_the_runtime_keeps_a_state_computed_in_place_of_an_intermediate():
+    """An untraced state whose next value the inner function computes in place survives PyTensor 3.3's runtime.
 
-    The lowering is made to believe it compiles for a JIT linker, so it keeps the
-    untraced state as it is; the compiled function is then plain PyTensor (native
-    Scans only) run by PyTensor's Python runtime. A step of its own keeps the bodies
-    of the other tests (and their cached native Scans) apart.
+    On PyTensor 3.0 this form gave 37.5 (the carried sum overwritten); a step of its own
+    keeps the bodies of the other tests (and their cached native Scans) apart.
     """
-    import innergraph.rewriting.lift
-
-    monkeypatch.setattr(innergraph.rewriting.lift, "compiling_for_jit", lambda fgraph=None: True)
     trace = pytensor.scan(lambda s: s * k + 2.0, outputs_info=[s0], n_steps=3, return_updates=False)
     grad = pytensor.grad(trace[-1].sum(), [k])
     mode = Mode(linker="py", optimizer="fast_run")
     fn = pytensor.function([s0, k], grad, mode=mode)
     assert any(n.op.info.n_untraced_sit_sot for n in _native_scans(fn))
-    (wrong,) = fn(*SAMPLE)
+    (got,) = fn(*SAMPLE)
     with innergraph.uninstalled():
         (right,) = pytensor.function([s0, k], grad, mode=mode)(*SAMPLE)
     assert right == pytest.approx(80.25)
-    assert wrong == pytest.approx(37.5)  # twice the last step's term: the carried sum was overwritten
+    assert got == pytest.approx(right, rel=1e-12)
 
 
 @pytest.mark.parametrize("linker", ["py", "cvm"])

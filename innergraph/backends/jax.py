@@ -37,7 +37,7 @@ from copy import copy
 from typing import Any
 
 from pytensor.graph.basic import Apply, Constant
-from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.fg import AbstractFunctionGraph, FunctionGraph
 from pytensor.link.jax.dispatch import jax_funcify
 from pytensor.link.jax.dispatch import scan as jax_scan
 from pytensor.link.jax.linker import JAXLinker
@@ -49,7 +49,7 @@ from innergraph.fold import fold_inner_graphs
 from innergraph.graph import body_of, is_function, scope_toposort
 from innergraph.instantiate import private_fgraph
 from innergraph.ops.runtime import body_value, compile_count, is_rewritten, pipeline_passes
-from innergraph.ops.scan import Scan, build_native_scan
+from innergraph.ops.scan import Scan, backend_native_scan
 from innergraph.patching import DispatchPatch, Patch, apply_late, original
 from innergraph.types import Body
 
@@ -100,9 +100,12 @@ def jax_funcify_scan(op: Scan, node: Apply, **kwargs: Any) -> Callable[..., Any]
     key = ("jax_scan", op, id(op.mode), op.strict, tuple(v.type for v in node.inputs[1:]))  # as `native_scan` keys it
 
     def convert() -> Callable[..., Any]:
-        native = build_native_scan(body, op)
+        from pytensor.compile.mode import get_mode
+
+        outer = node.inputs[1:]
+        native = backend_native_scan(body, op, outer, JAXLinker(), get_mode("JAX").provided_optimizer)
         compile_count[(id(body), "jax")] += 1
-        return jax_funcify(native, node=native.make_node(*node.inputs[1:]), **kwargs)
+        return jax_funcify(native, node=native.make_node(*outer), **kwargs)
 
     inner = body.cached(key, convert)
 
@@ -138,11 +141,7 @@ def shifted_mit_mot_taps(op: NativeScan) -> NativeScan:
 
 
 def _native_inner(op: NativeScan, **kwargs: Any) -> Callable[..., Any]:
-    """The Scan's inner graph as a JAX function, rewritten as PyTensor's JAX Scan conversion does."""
-    from pytensor.compile.mode import JAX, get_mode
-
-    rewriter = get_mode(op.mode).including("jax").excluding("numba", *JAX._optimizer.exclude).optimizer
-    rewriter(op.fgraph)
+    """The Scan's inner graph as a JAX function (PyTensor's ``scan_inner_graph`` rewrote it for JAX already)."""
     return jax_funcify(op.fgraph, **kwargs)
 
 
@@ -212,7 +211,7 @@ def _all_nodes(nodes: Any) -> Iterator[Apply]:
             if is_function(var):
                 yield from _all_nodes(scope_toposort(body_of(var).outputs))
         inner = getattr(node.op, "fgraph", None)
-        if isinstance(inner, FunctionGraph):
+        if isinstance(inner, AbstractFunctionGraph):  # a native Op's inner graph (frozen since PyTensor 3.3)
             yield from _all_nodes(inner.apply_nodes)
 
 

@@ -10,11 +10,10 @@ registers, with PyTensor's Numba dispatchers:
   `numba_body_code` prepares a body and converts its nodes once per distinct
   `Body`, so merged bodies convert once);
 * the in-graph `Scan`, delegating to PyTensor's own Numba Scan;
-* for PyTensor's own Scan, a memo in front of its conversion
-  (`funcify_native_scan_once`), and for a `FunctionGraph`, its conversion as one
-  `one_conversion` (`funcify_fgraph_as_one_conversion`), within which equal nodes
-  of the outer graph convert once (`numba_code.convert_once` in place of PyTensor's
-  ``numba_funcify_ensure_cache``): patches that ``uninstall`` reverts.
+* for a `FunctionGraph`, its conversion as one `one_conversion`
+  (`funcify_fgraph_as_one_conversion`), within which equal nodes of the outer
+  graph, native Scans included, convert once (`numba_code.convert_once` in place of
+  PyTensor's ``numba_funcify_ensure_cache``): patches that ``uninstall`` reverts.
 
 The cache key of a consumer's function is derived from its bodies' own keys, so
 Numba's on-disk cache can never confuse two different bodies.
@@ -25,13 +24,11 @@ from __future__ import annotations
 
 import pickle
 import uuid
-import weakref
 from collections.abc import Sequence
 from hashlib import sha256
 from typing import Any
 
 from pytensor.link.numba.dispatch import basic as numba_basic
-from pytensor.link.numba.dispatch import scan as numba_scan
 from pytensor.link.numba.dispatch.basic import (
     numba_funcify_and_cache_key,
     numba_njit,
@@ -41,7 +38,6 @@ from pytensor.link.numba.dispatch.basic import (
 from pytensor.graph.fg import FunctionGraph
 from pytensor.link.numba.cache import compile_numba_function_src
 from pytensor.link.numba.linker import NumbaLinker
-from pytensor.scan.op import Scan as NativeScan
 
 from innergraph.backends.numba_code import (
     BodyCode,
@@ -55,42 +51,11 @@ from innergraph.backends.numba_code import (
 from innergraph.dispatch import register_conversion_dispatch
 from innergraph.patching import DispatchPatch, Patch, apply_late, original
 from innergraph.rewriting.lift import was_lifted
-from innergraph.ops.scan import Scan, build_native_scan, is_shared
+from innergraph.ops.scan import Scan, backend_native_scan
 from innergraph.ops.runtime import body_value, compile_count
 from innergraph.types import Body
 
-__all__ = ["funcify_fgraph_as_one_conversion", "funcify_native_scan_once", "numba_body", "numba_body_code"]
-
-# PyTensor's conversion: the function it registers (a patched PyTensor keeps its body as
-# ``_numba_funcify_Scan_base`` and delegates to `funcify_native_scan_once`).
-_native_scan_funcify = original(numba_scan, "numba_funcify_Scan")
-_funcified: dict[int, dict[tuple[Any, ...], Converted]] = {}
-
-
-def funcify_native_scan_once(op: NativeScan, node: Any = None, **kwargs: Any) -> Converted:
-    """PyTensor's Numba conversion of a native Scan, done once per Op instance and node types.
-
-    The Numba linker converts node by node, and PyTensor's conversion of a Scan
-    rewrites its inner graph each time. Nodes that share one Op instance by
-    innergraph's doing (lowering a merged body, ``innergraph_share``) share the
-    result, so K loops over one body compile it once; other Scans (vanilla
-    PyTensor's, e.g. under ``mode.excluding("innergraph")``) are converted as
-    PyTensor converts them. The outer types are part of the key
-    because the conversion takes in-place decisions from them.
-    """
-    if not is_shared(op):  # PyTensor's own nodes are converted exactly as without innergraph
-        return _native_scan_funcify(op, node=node, **kwargs)
-    key = (tuple(v.type for v in node.inputs), tuple(v.type for v in node.outputs))
-    per_op = _funcified.get(id(op))
-    if per_op is None:
-        per_op = _funcified[id(op)] = {}
-        weakref.finalize(op, _funcified.pop, id(op), None)
-    if key not in per_op:
-        per_op[key] = _native_scan_funcify(op, node=node, **kwargs)
-    return per_op[key]
-
-
-apply_late(DispatchPatch(numba_funcify_and_cache_key, NativeScan, funcify_native_scan_once))
+__all__ = ["funcify_fgraph_as_one_conversion", "numba_body", "numba_body_code"]
 
 _fgraph_funcify = original(numba_basic, "numba_funcify_FunctionGraph")
 
@@ -214,24 +179,22 @@ def numba_body(body: Body) -> Converted:
 
 @register_funcify_and_cache_key(Scan)
 def numba_funcify_scan(op: Scan, node: Any = None, **kwargs: Any) -> Converted:
-    """Delegate to PyTensor's Numba Scan, built once per body, op and outer input types.
+    """Delegate to PyTensor's Numba Scan, its inner graph rewritten for Numba (`backend_native_scan`).
 
-    PyTensor's Numba Scan rewrites its inner graph in place with in-place decisions
-    that depend on the node's outer types, so the native Op is shared only among
-    nodes with the same outer input types.
+    The conversion is kept on the body, per op and outer input types (the in-place
+    decisions depend on them) and Numba's fastmath setting.
     """
     from pytensor import config
 
     body = body_value(node.inputs[0])
-    # Op equality ignores the mode and strict flags, which the native conversion reads;
-    # the key holds the op, so its mode stays alive and its id cannot be reused.
-    types = tuple(v.type for v in node.inputs[1:])
-    key = ("numba_scan", op, id(op.mode), op.strict, types, bool(config.numba__fastmath))
+    outer = node.inputs[1:]
+    # Op equality ignores the mode and strict flags; the key holds the op, so its mode stays alive and its id cannot be reused.
+    key = ("numba_scan", op, id(op.mode), op.strict, tuple(v.type for v in outer), bool(config.numba__fastmath))
 
     def convert() -> Converted:
-        native = build_native_scan(body, op)
+        native = backend_native_scan(body, op, outer, NumbaLinker())
         compile_count[(id(body), "numba")] += 1
-        return numba_funcify_and_cache_key(native, node=native.make_node(*node.inputs[1:]), **kwargs)
+        return numba_funcify_and_cache_key(native, node=native.make_node(*outer), **kwargs)
 
     inner, inner_key = body.cached(key, convert)
     n_args = len(node.inputs) - 1

@@ -46,7 +46,6 @@ from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.link.numba.dispatch import basic as numba_basic
 from pytensor.link.numba.dispatch.basic import cache_key_for_constant, numba_typify
-from pytensor.scan.op import Scan as NativeScan
 
 from innergraph.errors import FreeVariableError
 from innergraph.fold import fold_inner_graphs
@@ -127,36 +126,39 @@ def _convert(node: Apply, storage_map: dict[Variable, list[Any]], constant_keys:
     return converted
 
 
-#: What ``fgraph_to_python`` hands every node's conversion about the graph being converted
-#: (its storage lists, its name generator): no node's conversion reads them.
-_GRAPH_WIDE = frozenset({"input_storage", "output_storage", "unique_name"})
+#: What ``fgraph_to_python`` and PyTensor's conversion of a graph hand every node's conversion
+#: about the graph being converted (its storage lists, its name generator, the memo of its
+#: `OpFromGraph` conversions): no node's conversion result depends on them.
+_GRAPH_WIDE = frozenset({"input_storage", "output_storage", "unique_name", "storage_map", "ofg_memo"})
 
 
-def convert_once(op: Any, *args: Any, node: Apply | None = None, storage_map: Any = None, **kwargs: Any) -> Converted:
+def convert_once(op: Any, node: Apply | None = None, **kwargs: Any) -> Converted:
     """PyTensor's ``numba_funcify_ensure_cache`` of a node of any graph, once per equal node in a conversion.
 
-    What `body_code` does for the nodes of bodies, for the nodes PyTensor's own
+    It has the signature of the function it replaces (``(op, node=None, **kwargs)``),
+    so a caller passing the node by position gets what PyTensor gives. What
+    `body_code` does for the nodes of bodies, for the nodes PyTensor's own
     ``fgraph_to_python`` converts (the outer function's, a native Scan's inner
-    graph's): K loops over one body leave K equal nodes around them (a sequence's
-    first rows, its length), and a push-out out of a shared body K equal calls.
-    Nodes are equal when they apply an equal Op to inputs of equal types and the
-    same constants (`_constant_key`), with the same extra arguments (besides the graph-wide ones,
-    `_GRAPH_WIDE`) and the same ``destroy_map``. PyTensor's Scan is left to
-    `innergraph.backends.numba.funcify_native_scan_once`: its equality ignores the
-    in-place decisions its conversion takes (``destroy_map``, ``mode``), and
-    vanilla Scans convert as PyTensor converts them. Outside a conversion of a graph
-    innergraph's pipeline rewrote (``one_conversion(outer_nodes=True)``; a graph
-    compiled with ``mode.excluding("innergraph")`` converts exactly as PyTensor
-    converts it, so the benchmarks' vanilla figures stay vanilla), or when that
-    signature is not hashable, a node is converted as PyTensor converts it.
+    graph's): K loops over one body leave K equal Scans and K equal nodes around them
+    (a sequence's first rows, its length), and a push-out out of a shared body K equal
+    calls. Nodes are equal when they apply an equal Op with the same ``destroy_map``
+    and ``view_map`` to inputs of equal types and the same constants (`_constant_key`),
+    with the same extra arguments besides the graph-wide ones (`_GRAPH_WIDE`). A
+    native Scan is such a node too: since PyTensor 3.3 its conversion reads only its
+    (frozen, already rewritten) inner graph, its layout, its maps and the node's
+    types. Outside a conversion of a graph innergraph's pipeline rewrote
+    (``one_conversion(outer_nodes=True)``: a graph compiled without innergraph's
+    rewrites converts exactly as PyTensor converts it), or when that signature is not
+    hashable, a node is converted as PyTensor converts it.
     """
     conversion = _current.get()
-    if conversion is None or not conversion.outer_nodes or node is None or args or isinstance(op, NativeScan):
-        return numba_funcify_ensure_cache(op, *args, node=node, storage_map=storage_map, **kwargs)
+    if conversion is None or not conversion.outer_nodes or node is None:
+        return numba_funcify_ensure_cache(op, node=node, **kwargs)
     try:
         signature = (
             op,
             tuple((k, tuple(v)) for k, v in sorted(op.destroy_map.items())),
+            tuple((k, tuple(v)) for k, v in sorted(op.view_map.items())),
             tuple(v.type for v in node.inputs),
             tuple(v.type for v in node.outputs),
             tuple(_constant_key(v) for v in node.inputs),  # equal values
@@ -164,9 +166,9 @@ def convert_once(op: Any, *args: Any, node: Apply | None = None, storage_map: An
         )
         converted = conversion.nodes.get(signature)
     except TypeError:  # an unhashable extra argument: convert as PyTensor does
-        return numba_funcify_ensure_cache(op, node=node, storage_map=storage_map, **kwargs)
+        return numba_funcify_ensure_cache(op, node=node, **kwargs)
     if converted is None:
-        converted = numba_funcify_ensure_cache(op, node=node, storage_map=storage_map, **kwargs)
+        converted = numba_funcify_ensure_cache(op, node=node, **kwargs)
         conversion.nodes[signature] = converted
     return converted
 

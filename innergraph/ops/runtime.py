@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from innergraph._compat import Function
-from pytensor.graph.basic import Apply, Constant, Variable
+from pytensor.graph.basic import Apply, Variable
 
 from innergraph.instantiate import instantiate
 from innergraph.types import Body, is_folded

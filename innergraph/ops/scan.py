@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import innergraph_pickle
 
-import dataclasses
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +34,7 @@ from innergraph.fold import fold_scope
 from innergraph.ops.runtime import body_value
 from innergraph.types import Body
 
-__all__ = ["Scan", "ScanLayout", "build_native_scan", "copy_untraced_outputs", "is_shared", "mark_shared", "native_scan", "retraced_outputs"]
+__all__ = ["Scan", "ScanLayout", "build_native_scan", "native_scan"]
 
 
 @dataclass(frozen=True)
@@ -216,12 +214,13 @@ class Scan(Op):
         outputs = [t() for t in self.layout.outer_output_types(ftype.output_types)]
         return Apply(self, [function, n_steps, *rest], outputs)
 
-    def native_node(self, node: Apply) -> Apply:
-        """The native Scan node this consumer node runs (body built once per `Body`)."""
-        return native_scan(body_value(node.inputs[0]), self).make_node(*node.inputs[1:])
+    def native_node(self, node: Apply, linker: Any = "cvm") -> Apply:
+        """The native Scan node this consumer node runs under ``linker`` (`backend_native_scan`)."""
+        inputs = node.inputs[1:]
+        return backend_native_scan(body_value(node.inputs[0]), self, inputs, linker).make_node(*inputs)
 
     def make_thunk(self, node: Apply, storage_map: Any, compute_map: Any, no_recycling: Any, impl: str | None = None) -> Any:
-        native_node = self.native_node(node)
+        native_node = self.native_node(node, "py" if impl == "py" else "cvm")
         pairs = list(zip(native_node.inputs, node.inputs[1:], strict=True))
         pairs += list(zip(native_node.outputs, node.outputs, strict=True))
         storage = {n: storage_map[o] for n, o in pairs}
@@ -229,7 +228,7 @@ class Scan(Op):
         return native_node.op.make_thunk(native_node, storage, computed, [], impl=impl)
 
     def perform(self, node: Apply, inputs: Sequence[Any], output_storage: Any) -> None:
-        native_node = self.native_node(node)
+        native_node = self.native_node(node, "py")
         native_node.op.perform(native_node, list(inputs[1:]), output_storage)
 
     def _native_for_graph(self, inputs: Sequence[Variable]) -> Apply:
@@ -354,188 +353,66 @@ def _none_if_disconnected(tangent: Variable) -> Variable | None:
     return None if isinstance(tangent.type, DisconnectedType) else tangent
 
 
-def native_scan(body: Body, op: Scan, *, copy_untraced: bool = True) -> NativeScan:
-    """The native Scan for ``body`` with ``op``'s layout, built once per body, op and ``copy_untraced``.
-
-    ``copy_untraced`` is for PyTensor's own Scan runtime (Python and C); a JIT
-    backend, which converts the Scan to code of its own, passes False (see
-    `build_native_scan`).
-    """
-    key = ("native_scan", op, id(op.mode), op.strict, copy_untraced)
+def native_scan(body: Body, op: Scan) -> NativeScan:
+    """The native Scan for ``body`` with ``op``'s layout, built once per body and op (`build_native_scan`)."""
+    key = ("native_scan", op, id(op.mode), op.strict)
     native = body.cache.get(key)
     if native is None:
-        native = body.cache[key] = mark_shared(build_native_scan(body, op, copy_untraced=copy_untraced))
+        native = body.cache[key] = build_native_scan(body, op)
     return native
 
 
-#: Native Scan Ops that innergraph made several nodes share (by id; entries die with the Op).
-_shared: dict[int, weakref.ref[NativeScan]] = {}
-
-
-def mark_shared(op: NativeScan) -> NativeScan:
-    """Record that nodes share ``op`` by innergraph's doing (lowering, ``innergraph_share``)."""
-    key = id(op)
-
-    def forget(_: object) -> None:
-        _shared.pop(key, None)
-
-    _shared[key] = weakref.ref(op, forget)
-    return op
-
-
-def is_shared(op: NativeScan) -> bool:
-    """Whether innergraph made nodes share ``op`` (so they may share its compiled form)."""
-    ref = _shared.get(id(op))
-    return ref is not None and ref() is op
-
-
-def build_native_scan(body: Body, op: Scan, *, copy_untraced: bool = False) -> NativeScan:
+def build_native_scan(body: Body, op: Scan) -> NativeScan:
     """A new native Scan running ``body`` with ``op``'s layout and flags.
 
-    With ``copy_untraced`` each untraced state's next value is a copy
-    (`copy_untraced_outputs`): what PyTensor's own Scan runtime needs to carry it
-    correctly.
+    Untraced states stay untraced for every runtime: since PyTensor 3.3 its own Scan
+    runtime copies an untraced state's next value where it aliases an intermediate
+    (``Scan.prepare_fgraph``, PyTensor issue #2252), which innergraph did itself on 3.0.
     """
     inner_inputs = [t(name=f"p{i}") for i, t in enumerate(body.param_types)]
     inner_outputs = fold_scope(instantiate(body, inner_inputs))
-    if copy_untraced:
-        inner_outputs = copy_untraced_outputs(inner_outputs, op.layout.info)
     return NativeScan(inner_inputs, inner_outputs, op.layout.info, **op.flags())
 
 
-def retraced_outputs(body: Body, op: Scan, outer: Sequence[Variable], retrace: Sequence[bool]) -> list[Variable]:
-    """The consumer's outputs computed by a native Scan in which chosen untraced states are traced again.
+def backend_native_scan(
+    body: Body, op: Scan, outer_inputs: Sequence[Variable], linker: Any, query: Any = None
+) -> NativeScan:
+    """The native Scan of ``body`` with its inner graph rewritten for ``linker``'s backend (cached).
 
-    ``outer`` is the consumer node's inputs after the function (``n_steps`` first);
-    ``retrace`` says, per untraced state, whether it is traced again. Such a state
-    becomes a sit-sot over a buffer of ``n_steps`` more rows (as `pytensor.scan`
-    lays one out) and its result is the buffer's last row: the form vanilla
-    PyTensor gives its own Python and C Scan runtime, which loses an untraced state
-    whose next value the inner function computes in place of an intermediate
-    (`copy_untraced_outputs`); PyTensor's save-memory pass then trims the buffer
-    as it does vanilla's. The other untraced states stay untraced, their next
-    values copied (a state whose final value nobody reads: a buffer there would
-    cost one row per step). The native Op is built once per body, op and choice.
+    What PyTensor's ``scan_inner_graph`` pass (100) does to a native Scan in a compiled
+    graph: ``rewrite_scan_inner_graph``, PyTensor's per-backend rewrite, runs the
+    mode's rewriter over the inner graph and takes the backend's in-place and copy
+    decisions, which depend on the outer input types. An in-graph Scan that runs
+    itself (one the pipeline did not lower: its rewrites excluded, or nested in a
+    call's or a branch's body) runs this form. A body the pipeline rewrote gets the
+    rewriter without the passes it went through already (`runtime.pipeline_passes`),
+    as a call's body does. ``query``: the rewrite query of the mode compiled for
+    (default: the default mode's). Built once per body, op, outer input types, linker
+    and query.
     """
-    from pytensor.scan.utils import expand_empty
-    from pytensor.tensor.basic import shape_padleft
+    from pytensor.compile.mode import Mode, get_default_mode
+    from pytensor.scan.rewriting.inner_graph import rewrite_scan_inner_graph
 
-    info = op.layout.info
-    chosen = [i for i, r in enumerate(retrace) if r]
-    kept = [i for i, r in enumerate(retrace) if not r]
-    new_info = dataclasses.replace(
-        info, sit_sot_in_slices=(*info.sit_sot_in_slices, *((-1,),) * len(chosen)), n_untraced_sit_sot=len(kept)
-    )
+    from innergraph.ops.runtime import pipeline_passes, skips_pipeline_passes
 
-    def build() -> NativeScan:
-        params = [t(name=f"p{i}") for i, t in enumerate(body.param_types)]
-        ins = op.layout.split_inner_inputs(params)
-        inner_inputs = [*(v for name in ("seqs", "mit_mot", "mit_sot", "sit_sot") for v in ins[name])]
-        inner_inputs += [ins["untraced"][i] for i in (*chosen, *kept)] + ins["non_seqs"]
-        outs = op.layout.split_inner_outputs(fold_scope(instantiate(body, params)))
-        inner_outputs = [*(v for name in ("mit_mot", "mit_sot", "sit_sot") for v in outs[name])]
-        inner_outputs += [outs["untraced"][i] for i in chosen] + outs["nit_sot"] + [outs["untraced"][i] for i in kept] + outs["until"]
-        return mark_shared(NativeScan(inner_inputs, copy_untraced_outputs(inner_outputs, new_info), new_info, **op.flags()))
+    native = native_scan(body, op)
+    types = tuple(v.type for v in outer_inputs)
+    skip = skips_pipeline_passes(body)
+    query = get_default_mode().provided_optimizer if query is None else query
+    linker_key = linker if isinstance(linker, str) else type(linker)
+    key = ("backend_native_scan", op, id(op.mode), op.strict, types, linker_key, query, skip)
 
-    native = body.cached(("retraced_native_scan", op, id(op.mode), op.strict, tuple(retrace)), build)
-    n_steps, *rest = outer
-    ins = op.layout.split_outer_inputs(rest)
-    buffers = [_trace_buffer(ins["untraced"][i], n_steps) for i in chosen]
-    native_inputs = [n_steps, *(v for name in ("seqs", "mit_mot", "mit_sot", "sit_sot") for v in ins[name]), *buffers]
-    native_inputs += [ins["untraced"][i] for i in kept] + ins["nit_sot"] + ins["non_seqs"]
-    outs = ScanLayout(new_info).split_outer_outputs(native.make_node(*native_inputs).outputs)
-    n_sit_sot = info.n_sit_sot
-    finals: dict[int, Variable] = {}
-    for i, trace in zip(chosen, outs["sit_sot"][n_sit_sot:], strict=True):
-        finals[i] = ins["untraced"][i].type.filter_variable(trace[-1], allow_convert=True)
-    finals.update(zip(kept, outs["untraced"], strict=True))
-    untraced = [finals[i] for i in range(len(retrace))]
-    return [*outs["mit_mot"], *outs["mit_sot"], *outs["sit_sot"][:n_sit_sot], *outs["nit_sot"], *untraced]
+    def bake() -> NativeScan:
+        mode = Mode(linker=linker, optimizer=query.excluding(*pipeline_passes()) if skip else query)
+        inner = native.fgraph.unfreeze()
+        inner._compile_mode = mode  # type: ignore[attr-defined]  # PyTensor's active mode, for nested inner graphs
+        try:
+            rewrite_scan_inner_graph(mode.linker, native, native.make_node(*outer_inputs), inner, mode=mode)
+        finally:
+            del inner._compile_mode  # type: ignore[attr-defined]
+        return native.clone_with_inner_graph(inner)
 
-
-def _trace_buffer(initial: Variable, n_steps: Any) -> Any:
-    """A sit-sot buffer of ``n_steps + 1`` rows whose first row is ``initial``.
-
-    A constant initial value that is one number throughout (the zero a gradient's
-    accumulator starts from) fills the whole buffer: ``alloc(c, n_steps + 1, ...)``,
-    one node, vanilla's form for the same accumulator, where
-    ``set_subtensor(empty(n_steps + 1)[:1], [c])`` costs two (rows after the first are
-    written by the loop before they are read either way).
-    """
-    from pytensor.scan.utils import expand_empty
-    from pytensor.tensor.basic import alloc, shape_padleft
-
-    fill = _constant_fill(initial)
-    if fill is not None:
-        return alloc(fill, n_steps + 1, *initial.type.shape)
-    return expand_empty(shape_padleft(initial), n_steps)
-
-
-def _constant_fill(initial: Variable) -> Any:
-    """The one number a constant ``initial`` of static shape holds throughout, as a 0-d array, or None.
-
-    A scalar is followed through PyTensor's constant analysis, and an element of
-    ``alloc(c, ...)`` is ``c``: ``zeros(n + 1)[0]``, the initial row of a gradient's
-    accumulator that `innergraph.rewriting.carry` carries (the row is proved to
-    exist there), is 0 before constant folding ran.
-    """
-    import numpy as np
-    from pytensor.graph.basic import Constant
-    from pytensor.tensor.basic import Alloc, get_underlying_scalar_constant_value
-    from pytensor.tensor.subtensor import Subtensor
-
-    shape = getattr(initial.type, "shape", None)
-    dtype = getattr(initial.type, "dtype", None)
-    if shape is None or None in shape or dtype is None:
-        return None
-    if isinstance(initial, Constant):
-        data = np.asarray(initial.data)
-        if not data.size:
-            return None
-        first = data.flat[0]
-        return np.asarray(first, dtype=dtype) if np.all(data == first) else None  # (never for a NaN)
-    if shape != ():
-        return None
-    node = initial.owner
-    if node is not None and isinstance(node.op, Subtensor) and isinstance(node.inputs[0].owner and node.inputs[0].owner.op, Alloc):
-        initial = node.inputs[0].owner.inputs[0]  # a row of alloc(c, ...): c (a carried cotangent's initial row)
-    value = get_underlying_scalar_constant_value(initial, raise_not_constant=False)
-    if value is None or isinstance(value, Variable):
-        return None
-    return np.asarray(value, dtype=dtype)
-
-
-def copy_untraced_outputs(inner_outputs: Sequence[Variable], info: ScanInfo) -> list[Variable]:
-    """``inner_outputs`` with each untraced state's next value computed into fresh memory.
-
-    PyTensor's Scan runtime (``Scan.perform`` and its C twin) keeps the inner
-    function's intermediate storage from step to step and hands an untraced
-    state's next value back as the next step's input without copying it. When the
-    inner function computes that value in place of, or as a view of, an
-    intermediate result (``Add{inplace}`` over a ``Sum``), the next step overwrites
-    the intermediate before reading the input, and the state is lost: the gradient
-    of ``s * k + 1`` over a vector ``s`` came out 37.5 instead of 68.25. PyTensor
-    itself makes untraced states only where its buffer-trimming pass runs (the
-    Numba, JAX and PyTorch backends), so this runtime never saw one of this form.
-    A `DeepCopyOp` as the inner output allocates a fresh array each step (the
-    runtime clears the inner output's storage before every step), which is what a
-    traced state's write into its buffer costs anyway. This is the form an in-graph
-    Scan's own thunk runs; the compile pipeline's lowering gives the runtime
-    vanilla's traced form instead (`retraced_outputs`).
-    """
-    from pytensor.compile.ops import DeepCopyOp, deep_copy_op
-    from pytensor.tensor.type import TensorType
-
-    def copied(out: Variable) -> Variable:
-        if not isinstance(out.type, TensorType):
-            return out  # a random generator or other object: PyTensor carries those untraced itself
-        if out.owner is not None and isinstance(out.owner.op, DeepCopyOp):
-            return out
-        return deep_copy_op.make_node(out).outputs[0]
-
-    groups = ScanLayout(info).split_inner_outputs(inner_outputs)
-    groups["untraced"] = [copied(out) for out in groups["untraced"]]
-    return [v for name in ("mit_mot", "mit_sot", "sit_sot", "nit_sot", "untraced", "until") for v in groups[name]]
+    return body.cached(key, bake)
 
 
 # Declared as a consumer (slot kinds, meanings, form) next to it; imported last: it reads `Scan`.

@@ -15,13 +15,11 @@ name                                  position  tags
 ``innergraph_lower``                  1.59      fast_run, innergraph
 ``innergraph_set_rows``               2.01      fast_run, innergraph
 ``innergraph_ofg_dead_outputs``       48.3      fast_run, innergraph, innergraph_ofg
-``innergraph_lift_ifelse``            48.4      fast_run, innergraph, ifelse
 ``innergraph_fold``                   48.5      fast_run, fast_compile, minimum_compile
 ``innergraph_fusion``                 49.1      fast_run, fusion
 ``innergraph_inline_outlined_loops``  49.15     fast_run, innergraph
 ``innergraph_contiguous``             49.2      fast_run, innergraph
 ``innergraph_fresh_carries``          49.3      fast_run, innergraph
-``innergraph_share``                  99        fast_run, innergraph
 ====================================  ========  ==================================================
 
 and three node rewriters of `innergraph.rewriting.outer` in ``canonicalize``
@@ -85,15 +83,16 @@ where the linker runs one natively: Numba and JAX (``design/loops.md``). On by d
 (``fast_run``) since the until-scan cases measured at most 1.01x the Scan's steady call
 under Numba; ``mode.excluding("scan_until_to_while")`` keeps the Scan.
 
-``innergraph_lift_ifelse`` (`innergraph.rewriting.lift_ifelse`, 48.4) lifts
-PyTensor's own IfElse into the lazy in-graph conditional where a branch holds
-work and the linker would run the native node eagerly; late, so that the
-branches were rewritten with the outer graph and "work" is judged on the graph
-that runs. It also answers to the ``ifelse`` tag.
+PyTensor's own ``IfElse`` is left to PyTensor: since 3.3.6 it extracts the branch work
+of a conditional into a lazy ``LazyIfElse`` under Numba and JAX itself
+(``introduce_lazy_ifelse``, 48.9), which innergraph's ``innergraph_lift_ifelse`` did on
+PyTensor 3.0 (``design/upstream-3.3.md``).
 
-``innergraph_share`` (`innergraph.rewriting.share`) runs after every pass that
-rebuilds native Scan Ops and makes nodes with equal Ops share one instance again,
-so a merged body compiles once.
+PyTensor's ``scan_inner_graph`` (100) rewrites each native Scan's inner graph for
+the backend once per group of equal Ops (their frozen inner graphs compared), so K
+lowered loops over one body are one Op again after the passes that rebuild them:
+innergraph needs no pass of its own for that (its ``innergraph_share`` did it on
+PyTensor 3.0).
 
 ``innergraph_fold`` folds the function variables that visible consumers read
 into constants. It runs after the rewrites that should reach bodies together with
@@ -151,7 +150,6 @@ from innergraph.rewriting.fresh_carry import fresh_carries
 from innergraph.rewriting.fusion import fuse_bodies
 from innergraph.rewriting.inline_args import inline_lifted_arguments
 from innergraph.rewriting.lift import fold_bodies, lift_native, lower_consumers
-from innergraph.rewriting.lift_ifelse import lift_native_ifelse
 from innergraph.rewriting.lift_ofg import lift_op_from_graphs
 from innergraph.rewriting.ofg_outputs import remove_dead_ofg_outputs
 from innergraph.rewriting.read_back import local_read_of_written_region
@@ -164,7 +162,6 @@ from innergraph.rewriting.outer import (
     local_set_row_of_expand_dims,
     local_sum_of_one_row,
 )
-from innergraph.rewriting.share import share_native_ops
 from innergraph.rewriting.share_branch import share_branch_work
 from innergraph.rewriting.simplify import CONSUMER_REWRITES, simplify_consumers
 from innergraph.rewriting.until_while import until_scans_to_while_loops
@@ -235,13 +232,11 @@ _REWRITES: list[tuple[str, Any, float, tuple[str, ...]]] = [
     ("innergraph_lower", FunctionRewriter(lower_consumers), 1.59, ("fast_run", "innergraph")),
     ("innergraph_set_rows", dfs_rewriter(local_set_row_of_expand_dims, ignore_newtrees=True), 2.01, ("fast_run", "innergraph")),
     ("innergraph_ofg_dead_outputs", FunctionRewriter(remove_dead_ofg_outputs), 48.3, ("fast_run", "innergraph", "innergraph_ofg")),
-    ("innergraph_lift_ifelse", FunctionRewriter(lift_native_ifelse), 48.4, ("fast_run", "innergraph", "ifelse")),
     ("innergraph_fold", FunctionRewriter(fold_bodies), 48.5, ("fast_run", "fast_compile", "minimum_compile")),
     ("innergraph_fusion", FunctionRewriter(fuse_bodies), 49.1, ("fast_run", "fusion")),
     ("innergraph_inline_outlined_loops", FunctionRewriter(inline_outlined_loops), 49.15, ("fast_run", "innergraph")),
     ("innergraph_contiguous", FunctionRewriter(contiguous_constants), 49.2, ("fast_run", "innergraph")),
     ("innergraph_fresh_carries", FunctionRewriter(fresh_carries), 49.3, ("fast_run", "innergraph")),
-    ("innergraph_share", FunctionRewriter(share_native_ops), 99, ("fast_run", "innergraph")),
 ]
 
 #: Local rewrites registered in a sub-database of ``optdb``: (name, rewriter, database, tags).

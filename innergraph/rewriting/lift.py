@@ -7,8 +7,7 @@ import weakref
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import MergeOptimizer
 
-from innergraph.convert import PIPELINE_LIFTS, PIPELINE_LOWERS, lift, lower, lowering_for_jit
-from innergraph.dispatch import compiling_for_jit
+from innergraph.convert import PIPELINE_LIFTS, PIPELINE_LOWERS, lift, lower
 from innergraph.debugmode import forget_hidden
 from innergraph.fold import fold_inner_graphs, folded_bodies, unfold_inner_graphs
 from innergraph.graph import is_function
@@ -53,8 +52,7 @@ def lift_native(fgraph: FunctionGraph) -> int:
 
 def lower_consumers(fgraph: FunctionGraph) -> int:
     """Convert the in-graph consumers the pipeline lifted back into PyTensor's own nodes."""
-    with lowering_for_jit(compiling_for_jit(fgraph)):  # the pipeline knows the linker it compiles for
-        return lower(fgraph, PIPELINE_LOWERS)
+    return lower(fgraph, PIPELINE_LOWERS)
 
 
 def fold_bodies(fgraph: FunctionGraph) -> int:

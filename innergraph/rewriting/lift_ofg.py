@@ -5,10 +5,8 @@ Terms
 plain OpFromGraph
     A node whose Op is exactly `OpFromGraph` (no subclass), not in-place, not
     ``inline=True`` and compiled with PyTensor's default settings (no ``mode`` or
-    other `pytensor.function` keyword but ``on_unused_input``), and not one whose
-    compilation raises in PyTensor (an unused input without
-    ``on_unused_input="ignore"`` or ``"warn"``). Only those are
-    lifted here: subclasses stand for Ops with a fixed signature that rewrites
+    other `pytensor.function` keyword but ``on_unused_input``, which PyTensor 3.3
+    no longer applies to an inner graph). Only those are lifted here: subclasses stand for Ops with a fixed signature that rewrites
     and dispatches match by class (PyTensor PR #2067); ``inline=True`` Ops are
     inlined by PyTensor itself (``inline_ofg_expansion``, -0.01, before this
     pass); a ``mode`` is the user's choice of how the body is compiled.
@@ -77,7 +75,6 @@ def is_plain(op: Any) -> bool:
         and not op.destroy_map
         and not op.is_inline
         and _NEUTRAL_KWARGS.issuperset(op.kwargs)
-        and not (_unused_inputs(op) and _unused_inputs_raise(op))
         and not _holds_inner_graphs(op)
         and all(pickles(node.op) for node in op.fgraph.apply_nodes)  # else its body could not be cached
     )
@@ -101,22 +98,15 @@ def _unused_inputs(op: OpFromGraph) -> bool:
     return any(not clients.get(inp) for inp in op.inner_inputs)
 
 
-def _unused_inputs_raise(op: OpFromGraph) -> bool:
-    """Whether compiling the Op's inner graph raises on its unused inputs, as PyTensor's does by default."""
-    from pytensor import config
-
-    return (op.kwargs.get("on_unused_input") or config.on_unused_input) == "raise"
-
-
 def gains(fgraph: FunctionGraph, node: Apply, plain: set[Apply], repeated: Counter[Any]) -> bool:
     """Whether lifting ``node`` (a plain OpFromGraph of ``fgraph``) lets the pipeline improve it.
 
     ``plain`` holds the plain OpFromGraph nodes of ``fgraph``; ``repeated`` counts the
-    applications of each inner graph (``op._frozen_fgraph``).
+    applications of each inner graph (``op.fgraph``, frozen and compared by structure).
     """
     op: OpFromGraph = node.op
     return (
-        repeated[op._frozen_fgraph] > 1
+        repeated[op.fgraph] > 1
         or any(_dead(fgraph, out, plain) for out in node.outputs)
         or _unused_inputs(op)
         or any(is_small_tensor_constant(arg) for arg in node.inputs)
@@ -140,7 +130,7 @@ def _inner_inputs_of(node: Apply, var: Variable) -> list[Variable]:
 def helpful_lifts(fgraph: FunctionGraph) -> set[tuple[Any, ...]]:
     """``(op, *inputs)`` of the plain OpFromGraph nodes of ``fgraph`` whose lift `gains`."""
     plain = {node for node in fgraph.apply_nodes if is_plain(node.op)}
-    repeated = Counter(node.op._frozen_fgraph for node in plain)
+    repeated = Counter(node.op.fgraph for node in plain)
     return {(node.op, *node.inputs) for node in plain if gains(fgraph, node, plain, repeated)}
 
 

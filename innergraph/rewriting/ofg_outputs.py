@@ -62,8 +62,9 @@ def without_dead_outputs(node: Apply, live: list[int]) -> tuple[Apply, list[int]
     Returns the new node and the indices (in ``node.inputs``) of the inputs it reads.
     """
     op: OpFromGraph = node.op
-    inner_inputs = list(op.inner_inputs)
-    outputs = [op.inner_outputs[i] for i in live]
+    inner = op.fgraph.unfreeze()  # PyTensor keeps the inner graph frozen: a private mutable copy
+    inner_inputs = list(inner.inputs)
+    outputs = [inner.outputs[i] for i in live]
     read = set(graph_inputs(outputs))
     kept = [j for j, inner in enumerate(inner_inputs) if inner in read]
     pattern = op._connection_pattern

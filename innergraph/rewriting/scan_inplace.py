@@ -42,7 +42,7 @@ takes the same decisions with less work:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from copy import copy
+from copy import copy as shallow_copy
 from itertools import chain
 from typing import Any
 
@@ -54,7 +54,6 @@ from pytensor.graph.utils import InconsistencyError
 from pytensor.scan.op import Scan as NativeScan
 from pytensor.scan.rewriting.inplace import ScanInplaceOptimizer
 
-from innergraph.ops.scan import is_shared, mark_shared
 from innergraph.rewriting.lift import was_lifted
 
 __all__ = ["SharedScanInplace"]
@@ -83,8 +82,6 @@ class _OpCache:
         if new_op is None:
             new_op = self._ops[key] = _inplace_op(op, output_indices)
             self._keep.append(op)  # the id stays this Op's while the pass runs
-            if is_shared(op):
-                mark_shared(new_op)  # its copies share its Numba conversion (`funcify_native_scan_once`)
         return new_op
 
 
@@ -100,7 +97,7 @@ def _untraced_start(op: NativeScan) -> int:
 def _inplace_op(op: NativeScan, output_indices: Sequence[int]) -> NativeScan:
     """``op`` computing ``output_indices`` in place on their initial-state inputs (PyTensor's construction)."""
     n_tap_outs, untraced_start = _tap_outputs(op), _untraced_start(op)
-    new_op = copy(op)  # a Scan is immutable (its ``clone`` is itself): a shallow copy gets its own maps
+    new_op = shallow_copy(op)  # a Scan is immutable (its ``clone`` is itself): a shallow copy gets its own maps
     new_op._fn = None  # the compiled inner function depends on the destroy map
     destroy_map = op.destroy_map.copy()
     for out_idx in output_indices:

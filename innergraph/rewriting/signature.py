@@ -40,7 +40,7 @@ from pytensor.graph.fg import FunctionGraph
 
 from innergraph.fold import fold_function
 from innergraph.graph import InnerGraph, body_of, is_function, param
-from innergraph.instantiate import carry_shapes, substitute
+from innergraph.instantiate import substitute
 from innergraph.slots import FORMS, Capabilities, Form, Meaning, Slot, form_of
 from innergraph.types import Body, InnerGraphType
 
@@ -233,9 +233,6 @@ def replace_consumer(
     ``same_as`` are as for `rebuild`.
     """
     node, mapping = rebuild(sig, slots, replace, fold, same_as)
-    kept = {new: old for old, new in mapping.items()}
-    if all(v in kept for v in node.outputs):  # no result of a new kind: the shapes are known
-        carry_shapes(fgraph, [kept[v] for v in node.outputs], node.outputs)
     pairs = [(old, new) for old, new in mapping.items() if old is not new]
     if forwarded:  # forwarded values may read results of the old node: read the new one's
         values = substitute(list(forwarded.values()), mapping)

@@ -6,8 +6,8 @@ constant), merging loops makes shared sequences duplicates, dropping a dead
 reader of a trace can leave only its last step read (untracing). MergeOptimizer runs
 between rounds so that equal outer computations (a hoisted subexpression and the
 outer graph's own) are one variable, which is how the rewrites decide equality.
-The new body nodes the rewrites import get lazy shapes
-(`innergraph.rewriting.hidden_shapes`): no pass before the lowering reads them.
+PyTensor's ``ShapeFeature`` infers shapes on demand (since 3.3), so the body nodes
+the rewrites import cost no shape inference unless a pass asks.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from innergraph.rewriting.carry_from_zero import carry_from_zero
 from innergraph.rewriting.dce import remove_dead_slots
 from innergraph.rewriting.duplicates import merge_duplicate_slots
 from innergraph.rewriting.forward import forward_params
-from innergraph.rewriting.hidden_shapes import lazy_hidden_shapes
 from innergraph.rewriting.licm import hoist_invariants
 from innergraph.rewriting.merge_loops import merge_loops
 from innergraph.rewriting.push_out import push_out_dot_sums, push_out_per_step_outputs, push_out_sequence_work
@@ -65,7 +64,7 @@ def simplify_consumers(fgraph: FunctionGraph, rewrites: Sequence[Callable[[Funct
     if not rewrites or not any(type(node.op) in FORMS for node in fgraph.apply_nodes):
         return 0  # most graphs: nothing to do, and no toposort spent finding it out
     total = 0
-    with remembering_consumer_order() as graph_changed, lazy_hidden_shapes(fgraph):
+    with remembering_consumer_order() as graph_changed:
         for _ in range(MAX_ROUNDS):
             changed = 0
             with sharing_rebuilt_functions():
