@@ -15,8 +15,9 @@ import re
 
 __all__ = ["SUPPORTED", "check_pytensor", "parse_version"]
 
-#: Supported PyTensor releases: lowest included, highest excluded (``>=3.0.7,<3.1``).
-SUPPORTED: tuple[tuple[int, ...], tuple[int, ...]] = ((3, 3, 0), (3, 4))
+#: Supported PyTensor releases: lowest included, highest excluded (``>=3.3.6,<3.4``). 3.3.6 is the
+#: oldest PyMC 6.4 accepts, and the first whose IfElse is lazy under Numba and JAX itself.
+SUPPORTED: tuple[tuple[int, ...], tuple[int, ...]] = ((3, 3, 6), (3, 4))
 
 
 def parse_version(text: str) -> tuple[int, ...]:

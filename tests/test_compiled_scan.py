@@ -1,42 +1,50 @@
-"""A Scan PyTensor already compiled is left native.
+"""A Scan whose inner graph holds in-place Ops is left native.
 
-``Scan.fn`` (what the VM linkers' thunks call) compiles a Scan's own inner
-`FunctionGraph` and rewrites it in place, so a Scan that was part of an earlier
-compilation can hold in-place Ops. PyMC reuses such a Scan (an AR's support point,
-then ``model["x"].eval()``); lifting it made a body that the lowering could not
-turn back into a Scan (``InconsistencyError: Inner-graphs must not contain in-place
-operations``). Here the Scan's inner function is compiled (``Scan.fn``), and then
-an in-place Op is put into its inner graph directly, as ``Scan.fn``'s rewrites do
-to the inner graphs of PyMC's Scans.
+PyTensor 3.3 bakes a Scan's inner graph for the backend in a compiled graph
+(``scan_inner_graph``, 100: the backend's in-place decisions taken inside it) into a new,
+frozen Op. On PyTensor 3.0 ``Scan.fn`` rewrote the Op's own inner graph in place, and
+PyMC reused such a Scan (an AR's support point, then ``model["x"].eval()``); lifting
+it made a body that the lowering could not turn back into a Scan
+(``InconsistencyError: Inner-graphs must not contain in-place operations``). On 3.3 a
+baked Op reaches a new graph only when one is built from a compiled function's nodes,
+as here; it is left native there too (`innergraph.convert._compiled_in_place`).
 """
+
+from copy import copy
 
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
-from pytensor.graph.traversal import ancestors
+from pytensor.compile.mode import Mode
 from pytensor.scan.op import Scan as NativeScan
-from pytensor.tensor.elemwise import Elemwise
 
+import innergraph
 from innergraph.convert import _compiled_in_place
 
 
-def _scan_rewritten_in_place():
+def _baked_scan_applied_anew():
+    """A loop whose compiled inner graph overwrites an intermediate, its baked Op applied to a new graph's inputs.
+
+    Numba's bake takes the in-place decision (``sort(y) * 0.5`` in place of the sort's result).
+    """
     x0 = pt.dvector("x0")
     ys = pytensor.scan(lambda y: pt.sort(y) * 0.5 + 1.0, outputs_info=[x0], n_steps=3, return_updates=False)
-    op = next(v.owner.op for v in ancestors([ys]) if v.owner and isinstance(v.owner.op, NativeScan))
-    op.fn  # compiled and kept: a later compilation's VM thunk runs it, and does not rewrite the graph again
-    mul = next(n for n in op.fgraph.apply_nodes if isinstance(n.op, Elemwise) and n.inputs[0].owner is not None)
-    in_place = Elemwise(mul.op.scalar_op, {0: 0})(*mul.inputs)  # overwrites the sort's result
-    op.fgraph.replace(mul.outputs[0], in_place, reason="what Scan.fn's in-place rewrite does")
+    with innergraph.uninstalled():
+        compiled = pytensor.function([x0], ys, mode=Mode(linker="numba", optimizer="fast_run"))
+    (node,) = [n for n in compiled.maker.fgraph.apply_nodes if isinstance(n.op, NativeScan)]
+    op = copy(node.op)  # the baked inner graph, without the outer in-place permission
+    op.destroy_map, op._fn = {}, None
     assert _compiled_in_place(op)
-    return x0, ys
+    buffer = pt.zeros((4, x0.shape[0]), dtype="float64")
+    buffer = pt.set_subtensor(buffer[0], x0)
+    return x0, op(pt.constant(3, dtype="int64"), buffer)[1:]
 
 
 @pytest.mark.parametrize("linker", ["cvm", "numba", "py"])
-def test_a_scan_whose_inner_graph_was_rewritten_in_place_compiles_and_gives_vanillas_numbers(linker):
-    x0, ys = _scan_rewritten_in_place()
-    mode = pytensor.compile.mode.Mode(linker=linker, optimizer="fast_run")
+def test_a_scan_whose_inner_graph_holds_in_place_ops_compiles_and_gives_vanillas_numbers(linker):
+    x0, ys = _baked_scan_applied_anew()
+    mode = Mode(linker=linker, optimizer="fast_run")
     value = np.array([0.3, -0.2, 0.1])
     expected = np.empty((3, 3))
     row = value
@@ -44,6 +52,8 @@ def test_a_scan_whose_inner_graph_was_rewritten_in_place_compiles_and_gives_vani
         row = expected[t] = np.sort(row) * 0.5 + 1.0
     with pytensor.config.change_flags(on_opt_error="raise"):
         ours = pytensor.function([x0], ys, mode=mode)
-        theirs = pytensor.function([x0], ys, mode=mode.excluding("innergraph"))
+        with innergraph.uninstalled():
+            theirs = pytensor.function([x0], ys, mode=mode)
     np.testing.assert_allclose(ours(value), expected)
     np.testing.assert_array_equal(ours(value), theirs(value))
+    assert [n for n in ours.maker.fgraph.apply_nodes if isinstance(n.op, NativeScan)]

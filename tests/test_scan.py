@@ -166,11 +166,11 @@ def test_shapes_match_the_native_scan(case):
     fg = FunctionGraph(ins, outs, clone=True, features=[ShapeFeature()])
     checked = 0
     for node in [n for n in fg.apply_nodes if isinstance(n.op, Scan)]:
-        shapes = [fg.shape_feature.shape_of.get(v) for v in node.inputs]
+        shapes = [fg.shape_feature.shape_tuple(v) for v in node.inputs]
         native = node.op._native_for_graph(node.inputs)
-        expected = native.op.infer_shape(fg, native, shapes[1:])
+        expected = native.op.infer_shape(native, shapes[1:])
         expected = substitute_shapes(expected, _repoint_map(native, node.inputs, node.outputs))
-        for got, want in zip(node.op.infer_shape(fg, node, shapes), expected, strict=True):
+        for got, want in zip(node.op.infer_shape(node, shapes), expected, strict=True):
             assert (got is None) == (want is None)
             assert got is None or equal_computations(list(got), list(want))
         checked += 1
@@ -314,35 +314,35 @@ def test_untraced_state_round_trip():
 
 
 def test_loops_over_one_body_are_converted_to_numba_once():
-    """K loops whose bodies merged share one native Op; its Numba conversion runs once, not K times."""
-    import innergraph.backends.numba as backend
+    """K loops whose bodies merged are K Scans of one Op; its Numba conversion runs once, not K times (vanilla: K)."""
+    from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
 
     xs = [pt.dvector(f"x{i}") for i in range(4)]
     outs = [
         pytensor.scan(lambda x, a: a * 0.9 + x, sequences=[x], outputs_info=[pt.constant(0.0, dtype="float64")], return_updates=False)[-1]
         for x in xs
     ]
+    pytensor.function(xs, pt.add(*outs), mode="NUMBA")  # loads the Numba dispatch
     calls = []
-    original = backend._native_scan_funcify
+    original = numba_funcify_and_cache_key.dispatch(NativeScan)
 
     def counting(op, node=None, **kwargs):
         calls.append(op)
         return original(op, node=node, **kwargs)
 
-    backend._native_scan_funcify = counting
+    numba_funcify_and_cache_key.register(NativeScan, counting)
     try:
+        innergraph.clear_body_cache()
         fn = pytensor.function(xs, pt.add(*outs), mode="NUMBA")
         ours = len(calls)
-        pytensor.function(xs, pt.add(*outs), mode=get_mode("NUMBA").excluding("innergraph"))
+        with innergraph.uninstalled():
+            pytensor.function(xs, pt.add(*outs), mode="NUMBA")
+        theirs = len(calls) - ours
     finally:
-        backend._native_scan_funcify = original
+        numba_funcify_and_cache_key.register(NativeScan, original)
     scans = [n for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, NativeScan)]
-    assert len(scans) == 4 and len({id(n.op) for n in scans}) == 1
-    assert ours == 1
-    assert len(calls) - ours == 4  # vanilla PyTensor's Scans are converted as without innergraph
-    values = [np.linspace(0, 1, 5 + i) for i in range(4)]
-    expected = sum(_decay(v) for v in values)
-    np.testing.assert_allclose(fn(*values), expected)
+    assert len(scans) == 4 and len({n.op for n in scans}) == 1
+    assert (ours, theirs) == (1, 4)
 
 
 def _decay(v):

@@ -147,11 +147,13 @@ def test_outlined_loops_under_numba_share_the_in_place_op(attempts):
     np.testing.assert_allclose(fn(*values), vanilla(inputs, outputs, values, linker="numba"), rtol=1e-12)
 
 
-def test_vanilla_graphs_get_pytensors_pass(attempts):
+def test_graphs_innergraph_did_not_lift_get_pytensors_pass(attempts):
     _, inputs, outputs, values = next(graphs())
     fn = pytensor.function(inputs, outputs, mode=PY.excluding("innergraph"))
     assert attempts == [] and all(n.op.destroy_map == {0: [2]} for n in scans(fn))
-    assert len({id(n.op) for n in scans(fn)}) == 4  # PyTensor's own pass: one Op per node
+    # PyTensor's own pass gives each node an Op of its own; its scan_inner_graph (100) then bakes
+    # equal Ops with equal maps once and gives the nodes that one Op (PyTensor 3.3)
+    assert len({id(n.op) for n in scans(fn)}) == 1
 
 
 def test_excluding_inplace_excludes_it():

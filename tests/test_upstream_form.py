@@ -95,7 +95,7 @@ def test_no_monkey_patch_on_a_patched_pytensor_or_every_record_paired():
             p for p in patching._applied if not isinstance(p, patching.DispatchPatch) or patching.replaces_pytensors_own(p)
         ]
         replaced = {_owner_name(p) for p in records}
-        assert {"numba_funcify_and_cache_key[Scan]", "numba_funcify_and_cache_key[FunctionGraph]", "jax_funcify[Scan]"} <= replaced
+        assert {"numba_funcify_and_cache_key[FunctionGraph]", "jax_funcify[Scan]"} <= replaced
         paired = {edit.replaces for edit in series.EDITS if edit.replaces}
         assert replaced, "no monkey-patch applied on a released PyTensor"
         assert replaced <= paired, f"monkey-patches with no upstream edit in innergraph/patches/series.py: {replaced - paired}"
@@ -116,7 +116,6 @@ def _pytensors_dispatch():
     from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
 
     return [
-        (numba_funcify_and_cache_key, NativeScan, "pytensor.link.numba.dispatch.scan"),
         (numba_funcify_and_cache_key, FunctionGraph, "pytensor.link.numba.dispatch.basic"),
         (jax_funcify, NativeScan, "pytensor.link.jax.dispatch.scan"),
     ]
@@ -172,17 +171,18 @@ def test_hooks_are_off_while_uninstalled_in_either_form():
 
 
 def test_the_replacements_reach_pytensors_own_conversion_and_delegates_follow_install():
-    """The library's memo calls PyTensor's body; on a patched PyTensor the delegate calls the memo only while installed."""
-    from pytensor.link.numba.dispatch import scan as numba_scan
+    """The library's one-conversion patch calls PyTensor's body; on a patched PyTensor the delegate calls it only while installed."""
+    from pytensor.link.numba.dispatch import basic as numba_basic_module
 
     import innergraph.backends.numba as backend
 
-    base = patching.original(numba_scan, "numba_funcify_Scan")
-    assert backend._native_scan_funcify is base
+    base = patching.original(numba_basic_module, "numba_funcify_FunctionGraph")
+    assert backend._fgraph_funcify is base
     if not PATCHED:
-        assert base is numba_scan.numba_funcify_Scan  # the record re-registers; PyTensor's function is untouched
+        assert base is numba_basic_module.numba_funcify_FunctionGraph  # the record re-registers; PyTensor's function is untouched
         return
-    assert base is numba_scan._numba_funcify_Scan_base
-    assert patching.hook("pytensor.innergraph.backends.numba", "funcify_native_scan_once", base) is backend.funcify_native_scan_once
+    assert base is numba_basic_module._numba_funcify_FunctionGraph_base
+    hooked = patching.hook("pytensor.innergraph.backends.numba", "funcify_fgraph_as_one_conversion", base)
+    assert hooked is backend.funcify_fgraph_as_one_conversion
     with innergraph.uninstalled():
-        assert patching.hook("pytensor.innergraph.backends.numba", "funcify_native_scan_once", base) is base
+        assert patching.hook("pytensor.innergraph.backends.numba", "funcify_fgraph_as_one_conversion", base) is base

@@ -123,7 +123,7 @@ class Call(Op):
         body = body_of(node.inputs[0])
         return rows + _compat.param_connection_rows(body.param_types, lambda xs: instantiate(body, xs))
 
-    def infer_shape(self, fgraph: Any, node: Apply, input_shapes: Sequence[Any]) -> list[Any]:
+    def infer_shape(self, node: Apply, input_shapes: Sequence[Any]) -> list[Any]:
         n = self.n_functions
         return body_output_shapes(node.inputs[0], node.inputs[n:], input_shapes[n:])
 

@@ -96,7 +96,7 @@ class IfElse(Op):
             rows += _param_rows(fn)
         return rows
 
-    def infer_shape(self, fgraph: Any, node: Apply, input_shapes: Sequence[Any]) -> list[Any]:
+    def infer_shape(self, node: Apply, input_shapes: Sequence[Any]) -> list[Any]:
         cond, then_fn, else_fn, then_args, else_args = self.split(node.inputs)
         then_shapes = body_output_shapes(then_fn, then_args, input_shapes[3 : 3 + self.n_then_args])
         else_shapes = body_output_shapes(else_fn, else_args, input_shapes[3 + self.n_then_args :])

@@ -238,7 +238,7 @@ class Scan(Op):
         native = self._native_for_graph(node.inputs)
         return [[False] * len(node.outputs), *native.op.connection_pattern(native)]
 
-    def infer_shape(self, fgraph: Any, node: Apply, input_shapes: Sequence[Any]) -> Any:
+    def infer_shape(self, node: Apply, input_shapes: Sequence[Any]) -> Any:
         """PyTensor's Scan shapes, from the body's shape template (no native Scan built).
 
         Traced states keep their buffer's shape and untraced states their initial

@@ -306,12 +306,10 @@ counterpart).
         "rewriting/forward.py",
         "rewriting/fresh_carry.py",
         "rewriting/fusion.py",
-        "rewriting/hidden_shapes.py",
         "rewriting/inline_args.py",
         "rewriting/lengths.py",
         "rewriting/licm.py",
         "rewriting/lift.py",
-        "rewriting/lift_ifelse.py",
         "rewriting/lift_ofg.py",
         "rewriting/merge_loops.py",
         "rewriting/ofg_outputs.py",
@@ -323,7 +321,6 @@ counterpart).
         "rewriting/remerge.py",
         "rewriting/scan_inplace.py",
         "rewriting/scan_solve.py",
-        "rewriting/share.py",
         "rewriting/share_branch.py",
         "rewriting/signature.py",
         "rewriting/simplify.py",
@@ -348,19 +345,16 @@ _BACKENDS = PatchSpec(
     subject="innergraph: Numba and JAX implementations of the consumers",
     message=f"""The Numba and JAX conversions of the in-graph consumers (a body compiled
 once however many consumers read it), loaded on a linker's first link.
-Six functions of PyTensor delegate to innergraph while it is enabled,
+Five functions of PyTensor delegate to innergraph while it is enabled,
 keeping their body as _<name>_base:
 
 - numba's numba_funcify_ensure_cache: equal nodes of one conversion
-  convert once;
+  (native Scans of one Op among them) convert once;
 - numba's cache_key_for_constant: a folded body whose Ops do not pickle
   gets a key of its own instead of failing the conversion;
 - JAXLinker.jit_compile: a graph with a while loop, or with a Scan whose
   trip count is not a constant, falls back to eager execution where
   jax.jit cannot trace it;
-- numba's numba_funcify_Scan: a Scan whose Op innergraph shares between
-  loops over one body (lowering a merged body) converts once per Op and
-  types; other Scans convert as before;
 - numba's numba_funcify_FunctionGraph: a FunctionGraph converts as one
   conversion, in which the bodies its consumers inline convert their equal
   nodes once;
@@ -392,13 +386,6 @@ keeping their body as _<name>_base:
             "pytensor.innergraph.backends.numba",
             "cache_key_for_constant",
             replaces="numba_basic.cache_key_for_constant",
-        ),
-        Delegate(
-            "pytensor/link/numba/dispatch/scan.py",
-            "numba_funcify_Scan",
-            "pytensor.innergraph.backends.numba",
-            "funcify_native_scan_once",
-            replaces="numba_funcify_and_cache_key[Scan]",
         ),
         Delegate(
             "pytensor/link/numba/dispatch/basic.py",

@@ -1,14 +1,19 @@
-"""Run with an unsupported PyTensor first on ``sys.path``: ``import innergraph`` must
-raise one ImportError and leave PyTensor untouched, and ``pytensor.scan`` must still work.
+"""``import innergraph`` on a PyTensor of an unsupported version must raise one ImportError
+and leave PyTensor untouched, and ``pytensor.scan`` must still work.
 
-Prints ``VERSION <pytensor version>``, ``ERROR <message>`` and ``SCAN <value>``; any
-failed check is an AssertionError (exit code 1).
+``python import_on_unsupported_pytensor.py VERSION``: the installed PyTensor reports
+``VERSION`` as its version (no second PyTensor is installed: the check reads
+``pytensor.__version__``, and no network is needed). Prints ``VERSION <version>``,
+``ERROR <message>`` and ``SCAN <value>``; any failed check is an AssertionError
+(exit code 1).
 """
 
 import sys
 
 import numpy as np
 import pytensor
+
+pytensor.__version__ = sys.argv[1]
 import pytensor.tensor as pt
 from pytensor.compile.mode import optdb
 from pytensor.link.basic import Linker
