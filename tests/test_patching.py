@@ -87,7 +87,7 @@ def test_uninstall_restores_pytensor_exactly_and_install_is_idempotent():
     assert patched_state() == (linker_patch.schedule, printing_patch.debugprint, printing_patch.debugprint, True, gradient_patch.pullback)
     from innergraph.rewriting import db
 
-    assert len(db.registered()) == 23
+    assert len(db.registered()) == 21
 
 
 def program():
