@@ -11,8 +11,8 @@ Commands
     The benchmark suite (`innergraph.cases`, measured by `innergraph.bench`):
     writes ``benchmarks.md`` and, with matplotlib, ``ratios.png``.
 
-Both compile every case twice in one process, with the default mode (innergraph)
-and with ``mode.excluding("innergraph")`` (vanilla), and time them warm (see
+Both compile every case twice in one process, with innergraph and with innergraph
+uninstalled (vanilla: PyTensor as released), and time them warm (see
 `innergraph.bench`).
 """
 
@@ -41,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m innergraph",
         description=(
-            "Compile real graphs with vanilla PyTensor (mode.excluding('innergraph')) and with "
+            "Compile real graphs with vanilla PyTensor (innergraph uninstalled) and with "
             "innergraph in one process and print both side by side: PyTensor issue #1669 (2nd "
             "and 3rd derivatives of a 4-step scan), an AR(2) log-likelihood over 1,000 points "
             "with its gradient, and a Student-t helper applied to K data sets. Times are warm: "

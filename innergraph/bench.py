@@ -16,7 +16,7 @@ steady call
     blocks, ``timeit``-style; the two variants' blocks alternate).
 warm
     Measured after the case was compiled and called once in the same process
-    for *both* variants: PyTensor's compiledir and Numba's cache are on disk, so
+    for *both* variants (vanilla always with innergraph uninstalled, `as_variant`): PyTensor's compiledir and Numba's cache are on disk, so
     cold figures mostly measure the cache state; warm ones compare the pipelines.
     innergraph's body table (`innergraph.interning`) then holds the case's final
     bodies, so its compile figure is that of compiling an equal graph again;
@@ -41,6 +41,7 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ from pytensor.compile.mode import Mode
 
 from innergraph.cases import VARIANTS, Case
 from innergraph.interning import clear_body_cache
+from innergraph.patching import uninstalled
 from innergraph.stats import graph_stats
 
 __all__ = [
@@ -113,24 +115,37 @@ def _figure(m: Measurement, attr: str) -> float:
 
 
 def mode_for(case: Case, variant: str) -> Mode:
-    """The mode a case is compiled with: ``fast_run`` with the case's linker; vanilla excludes innergraph."""
+    """The mode a case is compiled with: ``fast_run`` with the case's linker, for either variant."""
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
-    mode = Mode(linker=case.linker, optimizer="fast_run")
-    return mode.excluding("innergraph") if variant == "vanilla" else mode
+    return Mode(linker=case.linker, optimizer="fast_run")
+
+
+def as_variant(variant: str) -> AbstractContextManager[Any]:
+    """The block in which ``variant`` builds, compiles and first calls: vanilla with innergraph uninstalled.
+
+    ``mode.excluding("innergraph")`` would leave innergraph's patches applied (the linker
+    schedule, Scan's gradient, the Numba and JAX hooks), so a cost or a bug there would
+    show on both sides of every ratio; uninstalled, vanilla is PyTensor as released.
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+    return uninstalled() if variant == "vanilla" else nullcontext()
 
 
 def compile_case(case: Case, variant: str) -> Any:
     """Build the case's graph afresh and compile it for ``variant``."""
-    return compile_graph(case, variant, case.build(variant))
+    with as_variant(variant):
+        return compile_graph(case, variant, case.build(variant))
 
 
 def compile_graph(case: Case, variant: str, graph: tuple[list[Any], list[Any]]) -> Any:
     """Compile a graph ``case.build(variant)`` returned (what the compile benchmarks time)."""
     inputs, outputs = graph
-    if case.compile is not None:
-        return case.compile(inputs, outputs, mode_for(case, variant))
-    return pytensor.function(inputs, outputs, mode=mode_for(case, variant))
+    with as_variant(variant):
+        if case.compile is not None:
+            return case.compile(inputs, outputs, mode_for(case, variant))
+        return pytensor.function(inputs, outputs, mode=mode_for(case, variant))
 
 
 def fresh_graph(case: Case, variant: str) -> tuple[list[Any], list[Any]]:
@@ -140,7 +155,8 @@ def fresh_graph(case: Case, variant: str) -> tuple[list[Any], list[Any]]:
     costs about as much as compiling a small case) then never lands in the timed
     compilation, while collections the compilation itself causes are counted.
     """
-    graph = case.build(variant)
+    with as_variant(variant):
+        graph = case.build(variant)
     gc.collect()
     return graph
 
@@ -208,7 +224,10 @@ def measure_case(case: Case, rounds: int = 5, steady_budget: float = 0.5, fresh_
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
     fns = {v: compile_case(case, v) for v in VARIANTS}  # warm-up: fill the on-disk caches
-    results = {v: fns[v](*case.values) for v in VARIANTS}
+    results = {}
+    for v in VARIANTS:
+        with as_variant(v):
+            results[v] = fns[v](*case.values)
     times: dict[str, dict[str, list[float]]] = {v: {"compile": [], "first": []} for v in VARIANTS}
     for _ in range(rounds):
         for v in VARIANTS:  # interleaved: drift in machine load hits both variants
@@ -216,7 +235,8 @@ def measure_case(case: Case, rounds: int = 5, steady_budget: float = 0.5, fresh_
                 clear_body_cache()
             elapsed, fns[v] = timed_compile(case, v)
             times[v]["compile"].append(elapsed)
-            elapsed, results[v] = _timed(lambda: fns[v](*case.values))
+            with as_variant(v):
+                elapsed, results[v] = _timed(lambda: fns[v](*case.values))
             times[v]["first"].append(elapsed)
     steady = _steady(fns, case.values, steady_budget)
     measured = {

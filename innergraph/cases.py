@@ -7,8 +7,8 @@ case
     it is compiled with. `pytensor.function` on the built graph is what gets
     measured.
 variant
-    ``"vanilla"`` (compiled with ``mode.excluding("innergraph")``: PyTensor alone)
-    or ``"innergraph"`` (the default pipeline: lift, rewrite, lower). Most cases
+    ``"vanilla"`` (built and compiled with innergraph uninstalled: PyTensor as
+    released, `innergraph.bench.as_variant`) or ``"innergraph"`` (the default pipeline: lift, rewrite, lower). Most cases
     build the *same* graph for both; a case whose graph needs an innergraph
     builder (`innergraph.ifelse`, `innergraph.call`) builds PyTensor's own
     construct for vanilla (`pytensor.ifelse.ifelse`, `OpFromGraph`).

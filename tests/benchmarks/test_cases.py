@@ -15,7 +15,7 @@ import pytensor
 import pytest
 
 from innergraph import graph_stats
-from innergraph.bench import compile_case, compile_graph, fresh_graph, mode_for
+from innergraph.bench import compile_case, compile_graph, fresh_graph
 from innergraph.cases import CASES, VARIANTS, ifelse_heavy
 
 MEASURED = [c for c in CASES if c.group != "7"]
@@ -102,9 +102,10 @@ def stats(compiled, case_id, variant):
 def test_issue_1669_fewer_nodes_and_bodies(compiled, case_id):
     ours, theirs = stats(compiled, case_id, "innergraph"), stats(compiled, case_id, "vanilla")
     assert theirs["consumers"]["scan"] == {"1669-d2": 4, "1669-d3": 8}[case_id]
-    assert ours["consumers"]["scan"] <= theirs["consumers"]["scan"]
+    assert ours["consumers"]["scan"] < theirs["consumers"]["scan"]
     assert ours["total_nodes"] < theirs["total_nodes"]
-    assert ours["bodies"] < theirs["bodies"]
+    # PyTensor 3.3 compares frozen inner graphs: its loops over alpha-equivalent bodies have one body too
+    assert ours["bodies"] <= theirs["bodies"]
 
 
 @pytest.mark.parametrize("k", [1, 2, 4, 8, 16])
@@ -113,8 +114,9 @@ def test_k_sequences_share_one_body(compiled, k):
     assert ours["consumers"]["scan"] == theirs["consumers"]["scan"] == k
     # Under Numba, K > 1 loops over one body are outlined with their scaffolding as one
     # call body, rewritten once, and inlined back after the fold (issue 22,
-    # `innergraph.rewriting.outline_loops`): K native Scans of one Op, one body, no call
-    assert (ours["bodies"], theirs["bodies"]) == (1, k)
+    # `innergraph.rewriting.outline_loops`): K native Scans of one Op, one body, no call.
+    # PyTensor 3.3's K Scans have one (frozen, equal) inner graph too, rewritten K times
+    assert (ours["bodies"], theirs["bodies"]) == (1, 1)
     assert ours["consumers"]["call"] == 0
 
 
@@ -125,13 +127,13 @@ def test_identical_scans_merge_into_one(compiled, n_ops):
 
 
 @pytest.mark.parametrize("plain", [False, True], ids=["innergraph.ifelse", "pytensor.ifelse"])
-def test_untaken_solves_never_run_under_innergraph(plain):
-    case = ifelse_heavy(size=50, guard=True, plain=plain)  # every solve first asserts it may run: it may not
-    ours = pytensor.function(*case.build("innergraph"), mode=mode_for(case, "innergraph"))
-    theirs = pytensor.function(*case.build("vanilla"), mode=mode_for(case, "vanilla"))
-    assert np.isfinite(ours(*case.values))
-    with pytest.raises(AssertionError, match="expensive branch"):
-        theirs(*case.values)  # PyTensor issue #501: Numba's IfElse evaluates both branches
+def test_untaken_solves_never_run(plain):
+    """Every solve first asserts it may run: it may not. innergraph's conditional is lazy, and so is
+    PyTensor's own under Numba since 3.3.6 (its ``LazyIfElse``), with or without innergraph."""
+    case = ifelse_heavy(size=50, guard=True, plain=plain)
+    ours = compile_case(case, "innergraph")
+    theirs = compile_case(case, "vanilla")
+    assert np.isfinite(ours(*case.values)) and np.isfinite(theirs(*case.values))
     taken = (case.values[0], case.values[1], np.float64(-1.0))  # the solves are taken, and allowed to run
     np.testing.assert_allclose(ours(*taken), theirs(*taken), rtol=1e-10)
 
@@ -141,5 +143,8 @@ def test_the_pipeline_lifts_plain_opfromgraphs(compiled):
     assert (ours["unused_outputs"], theirs["unused_outputs"]) == (0, 1)  # PyTensor #697
     assert ours["total_nodes"] < theirs["total_nodes"]
     ours, theirs = stats(compiled, "student-t-ofg-K8", "innergraph"), stats(compiled, "student-t-ofg-K8", "vanilla")
-    assert ours["consumers"]["call"] == theirs["consumers"]["call"] == 16  # 8 call sites and their pullbacks
+    assert ours["consumers"]["call"] == 16  # 8 call sites and their pullbacks
+    vanilla_fn = compiled("student-t-ofg-K8", "vanilla")[0]
+    assert len([n for n in vanilla_fn.maker.fgraph.apply_nodes if type(n.op).__name__ == "OpFromGraph"]) == 16
+    assert ours["bodies"] < theirs["bodies"] and ours["total_nodes"] < theirs["total_nodes"]
     assert ours["bodies"] == 2 and ours["unused_outputs"] == ours["unused_params"] == 0
