@@ -76,11 +76,16 @@ _queried: dict[tuple[Any, ...], tuple[Any, Any]] = {}
 
 
 def _optdb_state() -> tuple[int, ...]:
-    """Changes when rewrites are registered or removed (``optdb`` and its sub-databases)."""
+    """Changes when rewrites are registered or removed (``optdb`` and its sub-databases).
+
+    Counted by registered names: a database's ``__db__`` maps names *and tags* to
+    rewriters, and a query excluding a tag the database does not know adds an empty
+    entry for it (a ``defaultdict``), so its length changes without any registration.
+    """
     from pytensor.compile.mode import optdb
 
     top = optdb.__db__  # each registered name maps to the set of its one member
-    return (len(top), *(len(getattr(member, "__db__", ())) for name in optdb._names for member in top[name]))
+    return (len(optdb._names), *(len(getattr(member, "_names", ())) for name in optdb._names for member in top[name]))
 
 
 def queried_once(source: Any, key: Any, query: Callable[[], Any], state: tuple[int, ...] | None = None) -> Any:

@@ -35,6 +35,8 @@ done within one compilation use it), and so does ``innergraph.uninstall()``.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from pytensor.graph.basic import Constant
 from pytensor.graph.fg import FunctionGraph
@@ -42,7 +44,7 @@ from pytensor.graph.fg import FunctionGraph
 from innergraph.ops.runtime import is_rewritten
 from innergraph.types import Body, is_folded
 
-__all__ = ["DEFAULT_SIZE", "body_table_size", "clear_body_cache", "intern_body", "intern_folded", "interned_bodies"]
+__all__ = ["DEFAULT_SIZE", "body_table_size", "clear_body_cache", "intern_body", "intern_folded", "interned_bodies", "table_kept"]
 
 #: How many final bodies the table keeps at most (least recently used dropped first).
 DEFAULT_SIZE = 128
@@ -115,6 +117,24 @@ def clear_body_cache() -> None:
     them); only the table lets go. ``innergraph.uninstall()`` calls this.
     """
     _table.clear()
+
+
+@contextmanager
+def table_kept() -> Iterator[None]:
+    """The table as it is now, back after the block (whatever the block cleared).
+
+    `innergraph.uninstalled` runs its block with innergraph uninstalled, which clears
+    the table; the rewrites that made its bodies are registered again afterwards, so
+    a reference compiled without innergraph (a test's, the benchmarks' vanilla round)
+    need not cost innergraph its interned bodies.
+    """
+    saved = list(_table)
+    try:
+        yield
+    finally:
+        _table.clear()
+        for body in saved[-_size[0] :] if _size[0] else []:
+            _table[body] = body
 
 
 def body_table_size(size: int | None = None) -> int:

@@ -35,7 +35,7 @@ from pytensor.compile.maker import FunctionMaker
 from pytensor.compile.mode import Mode, get_default_mode
 from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.features import Feature
-from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.fg import AbstractFunctionGraph, FunctionGraph
 from pytensor.graph.op import Op
 from pytensor.graph.type import Type
 
@@ -85,7 +85,7 @@ def _encoding(item: Any) -> Any:
         return [_encoding(i) for i in item]
     if isinstance(item, Op):
         inner = getattr(item, "fgraph", None)
-        return ["op", str(item), fingerprint(inner) if isinstance(inner, FunctionGraph) else None]
+        return ["op", str(item), fingerprint(inner) if isinstance(inner, AbstractFunctionGraph) else None]
     if isinstance(item, Type):
         return ["type", str(item)]
     if isinstance(item, str | int | float | bool) or item is None:
@@ -95,7 +95,7 @@ def _encoding(item: Any) -> Any:
     return ["other", type(item).__name__, _data(item)]
 
 
-def fingerprint(fgraph: FunctionGraph) -> list[Any]:
+def fingerprint(fgraph: AbstractFunctionGraph) -> list[Any]:
     """``fgraph``'s nodes in toposort order: Op, input references, output types, inner graph."""
     inputs = {v: i for i, v in enumerate(fgraph.inputs)}
     where: dict[Variable, list[int]] = {}
@@ -103,7 +103,7 @@ def fingerprint(fgraph: FunctionGraph) -> list[Any]:
     for k, node in enumerate(fgraph.toposort()):
         refs = [["node", *where[v]] if v in where else _leaf(v, inputs) for v in node.inputs]
         inner = getattr(node.op, "fgraph", None)
-        nodes.append([str(node.op), refs, [str(o.type) for o in node.outputs], fingerprint(inner) if isinstance(inner, FunctionGraph) else None])
+        nodes.append([str(node.op), refs, [str(o.type) for o in node.outputs], fingerprint(inner) if isinstance(inner, AbstractFunctionGraph) else None])
         where.update((o, [k, j]) for j, o in enumerate(node.outputs))
     outputs = [["node", *where[o]] if o in where else _leaf(o, inputs) for o in fgraph.outputs]
     return [nodes, outputs]

@@ -217,7 +217,7 @@ def test_the_bench_empties_the_table_before_each_timed_innergraph_compile_only_w
 
     calls = []
     monkeypatch.setattr(bench, "clear_body_cache", lambda: calls.append(len(interned_bodies())))
-    result = bench.measure_case(select(["ifelse-plain"])[0], rounds=2, steady_budget=0.01, fresh_bodies=fresh)
+    result = bench.measure_case(select(["ifelse"])[0], rounds=2, steady_budget=0.01, fresh_bodies=fresh)
     assert len(calls) == (2 if fresh else 0)
     assert all(calls), "the table held the case's bodies when it was emptied"
     np.testing.assert_array_equal(result.innergraph.result[0], result.vanilla.result[0])

@@ -519,20 +519,6 @@ def test_row_wise_work_becomes_a_sequence():
     assert subtensors(fg) == subtensors(before)  # scan's x[:n] is the rows already: no second slice
 
 
-def test_rebuilt_consumers_keep_the_shapes_already_known(monkeypatch):
-    from pytensor.tensor.rewriting.shape import ShapeFeature
-
-    inferred = []
-    infer_shape = Scan.infer_shape
-    monkeypatch.setattr(Scan, "infer_shape", lambda self, fgraph, node, shapes: inferred.append(node) or infer_shape(self, fgraph, node, shapes))
-    ys = innergraph.scan(lambda x, s: s * 0.9 + pt.sin(x), sequences=[xs], outputs_info=[x0], return_updates=False)
-    fg = FunctionGraph([x0, xs], [ys.owner.inputs[0][-1]], clone=True)  # the trace's last row
-    fg.attach_feature(ShapeFeature())
-    inferred.clear()
-    assert push_out_sequence_work(fg) == 1 and inferred == []  # same results: their shapes carried over
-    assert untrace_final_states(fg) == 1 and len(inferred) == 1  # a result of a new kind: inferred
-
-
 def test_row_wise_work_in_lazy_branches_and_while_loops_stays():
     from pytensor.scan.utils import until
 

@@ -298,7 +298,6 @@ counterpart).
         "rewriting/args.py",
         "rewriting/carry.py",
         "rewriting/carry_from_zero.py",
-        "rewriting/contiguous.py",
         "rewriting/copies.py",
         "rewriting/db.py",
         "rewriting/dce.py",

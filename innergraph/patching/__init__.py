@@ -241,15 +241,21 @@ def uninstalled() -> Iterator[None]:
     its own mode). Comparing with vanilla PyTensor means compiling, and for a native
     OpFromGraph first calling, the reference inside this block.
 
+    Innergraph's table of interned bodies (`innergraph.interning`), which `uninstall`
+    clears, is back as it was after the block when innergraph is installed again.
+
     Examples
     --------
     >>> with innergraph.uninstalled():
     ...     reference = pytensor.function(inputs, outputs)
     """
+    from innergraph.interning import table_kept
+
     was = installed()
-    uninstall()
-    try:
-        yield
-    finally:
-        if was:
-            install()
+    with table_kept():
+        uninstall()
+        try:
+            yield
+        finally:
+            if was:
+                install()

@@ -18,7 +18,97 @@ name                                  position  tags
 ``innergraph_fold``                   48.5      fast_run, fast_compile, minimum_compile
 ``innergraph_fusion``                 49.1      fast_run, fusion
 ``innergraph_inline_outlined_loops``  49.15     fast_run, innergraph
-``innergraph_contiguous``             49.2      fast_run, innergraph
+``innergraph_fresh_carries``          49.3      fast_run, innergraph
+====================================  ========  ==================================================
+
+and three node rewriters of `innergraph.rewriting.outer` in ``canonicalize``
+(``innergraph_sum_of_one_row``, ``innergraph_fill_read_by_consumers``) and ``specialize``
+(``innergraph_merge_slices_of_known_length``), tagged fast_run, innergraph. The
+third, `innergraph.rewriting.outer.local_set_row_of_expand_dims`, is
+``innergraph_set_rows``: one walk over the graph right after ``specialize`` (in
+it, the one change it makes to a small graph cost ``specialize`` a second round
+over every node, 3 % of a trivial loop's compilation).
+
+``innergraph_read_of_written_region`` (`innergraph.rewriting.read_back`, canonicalize,
+fast_run, innergraph) reads back what a set/inc-subtensor wrote; it lets the
+checkpointed gradients of `innergraph.checkpoint` drop buffer-sized zeros.
+
+``innergraph_lift`` converts PyTensor's own Scans (nested ones and those gradients
+created included) into the in-graph form right before PyTensor's first Scan pass
+(``scan_eqopt1``, 0.05: push-out, which then finds no native Scan; its work is done
+on the in-graph form by ``innergraph_simplify``), so merge, ``useless``,
+canonicalize and stabilize rewrite bodies together with the outer graph and merge
+alpha-equivalent bodies. ``innergraph_lower`` converts them back just before
+PyTensor's second Scan pass (``scan_eqopt2``, 1.6: save-memory, merging,
+in-place), which — like PyTensor's own tests — expects native Scans. A merged
+body becomes one native Op, compiled once. ``mode.excluding("innergraph")`` gives vanilla behaviour back.
+
+``innergraph_scan_split_solve`` (and its ``jax`` twin, `innergraph.rewriting.scan_solve`)
+runs PyTensor's ``scan_split_non_sequence_decomposition_and_solve`` on the native Scans
+just before the lift, since its own pass in ``scan_eqopt1`` comes too late to see them:
+a Solve of a loop-invariant matrix factorizes once, outside the loop.
+
+``innergraph_lift_ofg`` (`innergraph.rewriting.lift_ofg`) lifts PyTensor's plain
+``OpFromGraph`` nodes into calls right after, when that gains something (a dead
+output, an unused input, a constant or repeated argument, a repeated inner graph);
+``mode.excluding("innergraph_lift_ofg")`` keeps them native. See
+``design/opfromgraph.md``.
+
+``innergraph_ofg_dead_outputs`` (`innergraph.rewriting.ofg_outputs`) rebuilds a native
+``OpFromGraph`` (one the lift left native) without its dead outputs.
+``mode.excluding("innergraph_ofg")`` turns off both, leaving every ``OpFromGraph`` as
+vanilla PyTensor leaves it.
+
+``innergraph_inline_args`` (`innergraph.rewriting.inline_args`) inlines the
+constant arguments of the freshly lifted consumers (and merges duplicate ones),
+as PyTensor's first Scan pass does, so canonicalize and stabilize see the
+constants' values inside bodies.
+
+``innergraph_branch`` (`innergraph.rewriting.share_branch`) passes work a lazy
+branch shares with the outer graph into the branch as an argument, after
+canonicalize and stabilize made both sides canonical.
+
+``innergraph_simplify`` (`ConsumerRewritesDB`, `innergraph.rewriting.simplify`) runs
+the consumer rewrites — forwarding, duplicate and constant arguments, loop-invariant
+code motion, push-outs, untracing, dead slots, loop merging — to a fixpoint after
+canonicalize and stabilize, just before lowering. Each is registered in it with the
+tags of the PyTensor Scan rewrites it stands in for, so a mode excluding
+``scan_pushout`` (say) excludes innergraph's counterparts too. See
+``design/rewrites.md``.
+
+``innergraph_until_to_while`` (`innergraph.rewriting.until_while`) turns a Scan
+with ``until`` read only at its final states into a `innergraph.ops.loop.WhileLoop`
+where the linker runs one natively: Numba and JAX (``design/loops.md``). On by default
+(``fast_run``) since the until-scan cases measured at most 1.01x the Scan's steady call
+under Numba; ``mode.excluding("scan_until_to_while")`` keeps the Scan.
+
+PyTensor's own ``IfElse`` is left to PyTensor: since 3.3.6 it extracts the branch work
+of a conditional into a lazy ``LazyIfElse`` under Numba and JAX itself
+(``introduce_lazy_ifelse``, 48.9), which innergraph's ``innergraph_lift_ifelse`` did on
+PyTensor 3.0 (``design/upstream-3.3.md``).
+
+PyTensor's ``scan_inner_graph`` (100) rewrites each native Scan's inner graph for
+the backend once per group of equal Ops (their frozen inner graphs compared), so K
+lowered loops over one body are one Op again after the passes that rebuild them:
+innergraph needs no pass of its own for that (its ``innergraph_share`` did it on
+PyTensor 3.0).
+
+``innergraph_fold`` folds the function variables that visible consumers read
+into constants. It runs after the rewrites that should reach bodies together with
+the outer graph (merge, canonicalize, stabilize, specialize, ``add_mul_fusion`` at
+48) and before two kinds that must not:
+
+* ``elemwise_fusion`` (49) builds one multi-output ``Composite`` from *sibling*
+  nodes. After merging, two bodies share nodes, so fusion would build a node that
+  reads params of both bodies and break closure (``innergraph_fusion`` fuses each
+  body on its own instead);
+* the in-place rewrites after ``add_destroy_handler`` (49.5): no in-place rewrite
+  of the outer pipeline ever sees a hidden node (design brief, invariant 4).
+
+``innergraph_fusion`` then fuses each folded body on its own copy
+(`innergraph.rewriting.fusion`); it carries PyTensor's fusion tags so it runs exactly
+when fusion does.
+
 ``innergraph_fresh_carries``          49.3      fast_run, innergraph
 ====================================  ========  ==================================================
 
@@ -144,7 +234,6 @@ from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import GraphRewriter, dfs_rewriter
 from pytensor.graph.rewriting.db import RewriteDatabase
 
-from innergraph.rewriting.contiguous import contiguous_constants
 from innergraph.rewriting.copies import add_to_copies, remove_from_copies
 from innergraph.rewriting.fresh_carry import fresh_carries
 from innergraph.rewriting.fusion import fuse_bodies
@@ -235,7 +324,6 @@ _REWRITES: list[tuple[str, Any, float, tuple[str, ...]]] = [
     ("innergraph_fold", FunctionRewriter(fold_bodies), 48.5, ("fast_run", "fast_compile", "minimum_compile")),
     ("innergraph_fusion", FunctionRewriter(fuse_bodies), 49.1, ("fast_run", "fusion")),
     ("innergraph_inline_outlined_loops", FunctionRewriter(inline_outlined_loops), 49.15, ("fast_run", "innergraph")),
-    ("innergraph_contiguous", FunctionRewriter(contiguous_constants), 49.2, ("fast_run", "innergraph")),
     ("innergraph_fresh_carries", FunctionRewriter(fresh_carries), 49.3, ("fast_run", "innergraph")),
 ]
 
