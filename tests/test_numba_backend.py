@@ -132,7 +132,7 @@ def test_bodies_in_one_conversion_share_equal_nodes_and_late_passes(monkeypatch,
     # three distinct bodies, each with a sum of a float64 vector (PyTensor 3.3 makes it a scalar-output ScalarSum)
     out = ifelse(s > 0, pt.exp(x.sum()), x.sum() * 3) + ifelse(s > 1, pt.cos(x.sum()), s)
     fn = pytensor.function([x, s], out, mode=NUMBA)
-    sums = [op for op in converted if type(op).__name__.endswith("Sum")]
+    sums = [op for op in converted if "Sum" in str(op)]
     assert len(sums) == 1
     assert len(queried) == 1  # one lookup of the late passes for the three bodies
     xv = np.array([0.25, 0.5])
