@@ -33,6 +33,7 @@ __all__ = [
     "PIPELINE_LIFTS",
     "PIPELINE_LOWERS",
     "Rule",
+    "compiling_mode",
     "lift",
     "lift_graph",
     "lifted_bodies",
@@ -113,15 +114,36 @@ def _subset(rules: dict[type, Rule], only: Container[type] | None) -> dict[type,
 lifted_bodies: ContextVar[dict[Any, Variable] | None] = ContextVar("innergraph_lifted_bodies", default=None)
 
 
+#: The mode compiling the graph a pass converts (PyTensor's active mode, `compiling_mode`).
+_compiling: ContextVar[Any] = ContextVar("innergraph_compiling_mode", default=None)
+
+
+def compiling_mode() -> Any:
+    """The mode compiling the graph being converted: PyTensor's active mode in a pass, else the default mode.
+
+    A rule reads it for what the native form must reproduce (the rewrites a lowered
+    Scan's inner graph still needs, whether a Scan's own mode differs from it).
+    """
+    from pytensor.compile.mode import get_mode
+    from pytensor.configdefaults import config
+
+    mode = _compiling.get()
+    return get_mode(config.mode) if mode is None else mode
+
+
 #: The rules `lift` applies, so that the nested nodes of the bodies it lifts follow them too.
 _active_lifters: ContextVar[dict[type, Rule] | None] = ContextVar("innergraph_active_lifters", default=None)
 
 
 def _rewrite_fgraph(fgraph: FunctionGraph, rules: dict[type, Rule], reason: str) -> int:
+    from pytensor.graph.rewriting.basic import get_active_mode
+
     token = lifted_bodies.set({})
+    mode_token = _compiling.set(get_active_mode(fgraph))
     try:
         return _rewrite_nodes(fgraph, rules, reason)
     finally:
+        _compiling.reset(mode_token)
         lifted_bodies.reset(token)
 
 

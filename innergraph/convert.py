@@ -31,7 +31,7 @@ and `op_from_graph` build the in-graph forms directly.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any
 
 import pytensor.tensor as pt
 from pytensor.compile.builders import OpFromGraph
@@ -40,7 +40,7 @@ from pytensor.graph.basic import Variable
 from pytensor.ifelse import IfElse as NativeIfElse
 from pytensor.scan.op import Scan as NativeScan
 
-from innergraph._compat import inner_graph_outputs, queried_once
+from innergraph._compat import inner_graph_outputs
 from innergraph.build import inner_graph
 from innergraph.conversion import (
     LIFTERS,
@@ -48,6 +48,7 @@ from innergraph.conversion import (
     PIPELINE_LIFTS,
     PIPELINE_LOWERS,
     Rule,
+    compiling_mode,
     lift,
     lift_graph,
     lifted_bodies,
@@ -135,10 +136,8 @@ def _rewritten_by_its_own_mode(native: NativeScan) -> bool:
     mode = native.mode
     if mode is None or isinstance(mode, LoweredScanMode):
         return False
-    from pytensor import config
-
     own = _rewriter_query(mode)
-    return own is None or own != _rewriter_query(config.mode)
+    return own is None or own != _rewriter_query(compiling_mode())
 
 
 def _rewriter_query(mode: Any) -> tuple[Any, ...] | None:
@@ -160,72 +159,63 @@ def _rewriter_query(mode: Any) -> tuple[Any, ...] | None:
 def _lower_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
     consumer: Scan = op
     body = body_of(inputs[0])
-    mode = already_rewritten(consumer.mode, refold=has_hidden_fold(body))
+    base = compiling_mode() if consumer.mode in (None, "FAST_RUN") else consumer.mode
+    mode = already_rewritten(base, refold=has_hidden_fold(body))
     lowered = Scan(consumer.layout, **{**consumer.flags(), "mode": mode})
     return native_scan(body, lowered).make_node(*inputs[1:]).outputs
 
 
-_already_rewritten: dict[tuple[int, bool], tuple[Any, Any]] = {}
+_already_rewritten: dict[Any, tuple[Any, Any]] = {}
 
 #: innergraph's passes that lift, rewrite and lower loops: a lowered body's nested loops went through them already.
 _ROUND_TRIP = ("innergraph_lift", "innergraph_branch", "innergraph_simplify", "innergraph_lower")
 
 
 def already_rewritten(mode: Any, *, refold: bool = False) -> Any:
-    """``mode`` for compiling a lowered body: without canonicalize, stabilize and the round trip.
+    """``mode`` for the inner graph of a lowered body: without canonicalize, stabilize and the round trip.
 
-    The pipeline rewrote the body with the outer graph (canonicalize and stabilize
-    reached its nodes, and its nested loops were lifted, simplified and lowered with
-    it) before lowering it; compiling the native Scan would run them over it again.
-    ``refold=True`` (a body with a hidden fold, `innergraph.hidden_folds`: the shared
-    graph kept it from being rewritten as it would be alone) keeps canonicalize, which
-    folds the node and runs the algebra the folded constant unlocks; stabilize and the
-    round trip stay out.
-    ``None`` and ``"FAST_RUN"`` stand for what PyTensor's Scan makes of them
-    (``Mode("cvm", "fast_run")``); ``"FAST_COMPILE"`` is kept as it is. One Mode
-    object per original mode (and ``refold``), so lowered Scans still share one
-    native Op per body.
+    PyTensor rewrites a Scan's inner graph with the mode compiling the graph (its
+    ``scan_inner_graph`` pass, 100), or with the Scan's own ``mode`` when it has one.
+    A lowered body was rewritten with the outer graph by that very mode up to the
+    lowering (canonicalize and stabilize reached its nodes, and its nested loops were
+    lifted, simplified and lowered with it), so the lowered Scan carries the mode
+    being compiled (``mode``) without those passes: the rest (specialize, fusion, the
+    backend's in-place decisions) runs as vanilla runs it, the user's exclusions
+    included. ``refold=True`` (a body with a hidden fold, `innergraph.hidden_folds`:
+    the shared graph kept it from being rewritten as it would be alone) keeps
+    canonicalize, which folds the node and runs the algebra the folded constant
+    unlocks; stabilize and the round trip stay out. ``"FAST_COMPILE"`` is kept as it
+    is. One Mode object per query, linker and ``refold``, so the lowered Scans of one
+    body share one native Op.
     """
     from pytensor.compile.mode import get_mode
 
     if mode == "FAST_COMPILE":
         return mode
-    cached = _already_rewritten.get((id(mode), refold))
-    if cached is None or cached[0] is not mode:
-        base = Mode("cvm", "fast_run") if mode in (None, "FAST_RUN") else get_mode(mode)
+    base = get_mode(mode)
+    query = _rewriter_query(base)
+    key = (query, type(base.provided_linker) if not isinstance(base.provided_linker, str) else base.provided_linker, refold)
+    if query is None:  # a rewriter object, not a query: by identity
+        key = (id(base), refold)
+    cached = _already_rewritten.get(key)
+    if cached is None or (query is None and cached[0] is not base):
         made = base.excluding("stabilize", *_ROUND_TRIP) if refold else base.excluding("canonicalize", "stabilize", *_ROUND_TRIP)
         if type(made) is Mode:  # a subclass (a debugging mode, say) is kept as it is
             made = LoweredScanMode(linker=made.provided_linker, optimizer=made.provided_optimizer)
-        cached = _already_rewritten[(id(mode), refold)] = (mode, made)
+        cached = _already_rewritten[key] = (base, made)
     return cached[1]
 
 
 class LoweredScanMode(Mode):
-    """The mode of a lowered Scan: a `Mode` whose rewriter is queried once.
+    """The mode of a lowered Scan (`already_rewritten`): a `Mode`, told apart from a user's.
 
-    PyTensor's Scan compiles its inner function with a clone of its mode, and every
-    clone queries the rewrite database again (0.4 ms; a small loop compiles in about
-    15). This mode answers with the rewriter queried once per query and state of
-    the database (`innergraph._compat.queried_once`). Clones are of this class too,
-    so PyTensor's Numba conversion of a lowered Scan, which queries
-    ``get_mode(op.mode).including("numba").excluding(...)``, is answered the same
-    way; a pickled one is a plain `Mode`, so a pickled function loads without
-    innergraph.
+    A Scan whose mode is of this class was lowered by innergraph, so lifting it again is
+    no change of the user's loop (`_rewritten_by_its_own_mode`). A pickled one is a
+    plain `Mode`, so a pickled function loads without innergraph.
     """
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (Mode, (self.provided_linker, self.provided_optimizer))
-
-    @property
-    def optimizer(self) -> Any:
-        from pytensor.graph.rewriting.db import RewriteDatabaseQuery
-
-        query = self._optimizer
-        if not isinstance(query, RewriteDatabaseQuery) or query.subquery or query.extra_rewrites:
-            return super().optimizer
-        db = cast(Any, self).optdb  # set in Mode.__setstate__, untyped
-        key = ("lowered scan", tuple(query.include), tuple(query.require), tuple(query.exclude), query.position_cutoff)
-        return queried_once(db, key, lambda: db.query(query))
 
 
 def _lift_ifelse(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
