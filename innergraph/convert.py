@@ -79,16 +79,17 @@ __all__ = [
 def _lift_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable] | None:
     """The in-graph Scan of a native one, or None for one innergraph leaves native.
 
-    Left native: a Scan PyTensor already compiled (`_compiled_in_place`), and one
-    whose own mode rewrites its inner graph otherwise than the mode being compiled
-    (`_rewritten_by_its_own_mode`).
+    Left native: every Scan when the mode being compiled excludes PyTensor's Scan
+    rewrites (the ``scan`` tag: `_scan_rewrites_excluded`), a Scan whose inner graph
+    holds in-place Ops (`_compiled_in_place`), and one whose own mode rewrites its
+    inner graph otherwise than the mode being compiled (`_rewritten_by_its_own_mode`).
 
     Equal native Ops (PyTensor compares their inner graphs) get one function: K
     loops over one step function cost one lift, not K lifts that MergeOptimizer
     then merges node by node.
     """
     native: NativeScan = op
-    if _compiled_in_place(native) or _rewritten_by_its_own_mode(native):
+    if _scan_rewrites_excluded() or _compiled_in_place(native) or _rewritten_by_its_own_mode(native):
         return None
     memo = lifted_bodies.get()
     function = memo.get(native) if memo is not None else None
@@ -103,6 +104,17 @@ def _lift_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable] | None:
         if memo is not None:
             memo[native] = function
     return Scan.like(native).make_node(function, *inputs).outputs
+
+
+def _scan_rewrites_excluded() -> bool:
+    """Whether the mode being compiled excludes PyTensor's Scan rewrites (``mode.excluding("scan")``).
+
+    innergraph's rewrites of a lifted loop stand in for PyTensor's Scan rewrites (they
+    answer to their finer tags too, `innergraph.rewriting.simplify.CONSUMER_REWRITES`):
+    a user who turns all of those off gets the Scans as vanilla PyTensor leaves them.
+    """
+    optimizer = getattr(compiling_mode(), "provided_optimizer", None)
+    return "scan" in getattr(optimizer, "exclude", ())
 
 
 def _compiled_in_place(native: NativeScan) -> bool:

@@ -396,3 +396,20 @@ def test_a_lowered_scan_carries_the_compiled_mode_without_the_passes_its_body_we
         pass
 
     assert type(already_rewritten(Custom(linker="py", optimizer="fast_run"))) is Custom
+
+
+def test_excluding_pytensors_scan_rewrites_keeps_the_scans_native():
+    """``mode.excluding("scan")`` turns PyTensor's Scan rewrites off; innergraph's counterparts go with them."""
+    x0 = pt.dscalar("x0")
+    xs = pytensor.scan(lambda x: x + 0, outputs_info=[x0], n_steps=5, return_updates=False)
+    ys = pytensor.scan(lambda x: x * 1, outputs_info=[x0], n_steps=5, return_updates=False)
+    mode = get_default_mode().excluding("scan")
+    ours = pytensor.function([x0], [xs, ys], mode=mode)
+    with innergraph.uninstalled():
+        theirs = pytensor.function([x0], [xs, ys], mode=mode)
+    native = [[n.op for n in fn.maker.fgraph.toposort() if isinstance(n.op, NativeScan)] for fn in (ours, theirs)]
+    assert len(native[0]) == 2 and native[0] == native[1]  # vanilla's Scans, their inner graphs as vanilla rewrote them
+    for got, want in zip(ours(1.5), theirs(1.5), strict=True):
+        np.testing.assert_array_equal(got, want)
+    # with them, innergraph sees through both loops: x + 0 and x * 1 leave each state as it is
+    assert not [n for n in pytensor.function([x0], [xs, ys]).maker.fgraph.apply_nodes if isinstance(n.op, NativeScan)]

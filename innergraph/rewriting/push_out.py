@@ -33,8 +33,10 @@ passes (``scan_eqopt1``, which finds no native Scan once the loops are lifted;
 * `push_out_dot_sums`: an untraced state updated as ``s + dot(a, b)``, where
   ``a`` and ``b`` are matrix rows of sequences and ``s`` is read nowhere else,
   is the initial value plus one ``dot`` of the concatenated rows (PyTensor's
-  ``scan_push_out_add``). `innergraph.rewriting.untrace` makes such states
-  untraced when only their last step is read.
+  ``scan_push_out_add``); one updated as ``s + r``, ``r`` a row of a sequence
+  (what remains once the sequence push-out moved a term's work out), is the
+  initial value plus the sequence's sum. `innergraph.rewriting.untrace` makes
+  such states untraced when only their last step is read.
 
 Outputs computed outside are vectorized with `pytensor.graph.replace.vectorize_graph`,
 once per body: when several loops share the body, the vectorized work is one call
@@ -49,8 +51,8 @@ row, and work computed for rows they never reach could fail or be wasted.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Collection, Iterator, Mapping
+from typing import Any, cast
 
 import numpy as np
 import pytensor.tensor as pt
@@ -368,18 +370,37 @@ def push_out_sequence_work(fgraph: FunctionGraph) -> int:
     return changed
 
 
-def _dot_of_rows(out: Variable, state: Variable, rows: set[Variable]) -> tuple[Variable, Variable] | None:
-    """``(a, b)`` if ``out`` is ``state + dot(a, b)`` with ``a`` and ``b`` matrix rows, else None."""
+def _summed_term(out: Variable, state: Variable, rows: set[Variable]) -> Callable[[AfterLoop], Variable] | None:
+    """What ``state`` accumulates after the loop, when ``out`` is ``state`` plus a term of rows alone; else None.
+
+    Two terms: ``dot(a, b)`` of matrix rows (the sum over steps is one ``dot`` of the
+    flattened sequences, PyTensor's ``scan_push_out_add``), and a row itself of the
+    state's rank (the sum of the sequence over steps): what is left once the
+    sequence push-out has moved a term's work out of the body (PyTensor 3.3
+    canonicalizes ``dot`` of a column and a row into their product, which the
+    push-out moves out as a sequence).
+    """
     node = out.owner
     if node is None or not isinstance(node.op, Elemwise) or not isinstance(node.op.scalar_op, Add) or len(node.inputs) != 2:
         return None
     if state not in node.inputs:
         return None
     term = node.inputs[1 - node.inputs.index(state)]
+    if term in rows and term is not state and term.type.ndim == state.type.ndim:
+        return lambda values: values[term].sum(axis=0)
     dot = term.owner
     if dot is None or not isinstance(dot.op, Dot) or not all(v in rows and v.type.ndim == 2 for v in dot.inputs):
         return None
-    return dot.inputs[0], dot.inputs[1]
+    a_row, b_row = dot.inputs
+
+    def dot_of_sequences(values: AfterLoop) -> Variable:
+        a: Any = values[a_row]  # (steps, m, k)
+        b: Any = values[b_row]  # (steps, k, n)
+        flat_a = a.dimshuffle(1, 0, 2).reshape((a.shape[1], -1))
+        flat_b = b.reshape((-1, b.shape[2]))
+        return cast(Variable, pt.dot(flat_a, flat_b))
+
+    return dot_of_sequences
 
 
 def _reads(outputs: list[Variable]) -> dict[Variable, int]:
@@ -391,30 +412,29 @@ def _reads(outputs: list[Variable]) -> dict[Variable, int]:
 
 
 def push_out_dot_sums(fgraph: FunctionGraph) -> int:
-    """Replace untraced ``s + dot(a, b)`` accumulators by one ``dot`` after the loop; return how many loops changed."""
+    """Replace untraced accumulators of a term of rows (``s + dot(a, b)``, ``s + r``) by their sum after the loop.
+
+    Returns how many loops changed.
+    """
     changed = 0
     for sig in consumers(fgraph):
         if not _applies(sig):
             continue
         rows = {p for s in sig.having(Meaning.SEQUENCE) for _, p in s.params}
-        found: dict[Slot, tuple[Variable, Variable]] = {}
+        found: dict[Slot, Callable[[AfterLoop], Variable]] = {}
         for slot in sig.having(Meaning.CARRY):
-            rows_of_dot = _dot_of_rows(slot.outputs[0][1], slot.params[0][1], rows) if len(slot.params) == 1 else None
-            if rows_of_dot is not None:
-                found[slot] = rows_of_dot
+            summed = _summed_term(slot.outputs[0][1], slot.params[0][1], rows) if len(slot.params) == 1 else None
+            if summed is not None:
+                found[slot] = summed
         if not found:
             continue
         reads = _reads([v for s in sig.slots for _, v in s.outputs])
         values = AfterLoop(sig, mit_mot=False)
         finals: dict[Variable, Variable] = {}
-        for slot, (a_row, b_row) in found.items():
+        for slot, summed in found.items():
             if reads[slot.params[0][1]] != 1:  # the state is read by more than its own update
                 continue
-            a: Any = values[a_row]  # (steps, m, k)
-            b: Any = values[b_row]  # (steps, k, n)
-            flat_a = a.dimshuffle(1, 0, 2).reshape((a.shape[1], -1))
-            flat_b = b.reshape((-1, b.shape[2]))
-            finals[slot.results[0]] = slot.results[0].type.filter_variable(slot.args[0] + pt.dot(flat_a, flat_b))
+            finals[slot.results[0]] = slot.results[0].type.filter_variable(slot.args[0] + summed(values))
         if finals:
             kept = [s for s in sig.slots if not (sig.meaning(s) is Meaning.CARRY and s.results[0] in finals)]
             replace_consumer(fgraph, sig, kept, forwarded=finals, reason="push_out_dot_sums")
