@@ -1,28 +1,23 @@
 """Every PyTensor internal innergraph depends on that may move between versions.
 
-innergraph targets PyTensor 3.0.x and keeps to APIs that also exist in 2.38.x
-(the version PyMC 5.28 pins) where it can. Anything version-specific is imported
-or adapted here, and only here.
-
-3.0 renamed ``Op.L_op``/``Op.R_op`` to ``Op.pullback``/``Op.pushforward`` (the old
-names dispatch to the new ones) and moved ``Function`` to
-``pytensor.compile.executor``.
+innergraph targets PyTensor 3.3.x (``>=3.3.6``, `innergraph._supported`). What is not
+PyTensor's documented API, or may move within the 3.3 line, is imported or adapted
+here, and only here: the database of rewrites as PyTensor keeps it, the frozen inner
+graphs of its Ops, its gradient entry points with innergraph's conventions.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
-import pytensor
+from pytensor.compile.executor import Function
 from pytensor.graph.basic import Variable
-from pytensor.graph.op import Op
+from pytensor.tensor.rewriting.elemwise import InplaceGraphOptimizer  # the base of the in-place passes
 
 __all__ = [
     "Function",
-    "HAS_PULLBACK",
     "InplaceGraphOptimizer",
-    "PYTENSOR_VERSION",
     "infer_output_shapes",
     "inner_graph_outputs",
     "param_connection_rows",
@@ -30,46 +25,7 @@ __all__ = [
     "pushforward",
     "queried_once",
     "scope_safe_fusion",
-    "with_legacy_gradient_names",
 ]
-
-PYTENSOR_VERSION: tuple[int, ...] = tuple(
-    int(p) for p in pytensor.__version__.split("+")[0].split(".")[:3] if p.isdigit()
-)
-
-#: Whether ``Op.pullback``/``Op.pushforward`` are the methods to implement (3.0+).
-HAS_PULLBACK = hasattr(Op, "pullback")
-
-try:  # 3.0
-    from pytensor.compile.executor import Function
-except ImportError:  # 2.38
-    from pytensor.compile.function.types import Function  # type: ignore[no-redef]
-
-
-try:  # 3.0: the in-place passes of Elemwise and Blockwise share a base with the Op class they rewrite
-    from pytensor.tensor.rewriting.elemwise import InplaceGraphOptimizer
-except ImportError:  # 2.38
-    InplaceGraphOptimizer = None  # type: ignore[assignment,misc]
-
-
-_OpClass = TypeVar("_OpClass", bound=type[Op])
-
-
-def with_legacy_gradient_names(cls: _OpClass) -> _OpClass:
-    """On PyTensor < 3.0, expose ``pullback``/``pushforward`` as ``L_op``/``R_op``."""
-    if HAS_PULLBACK:
-        return cls
-
-    def R_op(self: Any, inputs: Sequence[Variable], eval_points: Sequence[Variable | None]) -> list[Variable]:
-        from pytensor.gradient import disconnected_type
-
-        tangents = [disconnected_type() if e is None else e for e in eval_points]
-        return self.pushforward(inputs, self.make_node(*inputs).outputs, tangents)
-
-    setattr(cls, "L_op", cls.pullback)  # noqa: B010
-    setattr(cls, "R_op", R_op)  # noqa: B010
-    return cls
-
 
 #: Queried rewriters: (id of what they were queried from, key, database state) -> (that object, rewriter).
 _queried: dict[tuple[Any, ...], tuple[Any, Any]] = {}
@@ -138,11 +94,8 @@ def pullback(
     targets = set(wrt)
     outputs = [cast(Variable, view_op(o)) if o in targets else o for o in outputs]
 
-    fn = getattr(gradient, "pullback", None)
     kwargs: dict[str, Any] = dict(disconnected_inputs="ignore", return_disconnected="disconnected")
-    if fn is not None:
-        return list(fn(list(outputs), list(wrt), cotangents=list(cotangents), **kwargs))
-    return list(gradient.Lop(list(outputs), list(wrt), list(cotangents), **kwargs))
+    return list(gradient.pullback(list(outputs), list(wrt), cotangents=list(cotangents), **kwargs))
 
 
 def pushforward(
@@ -151,11 +104,8 @@ def pushforward(
     """Jacobian-vector products; outputs that depend on no ``wrt`` are zeros."""
     from pytensor import gradient
 
-    fn = getattr(gradient, "pushforward", None)
     kwargs: dict[str, Any] = dict(disconnected_outputs="ignore", return_disconnected="zero")
-    if fn is not None:
-        return list(fn(list(outputs), list(wrt), tangents=list(tangents), **kwargs))
-    return list(gradient.Rop(list(outputs), list(wrt), list(tangents), **kwargs))
+    return list(gradient.pushforward(list(outputs), list(wrt), tangents=list(tangents), **kwargs))
 
 
 def param_connection_rows(param_types: Sequence[Any], outputs_of: Any) -> list[list[bool]]:

@@ -528,6 +528,23 @@ def test_row_wise_work_in_lazy_branches_and_while_loops_stays():
     check_rewrite(push_out_sequence_work, [x0, xs], [stops], expect_change=False, gradients="none")
 
 
+def test_a_state_accumulating_a_sequence_becomes_its_sum():
+    us = innergraph.scan(lambda r, u: u + r, sequences=[xs], outputs_info=[x0], return_updates=False)
+    fg = check_rewrite(canonicalized_then(lambda g: untrace_final_states(g) + push_out_dot_sums(g)), [x0, xs], [us[-1]], gradients="none")
+    assert not nodes_of(fg, Scan)
+
+
+def test_a_running_sum_another_output_reads_stays_in_the_loop():
+    """The ar2 gradient's carried cotangent ``s + r`` whose new value other per-step work reads (a wrong gradient once)."""
+    us, ws = innergraph.scan(
+        lambda r, u: [u + r, (u + r) * pt.sin(r)], sequences=[xs], outputs_info=[x0, None], return_updates=False
+    )
+    fg = check_rewrite(
+        canonicalized_then(lambda g: untrace_final_states(g) + push_out_dot_sums(g)), [x0, xs], [us[-1], ws.sum()], gradients="none"
+    )
+    assert nodes_of(fg, Scan)
+
+
 def test_dot_accumulators_become_one_dot():
     a, b, u0 = pt.tensor3("a"), pt.tensor3("b"), pt.dmatrix("u0")
     us = innergraph.scan(lambda x, y, u: u + pt.dot(x, y), sequences=[a, b], outputs_info=[u0], return_updates=False)

@@ -33,7 +33,6 @@ from innergraph.slots import Form, Meaning, Slot, SlotKind, register_consumer
 __all__ = ["Call", "call"]
 
 
-@_compat.with_legacy_gradient_names
 class Call(Op):
     """Apply the function at input 0 to the arguments.
 

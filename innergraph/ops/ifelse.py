@@ -35,7 +35,6 @@ from innergraph.slots import Capabilities, Form, Meaning, Slot, SlotKind, regist
 __all__ = ["IfElse", "ifelse"]
 
 
-@_compat.with_legacy_gradient_names
 class IfElse(Op):
     """``IfElse(n_then_args)(condition, then_fn, else_fn, *then_args, *else_args)``."""
 

@@ -25,7 +25,6 @@ from pytensor.graph.op import Op
 from pytensor.scan.op import Scan as NativeScan
 from pytensor.scan.op import ScanInfo
 
-from innergraph import _compat
 from innergraph.conversion import lift_graph
 from innergraph.errors import ArityError, BodyTypeError
 from innergraph.graph import body_of, is_function
@@ -135,7 +134,6 @@ def _per_state(flat: list[Any], slices: Sequence[Sequence[int]]) -> list[list[An
     return states
 
 
-@_compat.with_legacy_gradient_names
 class Scan(Op):
     """PyTensor's Scan, its body an input: ``Scan(...)(function, n_steps, *outer_inputs)``.
 
@@ -308,16 +306,13 @@ class Scan(Op):
 
         native = self._native_for_graph(inputs)
         _carry_policy(outputs[0].owner, native)
-        grads = native.op.L_op(native.inputs, native.outputs, list(cotangents))
+        grads = native.op.pullback(native.inputs, native.outputs, list(cotangents))
         return [disconnected_type(), *lift_graph(_repoint(grads, native, inputs, outputs))]
 
     def pushforward(self, inputs: Sequence[Variable], outputs: Sequence[Variable], tangents: Sequence[Variable]) -> list[Variable]:
-        from pytensor.gradient import disconnected_type
 
         native = self._native_for_graph(inputs)
-        eval_points = [_none_if_disconnected(t) for t in tangents[1:]]
-        results = native.op.R_op(native.inputs, eval_points)
-        results = [disconnected_type() if r is None else r for r in results]
+        results = native.op.pushforward(native.inputs, native.outputs, list(tangents[1:]))
         return lift_graph(_repoint(results, native, inputs, outputs))
 
     def __str__(self) -> str:
@@ -345,12 +340,6 @@ def _repoint(
 ) -> list[Variable]:
     """``graph`` reading this consumer's inputs and outputs instead of its native twin's."""
     return substitute(graph, _repoint_map(native, inputs, outputs))
-
-
-def _none_if_disconnected(tangent: Variable) -> Variable | None:
-    from pytensor.gradient import DisconnectedType
-
-    return None if isinstance(tangent.type, DisconnectedType) else tangent
 
 
 def native_scan(body: Body, op: Scan) -> NativeScan:

@@ -432,7 +432,9 @@ def push_out_dot_sums(fgraph: FunctionGraph) -> int:
         values = AfterLoop(sig, mit_mot=False)
         finals: dict[Variable, Variable] = {}
         for slot, summed in found.items():
-            if reads[slot.params[0][1]] != 1:  # the state is read by more than its own update
+            # the state is read by its own update only, and the update is the state's next value only
+            # (another output reading the running sum needs every step's value)
+            if reads[slot.params[0][1]] != 1 or reads[slot.outputs[0][1]] != 1:
                 continue
             finals[slot.results[0]] = slot.results[0].type.filter_variable(slot.args[0] + summed(values))
         if finals:

@@ -35,11 +35,11 @@ from dataclasses import dataclass
 from typing import Any
 from weakref import WeakKeyDictionary
 
-from pytensor.graph.basic import Apply, Constant, Variable
+from pytensor.graph.basic import Apply, Constant, NominalVariable, Variable
 from pytensor.graph.fg import FunctionGraph
 
 from innergraph.fold import fold_function
-from innergraph.graph import InnerGraph, body_of, is_function, param
+from innergraph.graph import InnerGraph, body_of, is_function, param, scope_leaves
 from innergraph.instantiate import substitute
 from innergraph.slots import FORMS, Capabilities, Form, Meaning, Slot, form_of
 from innergraph.types import Body, InnerGraphType
@@ -186,6 +186,7 @@ def rebuild(
         if memo is not None and key in memo:
             functions.append(memo[key])
             continue
+        _check_params_kept(sig, b, [v for v, _ in outs], ps, dict(body_replace))
         new_outs = _renumbered([v for v, _ in outs], dict(body_replace), ps)
         ftype = InnerGraphType([v.type for v in ps], [t for _, t in outs])
         function = InnerGraph(ftype).make_node(*new_outs).outputs[0]
@@ -198,6 +199,26 @@ def rebuild(
     node = form.make(sig.node.op, sig.header, functions, _by_kind(slots), args)
     old = [r for s in _ordered(slots, form.result_order) for r in s.results]
     return node, dict(zip(old, node.outputs, strict=True))
+
+
+def _check_params_kept(
+    sig: Signature, body: int, outputs: list[Variable], ps: Sequence[Variable], replace: Mapping[Variable, Variable]
+) -> None:
+    """Refuse a rebuild whose outputs still read a param of a dropped slot.
+
+    Renumbering would turn such a param into another slot's (params are interned by
+    position and type): a wrong number rather than an error. A rewrite that drops a
+    slot must first make sure nothing else in the body reads its param.
+    """
+    kept = set(ps)
+    stray = [
+        v for v in scope_leaves(outputs, stop=replace.keys()) if isinstance(v, NominalVariable) and v not in kept and v not in replace
+    ]
+    if stray:
+        raise RuntimeError(
+            f"innergraph: rebuilding {sig.node.op} (body {body}) would leave {stray} read, the params of slots it "
+            "drops; the rewrite must keep those slots"
+        )
 
 
 def _renumbered(outputs: list[Variable], replace: dict[Variable, Variable], ps: Sequence[Variable]) -> list[Variable]:
