@@ -199,10 +199,13 @@ def identical_scans(n_ops: int, k: int = 4, steps: int = 50, size: int = 8) -> C
 
 
 def shared_step(n_ops: int, k: int, length: int = 100) -> Case:
-    """One step ``acc + f(x_t)`` (``f``: ``n_ops`` elementwise ops) scanned over ``k`` sequences, summed.
+    """One step ``0.9 * acc + f(x_t)`` (``f``: ``n_ops`` elementwise ops) scanned over ``k`` sequences, summed.
 
     Family ``"shared"``: ``params`` holds ``K`` and ``ops``, so the bench can fit the
-    compile time against K for each step size.
+    compile time against K for each step size. The state decays: a plain sum
+    ``acc + f(x_t)`` is no loop at all once innergraph pushes ``f`` out
+    (`innergraph.rewriting.push_out.push_out_dot_sums` sums the sequence), and the
+    family measures K loops over one body.
     """
 
     def build(variant: str) -> Graph:
@@ -210,7 +213,7 @@ def shared_step(n_ops: int, k: int, length: int = 100) -> Case:
         a = pt.dscalar("a")
 
         def step(x_t: Any, acc: Any) -> Any:
-            return acc + elementwise_chain(x_t, n_ops)
+            return 0.9 * acc + elementwise_chain(x_t, n_ops)
 
         finals = [pytensor.scan(step, sequences=[x], outputs_info=[a], return_updates=False)[-1] for x in xs]
         return [*xs, a], [pt.add(*finals) if k > 1 else finals[0]]

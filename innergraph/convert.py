@@ -171,8 +171,14 @@ def _rewriter_query(mode: Any) -> tuple[Any, ...] | None:
 def _lower_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
     consumer: Scan = op
     body = body_of(inputs[0])
-    base = compiling_mode() if consumer.mode in (None, "FAST_RUN") else consumer.mode
-    mode = already_rewritten(base, refold=has_hidden_fold(body))
+    mode = consumer.mode
+    if mode in (None, "FAST_RUN"):
+        compiling = compiling_mode()
+        # a plain Mode: the lowered Scan carries it without the passes the body went through; a
+        # debugging mode (DebugMode) rewrites the inner graph itself, as it does vanilla's
+        mode = already_rewritten(compiling, refold=has_hidden_fold(body)) if type(compiling) is Mode else None
+    else:
+        mode = already_rewritten(mode, refold=has_hidden_fold(body))
     lowered = Scan(consumer.layout, **{**consumer.flags(), "mode": mode})
     return native_scan(body, lowered).make_node(*inputs[1:]).outputs
 
@@ -206,7 +212,8 @@ def already_rewritten(mode: Any, *, refold: bool = False) -> Any:
         return mode
     base = get_mode(mode)
     query = _rewriter_query(base)
-    key = (query, type(base.provided_linker) if not isinstance(base.provided_linker, str) else base.provided_linker, refold)
+    linker = type(base.provided_linker) if not isinstance(base.provided_linker, str) else base.provided_linker
+    key = (type(base), query, linker, refold)
     if query is None:  # a rewriter object, not a query: by identity
         key = (id(base), refold)
     cached = _already_rewritten.get(key)
