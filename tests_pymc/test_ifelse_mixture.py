@@ -2,14 +2,12 @@
 
 PyMC derives the logp of ``ifelse(cond, Normal(size=2), HalfNormal(size=4))`` as an
 ``ifelse`` of the two components' logps, each with a ``SpecifyShape`` of the value.
-PyTensor's Numba backend runs both branches of an IfElse, so vanilla's function raises
-from the untaken branch's ``SpecifyShape`` (PyMC issue #8036, open; PyMC 6.0.1's
-``tests/logprob/test_mixture.py::test_ifelse_mixture_*`` are marked xfail under Numba
-for it). innergraph lifts the conditional into its lazy IfElse, so only the taken
-branch runs and the logp is the one PyMC intends (scipy's densities). innergraph's lift
-used to raise ``BodyTypeError`` on these branches, whose static shapes differ
-(``(2,)`` and ``(4,)``): PyMC's tests set ``on_opt_error="raise"``, which made the
-compilation fail (design/benchmarks.md, "PyMC 6.0.1's own tests with innergraph").
+PyTensor 3.0's Numba backend ran both branches of an IfElse, so vanilla's function raised
+from the untaken branch's ``SpecifyShape`` (PyMC issue #8036), and innergraph lifted the
+conditional into its lazy IfElse. PyTensor 3.3.6 makes the conditional lazy under Numba
+itself (``LazyIfElse``), and innergraph leaves it to PyTensor: with and without
+innergraph, only the taken branch runs and the logp is the one PyMC intends (scipy's
+densities), under PyMC's tests' ``on_opt_error="raise"``.
 """
 
 import numpy as np
@@ -18,9 +16,9 @@ import pytensor.tensor as pt
 import pytest
 import scipy.stats as st
 from pytensor.compile.mode import Mode
-from pytensor.ifelse import ifelse
+from pytensor.conditional.op import LazyIfElse, ifelse
 
-from innergraph.ops.ifelse import IfElse
+import innergraph
 
 SCALE = 0.75
 
@@ -40,18 +38,15 @@ def _logp_function(mode):
 @pytest.fixture(scope="module")
 def functions():
     mode = Mode(linker="numba", optimizer="fast_run")
-    return _logp_function(mode), _logp_function(mode.excluding("innergraph"))
+    ours = _logp_function(mode)
+    with innergraph.uninstalled():
+        return ours, _logp_function(mode)
 
 
-def test_the_taken_branchs_logp_as_pymc_intends(functions):
-    ours, _ = functions
-    assert any(isinstance(n.op, IfElse) for n in ours.maker.fgraph.apply_nodes)
+@pytest.mark.parametrize("variant", ["innergraph", "vanilla"])
+def test_the_taken_branchs_logp_as_pymc_intends(functions, variant):
+    fn = functions[0 if variant == "innergraph" else 1]
+    assert any(isinstance(n.op, LazyIfElse) for n in fn.maker.fgraph.apply_nodes)  # PyTensor's own lazy conditional
     short, long = np.array([1.0, 2.5]), np.array([1.0, 2.5, 3.5, 4.0])
-    np.testing.assert_allclose(ours(1, SCALE, short), st.norm(0, SCALE).logpdf(short), rtol=1e-12)
-    np.testing.assert_allclose(ours(0, SCALE, long), st.halfnorm(0, SCALE).logpdf(long), rtol=1e-12)
-
-
-def test_vanilla_numba_runs_the_untaken_branchs_shape_check(functions):
-    _, vanilla = functions
-    with pytest.raises(AssertionError, match="SpecifyShape"):
-        vanilla(1, SCALE, np.array([1.0, 2.5]))
+    np.testing.assert_allclose(fn(1, SCALE, short), st.norm(0, SCALE).logpdf(short), rtol=1e-12)
+    np.testing.assert_allclose(fn(0, SCALE, long), st.halfnorm(0, SCALE).logpdf(long), rtol=1e-12)
