@@ -188,6 +188,8 @@ def test_the_command(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "FAILED (1: 1 regressed)" in out and "t.py::a" in out and "failed here" in out
     assert outcomes.main(["compare", str(v), str(same), "--files", "t.py"]) == 0
+    assert outcomes.main(["compare", str(v), str(tmp_path / "never-written.jsonl")]) == 1  # nothing ran
+    assert "innergraph ran no test" in capsys.readouterr().out
     (tmp_path / "junk.jsonl").write_text("not json\n")
     assert outcomes.main(["compare", str(v), str(tmp_path / "junk.jsonl")]) == 2
     assert outcomes.main(["summary", str(v)]) == 0
