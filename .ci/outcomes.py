@@ -530,7 +530,7 @@ def report(cmp: Comparison) -> str:
     return "\n".join(out)
 
 
-def summary(rec: Record, markdown: bool = False) -> str:
+def summary(rec: Record, markdown: bool = False, slowest: int = 0) -> str:
     files: dict[str, Counter[str]] = {}
     for t in rec.tests.values():
         files.setdefault(t.file, Counter())[t.outcome] += 1
@@ -551,6 +551,10 @@ def summary(rec: Record, markdown: bool = False) -> str:
                + (f", {len(killed)} killed: {' '.join(killed)}" if killed else "")
                + (f"; {rec.repeated} ids recorded twice" if rec.repeated else ""))
     out += [f"  {rec.tests[i].outcome}: {i}  -- {rec.tests[i].message[:150]}" for i in bad]
+    if slowest:
+        out.append(f"slowest {slowest} (setup + call + teardown):")
+        ranked = sorted(rec.tests.values(), key=lambda t: -t.duration)[:slowest]
+        out += [f"  {t.duration:8.1f}s  {t.id}" for t in ranked]
     return "\n".join(out)
 
 
@@ -566,10 +570,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     s = sub.add_parser("summary", help="counts per file, wall time, failing ids of one record")
     s.add_argument("record")
     s.add_argument("--markdown", action="store_true")
+    s.add_argument("--slowest", type=int, default=0, metavar="N", help="also list the N slowest tests")
     args = parser.parse_args(argv)
     try:
         if args.command == "summary":
-            print(summary(read_record(args.record), args.markdown))
+            print(summary(read_record(args.record), args.markdown, args.slowest))
             return 0
         expected = read_expected(args.expected, args.suite) if args.expected else {}
         cmp = compare(read_record(args.vanilla, "vanilla"), read_record(args.innergraph, "innergraph"),
