@@ -1,7 +1,7 @@
 """PyMC's ``get_jaxified_graph`` (``jax_funcify`` without a JAX linker) on pymc-extras' square-root Kalman filter.
 
 pymc-extras 0.12.1's ``tests/statespace/filters/test_kalman_filter.py::test_kalman_filter_jax[cholesky]``
-failed with innergraph only: ``get_jaxified_graph`` rewrites the graph with the JAX mode
+failed with innergraph only (on PyTensor 3.0.7): ``get_jaxified_graph`` rewrites the graph with the JAX mode
 and calls ``jax_funcify`` itself, so the patched linker schedule never loaded innergraph's
 JAX implementations, and the filter's lifted ``ifelse`` (the degenerate-step branch)
 had no conversion (``NotImplementedError: No JAX conversion for the given Op:
@@ -18,14 +18,15 @@ import innergraph
 
 
 def _graph(p, m, r, n):
-    from pymc_extras.statespace.filters import KalmanSmoother, SquareRootFilter
+    from pymc_extras.statespace.filters import RTSSmoother, SquareRootFilter
 
     names = ("data", "x0", "P0", "c", "d", "T", "Z", "R", "H", "Q")
     shapes = ((n, p), (m,), (m, m), (m,), (p,), (m, m), (p, m), (m, r), (p, p), (r, r))
     inputs = [pt.tensor(name, dtype="float64", shape=shape) for name, shape in zip(names, shapes, strict=True)]
     data, a0, P0, c, d, T, Z, R, H, Q = inputs
-    filtered, predicted, _, filtered_covs, predicted_covs, _, ll_obs = SquareRootFilter().build_graph(*inputs)
-    smoothed, smoothed_covs = KalmanSmoother().build_graph(T, R, Q, filtered, filtered_covs)
+    filter_outputs = SquareRootFilter().build_graph(*inputs)
+    filtered, predicted, _, filtered_covs, predicted_covs, _, ll_obs = filter_outputs
+    smoothed, smoothed_covs = RTSSmoother().build_graph(data, inputs[1:], filter_outputs)  # pymc-extras 0.15's smoother
     outputs = [filtered, predicted, smoothed, filtered_covs, predicted_covs, smoothed_covs, ll_obs.sum(), ll_obs]
     return inputs, outputs
 

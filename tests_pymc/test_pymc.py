@@ -12,7 +12,6 @@
 Import order needs fresh processes: those tests run `scripts/` in subprocesses.
 """
 
-import contextlib
 import functools
 import subprocess
 import sys
@@ -23,7 +22,6 @@ import pytensor
 import pytest
 from pytensor.scan.op import Scan
 
-import innergraph.rewriting.simplify as simplify
 from innergraph.bench import compile_graph
 from innergraph.pymc_models import MODELS, nuts_case
 
@@ -51,17 +49,9 @@ def _ops_per_step(fn):
 
 @functools.cache
 def _compiled(case_id, variant):
-    """The model's NUTS function, compiled once per module: ``vanilla``, ``innergraph`` or ``eager shapes``.
-
-    ``eager shapes`` is innergraph with PyTensor's shape inference for every node the
-    consumer rewrites import (`innergraph.rewriting.hidden_shapes` off).
-    """
+    """The model's NUTS function, compiled once per module: ``vanilla`` (innergraph uninstalled) or ``innergraph``."""
     case = nuts_case(case_id)
-    if variant != "eager shapes":
-        return compile_graph(case, variant, case.build(variant))
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(simplify, "lazy_hidden_shapes", lambda fgraph: contextlib.nullcontext())
-        return compile_graph(case, "innergraph", case.build("innergraph"))
+    return compile_graph(case, variant, case.build(variant))
 
 
 @pytest.mark.parametrize("case_id", list(MODELS))
@@ -81,18 +71,6 @@ def test_nuts_function_gives_vanillas_numbers_and_runs_no_more_ops_per_step(case
     assert mine.keys() == theirs.keys()
     for name, counts in mine.items():
         assert all(m <= t for m, t in zip(counts, theirs[name], strict=True)), (name, counts, theirs[name])
-
-
-@pytest.mark.parametrize("case_id", list(MODELS))
-def test_lazy_hidden_shapes_leave_the_compiled_nuts_function_as_it_was(case_id):
-    """The body nodes the consumer rewrites import get ``Shape_i`` shapes, not PyTensor's inference.
-
-    The compiled graph (``debugprint`` text, inner graphs included, so the Ops of every
-    loop's step too) is the same as with PyTensor's inference for every node; the
-    values of the lazy variant are the previous test's.
-    """
-    lazy, eager = _compiled(case_id, "innergraph"), _compiled(case_id, "eager shapes")
-    assert pytensor.dprint(lazy, file="str", print_type=True) == pytensor.dprint(eager, file="str", print_type=True)
 
 
 @pytest.mark.parametrize("model", ["pymc-garch-customdist", "pymc-structural"])
