@@ -95,7 +95,8 @@ def pullback(
     outputs = [cast(Variable, view_op(o)) if o in targets else o for o in outputs]
 
     kwargs: dict[str, Any] = dict(disconnected_inputs="ignore", return_disconnected="disconnected")
-    return list(gradient.pullback(list(outputs), list(wrt), cotangents=list(cotangents), **kwargs))
+    grads = gradient.pullback(list(outputs), list(wrt), cotangents=list(cotangents), **kwargs)
+    return list(cast(Sequence[Variable], grads))
 
 
 def pushforward(
@@ -105,7 +106,8 @@ def pushforward(
     from pytensor import gradient
 
     kwargs: dict[str, Any] = dict(disconnected_outputs="ignore", return_disconnected="zero")
-    return list(gradient.pushforward(list(outputs), list(wrt), tangents=list(tangents), **kwargs))
+    jvps = gradient.pushforward(list(outputs), list(wrt), tangents=list(tangents), **kwargs)
+    return list(cast(Sequence[Variable], jvps))
 
 
 def param_connection_rows(param_types: Sequence[Any], outputs_of: Any) -> list[list[bool]]:

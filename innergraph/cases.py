@@ -33,7 +33,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytensor
@@ -482,7 +482,7 @@ def ofg_unused_output(size: int = 200) -> Case:
         a, b = pt.dmatrix("a"), pt.dmatrix("b")
         p, q = pt.dmatrix(), pt.dmatrix()
         op = OpFromGraph([p, q], [(p * q).sum(axis=0), pt.tanh(p @ q)])
-        used, _ = op(a, b)
+        used, _ = cast(list[Any], op(a, b, return_list=True))
         return [a, b], [used]
 
     rng = np.random.default_rng(8)

@@ -213,7 +213,7 @@ def already_rewritten(mode: Any, *, refold: bool = False) -> Any:
     base = get_mode(mode)
     query = _rewriter_query(base)
     linker = type(base.provided_linker) if not isinstance(base.provided_linker, str) else base.provided_linker
-    key = (type(base), query, linker, refold)
+    key: tuple[Any, ...] = (type(base), query, linker, refold)
     if query is None:  # a rewriter object, not a query: by identity
         key = (id(base), refold)
     cached = _already_rewritten.get(key)

@@ -393,12 +393,12 @@ def backend_native_scan(
 
     def bake() -> NativeScan:
         mode = Mode(linker=linker, optimizer=query.excluding(*pipeline_passes()) if skip else query)
-        inner = native.fgraph.unfreeze()
-        inner._compile_mode = mode  # type: ignore[attr-defined]  # PyTensor's active mode, for nested inner graphs
+        inner: Any = native.fgraph.unfreeze()
+        inner._compile_mode = mode  # PyTensor's active mode, for nested inner graphs
         try:
             rewrite_scan_inner_graph(mode.linker, native, native.make_node(*outer_inputs), inner, mode=mode)
         finally:
-            del inner._compile_mode  # type: ignore[attr-defined]
+            del inner._compile_mode
         return native.clone_with_inner_graph(inner)
 
     return body.cached(key, bake)

@@ -387,7 +387,7 @@ def _summed_term(out: Variable, state: Variable, rows: set[Variable]) -> Callabl
         return None
     term = node.inputs[1 - node.inputs.index(state)]
     if term in rows and term is not state and term.type.ndim == state.type.ndim:
-        return lambda values: values[term].sum(axis=0)
+        return lambda values: cast(Any, values[term]).sum(axis=0)
     dot = term.owner
     if dot is None or not isinstance(dot.op, Dot) or not all(v in rows and v.type.ndim == 2 for v in dot.inputs):
         return None
@@ -436,7 +436,7 @@ def push_out_dot_sums(fgraph: FunctionGraph) -> int:
             # (another output reading the running sum needs every step's value)
             if reads[slot.params[0][1]] != 1 or reads[slot.outputs[0][1]] != 1:
                 continue
-            finals[slot.results[0]] = slot.results[0].type.filter_variable(slot.args[0] + summed(values))
+            finals[slot.results[0]] = slot.results[0].type.filter_variable(cast(Any, slot.args[0]) + summed(values))
         if finals:
             kept = [s for s in sig.slots if not (sig.meaning(s) is Meaning.CARRY and s.results[0] in finals)]
             replace_consumer(fgraph, sig, kept, forwarded=finals, reason="push_out_dot_sums")
