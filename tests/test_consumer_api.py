@@ -173,11 +173,25 @@ def test_worked_example_passes_check_inner_graph_op(linker):
         changed=[lambda s: s * 3.0 + 1.0],
         reference=lambda args: pytensor.scan(lambda s: s * 2.0 + 1.0, outputs_info=[args[0]], n_steps=3, return_updates=False)[-1],
         sample=lambda rng: [rng.normal(size=3), 0.5],
+        shapes_inferred=False,  # no infer_shape yet: test_the_worked_examples_shape_is_inferred_without_running_it
     )
     mode = get_mode("NUMBA") if linker == "numba" else Mode(linker=linker, optimizer="fast_run")
     with warnings.catch_warnings():
         warnings.filterwarnings("error", "Numba will use object mode")  # its Numba code is generated (Iterate)
         check_inner_graph_op(case, mode=mode)
+
+
+@pytest.mark.xfail(strict=True, reason="design/examples/repeat.py's Repeat has no infer_shape (found by the kit, issue 37)")
+def test_the_worked_examples_shape_is_inferred_without_running_it():
+    from pytensor.graph.fg import FunctionGraph
+    from pytensor.graph.traversal import ancestors
+    from pytensor.tensor.rewriting.shape import ShapeFeature
+
+    x = pt.dvector("x")
+    (out,) = example.repeat(3, lambda s: s * 2.0 + 1.0, [x])
+    fgraph = FunctionGraph([x], [out], clone=False, features=[ShapeFeature()])
+    (length,) = fgraph.shape_feature.shape_tuple(out)
+    assert out not in set(ancestors([length]))  # the shape does not read the loop's result
 
 
 def test_graph_stats_counts_a_consumer_without_a_kind():

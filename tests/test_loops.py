@@ -7,6 +7,8 @@ import pytensor.tensor as pt
 import pytest
 from pytensor.compile.mode import Mode, get_mode
 from pytensor.gradient import verify_grad
+from pytensor.graph.fg import FunctionGraph
+from pytensor.tensor.rewriting.shape import ShapeFeature
 
 import innergraph
 from innergraph.graph import body_of
@@ -254,5 +256,21 @@ def test_loops_pass_check_inner_graph_op(which, linker):
         reference=reference,
         sample=lambda rng: [np.array([1.0, 2.0]), 2.5],
         differentiable=(0, 1),
+        shapes_inferred=False,  # no infer_shape yet: test_a_loops_shape_is_inferred_without_running_it
     )
     check_inner_graph_op(case, mode=mode_for(linker))
+
+
+@pytest.mark.xfail(strict=True, reason="WhileLoop and ForiLoop have no infer_shape (found by the kit, issue 37)")
+@pytest.mark.parametrize("which", ["while", "fori"])
+def test_a_loops_shape_is_inferred_without_running_it(which):
+    from pytensor.graph.traversal import ancestors
+
+    x, k = pt.dvector("x"), pt.dscalar("k")
+    if which == "fori":
+        out = innergraph.fori_loop(0, 3, lambda i, s: s * k + 1.0, x)
+    else:
+        out = innergraph.while_loop(lambda s: pt.sum(s) < 50.0, lambda s: s * k + 1.0, x, max_steps=20)
+    fgraph = FunctionGraph([x, k], [out], clone=False, features=[ShapeFeature()])
+    (length,) = fgraph.shape_feature.shape_tuple(out)
+    assert out not in set(ancestors([length]))  # the shape does not read the loop's result

@@ -3,20 +3,25 @@
 A contributor describes how to build their consumer from Python callables (its
 bodies) and argument variables, gives a vanilla-PyTensor reference for the same
 computation and a sampler of argument values, and calls `check_inner_graph_op`.
-It checks, raising `AssertionError` with a message naming the failed check:
+It checks, in this order, raising `AssertionError` with a message naming the failed check:
 
 law 1
     Built twice from the same callables, the two consumers merge into one node.
 law 2
     Built from callables that mean something else, they do not merge.
-law 4
-    Built from callables equal up to canonicalization, full FAST_RUN leaves one body.
-law 5
-    Values and gradients equal the vanilla reference (innergraph's pipeline on).
-pickling
-    The compiled function pickles, unpickles and gives the same values.
 infer_shape
-    Output shapes computed symbolically equal the shapes of the values.
+    The output shapes are inferred without computing the outputs (the consumer, or the
+    Ops around it, implement ``infer_shape``) and equal the shapes of the values.
+law 5
+    Values and gradients equal the vanilla reference, built, compiled and first called
+    with innergraph uninstalled (`innergraph.uninstalled`): vanilla PyTensor, patches
+    and all, not innergraph with its rewrites excluded.
+law 4
+    Built from callables equal up to canonicalization, the two consumers become one after
+    full FAST_RUN: each output of the second is the very variable of the first in the
+    compiled graph (one consumer, one body, nothing left to tell them apart).
+pickling
+    The compiled function pickles, unpickles and gives the same values, to 1e-12.
 gradients
     `pytensor.gradient.verify_grad` on the differentiable arguments.
 
@@ -61,11 +66,17 @@ class OpCase:
     changed
         Callables with the same signature and another meaning (law 2).
     reference
-        ``reference(args)``: the same computation in vanilla PyTensor.
+        ``reference(args)``: the same computation in vanilla PyTensor. It is called with
+        innergraph uninstalled, so it uses PyTensor's own constructs (``pytensor.scan``,
+        ``pytensor.ifelse.ifelse``, ``OpFromGraph``), never innergraph's builders.
     sample
         ``sample(rng)``: argument values.
     differentiable
         Positions of the arguments to differentiate with respect to.
+    shapes_inferred
+        Whether the output shapes are inferred without running the consumer (its
+        ``infer_shape``). False only for a consumer known to lack one, while it does:
+        the kit then only compares the shapes with the values'.
     """
 
     build: Build
@@ -76,6 +87,7 @@ class OpCase:
     reference: Callable[[Sequence[Variable]], Any]
     sample: Callable[[np.random.Generator], Sequence[Any]]
     differentiable: Sequence[int] = ()
+    shapes_inferred: bool = True
 
 
 def _as_list(value: Any) -> list[Variable]:
@@ -89,10 +101,10 @@ def check_inner_graph_op(case: OpCase, *, seed: int = 0, mode: Any = None) -> No
     values = list(case.sample(rng))
     _law1(case, args)
     _law2(case, args)
+    _infer_shape(case, args, values, mode)  # before law 5: a wrong shape can break the compiled gradient
     fn = _law5(case, args, values, mode)
-    _law4(case, args, mode)
+    _law4(case, args, values, mode)
     _pickling(fn, values)
-    _infer_shape(case, args, values, mode)
     _gradients(case, values, rng)
 
 
@@ -118,17 +130,37 @@ def _law2(case: OpCase, args: list[Variable]) -> None:
         raise AssertionError("law 2: consumers built from bodies of different meaning merged")
 
 
-def _law4(case: OpCase, args: list[Variable], mode: Any) -> None:
-    from innergraph.stats import graph_stats
+def _law4(case: OpCase, args: list[Variable], values: list[Any], mode: Any) -> None:
+    original = _as_list(case.build(case.bodies, args))
+    rewritten = _as_list(case.build(case.rewritten, args))
+    together = pytensor.function(args, original + rewritten, mode=mode, on_unused_input="ignore")
+    computed = [_unguarded(o) for o in together.maker.fgraph.outputs]
+    n = len(original)
+    apart = [k for k in range(n) if computed[k] is not computed[n + k]]
+    if not apart:
+        return
+    k = apart[0]
+    results = together(*values)
+    differ = not np.allclose(results[k], results[n + k], rtol=1e-7, atol=1e-10)
+    why = (f"they do not even compute the same values ({results[k]} vs {results[n + k]}): `rewritten` means something else"
+           if differ else "they compute the same values, but the rewriter did not make them one")
+    raise AssertionError(
+        "law 4: consumers built from bodies equal up to canonicalization did not become one after FAST_RUN: "
+        f"output {k} is computed by {_owner(computed[k])}, its rewritten twin by {_owner(computed[n + k])}; {why}"
+    )
 
-    alone = pytensor.function(args, _as_list(case.build(case.bodies, args)), mode=mode, on_unused_input="ignore")
-    both = _as_list(case.build(case.bodies, args)) + _as_list(case.build(case.rewritten, args))
-    together = pytensor.function(args, both, mode=mode, on_unused_input="ignore")
-    if graph_stats(together)["bodies"] != graph_stats(alone)["bodies"]:
-        raise AssertionError(
-            "law 4: bodies equal up to canonicalization did not become one body after FAST_RUN "
-            f"({graph_stats(together)['bodies']} bodies, {graph_stats(alone)['bodies']} expected)"
-        )
+
+def _unguarded(output: Variable) -> Variable:
+    """The variable an output of a compiled graph copies (`DeepCopyOp`), or the output itself."""
+    from pytensor.compile.ops import DeepCopyOp
+
+    while output.owner is not None and isinstance(output.owner.op, DeepCopyOp):
+        output = output.owner.inputs[0]
+    return output
+
+
+def _owner(variable: Variable) -> str:
+    return "an input" if variable.owner is None else f"{variable.owner.op} (its output {variable.owner.outputs.index(variable)} of {len(variable.owner.outputs)})"
 
 
 def _with_grads(outputs: list[Variable], args: list[Variable], positions: Sequence[int]) -> list[Variable]:
@@ -140,19 +172,20 @@ def _with_grads(outputs: list[Variable], args: list[Variable], positions: Sequen
 
 
 def _law5(case: OpCase, args: list[Variable], values: list[Any], mode: Any) -> Any:
-    from pytensor.compile.mode import get_mode
+    from innergraph.patching import uninstalled
 
     ours = _with_grads(_as_list(case.build(case.bodies, args)), args, case.differentiable)
-    theirs = _with_grads(_as_list(case.reference(args)), args, case.differentiable)
     fn = pytensor.function(args, ours, mode=mode, on_unused_input="ignore")
-    ref = pytensor.function(args, theirs, mode=get_mode(mode).excluding("innergraph"), on_unused_input="ignore")
-    try:
-        wanted = ref(*values)
-    except Exception as error:  # the reference, not the consumer: say so
-        raise AssertionError(
-            f"law 5: the vanilla reference (case.reference) failed to run under {type(ref.maker.linker).__name__}; "
-            f"give a reference this mode runs: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-        ) from error
+    with uninstalled():  # vanilla PyTensor: built, compiled and first called without innergraph
+        theirs = _with_grads(_as_list(case.reference(args)), args, case.differentiable)
+        ref = pytensor.function(args, theirs, mode=mode, on_unused_input="ignore")
+        try:
+            wanted = ref(*values)
+        except Exception as error:  # the reference, not the consumer: say so
+            raise AssertionError(
+                f"law 5: the vanilla reference (case.reference) failed to run under {type(ref.maker.linker).__name__}; "
+                f"give a reference this mode runs: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+            ) from error
     for k, (got, want) in enumerate(zip(fn(*values), wanted, strict=True)):
         if not np.allclose(got, want, rtol=1e-7, atol=1e-10):
             raise AssertionError(f"law 5: result {k} differs from the vanilla reference: {got} vs {want}")
@@ -161,18 +194,44 @@ def _law5(case: OpCase, args: list[Variable], values: list[Any], mode: Any) -> A
 
 def _pickling(fn: Any, values: list[Any]) -> None:
     clone = pickle.loads(pickle.dumps(fn))
-    for got, want in zip(clone(*values), fn(*values), strict=True):
-        if not np.allclose(got, want):
-            raise AssertionError("pickling: the unpickled function gives other results")
+    for k, (got, want) in enumerate(zip(clone(*values), fn(*values), strict=True)):
+        if not np.allclose(got, want, rtol=1e-12, atol=0.0):
+            raise AssertionError(f"pickling: the unpickled function gives other results: output {k} {got} vs {want}")
 
 
 def _infer_shape(case: OpCase, args: list[Variable], values: list[Any], mode: Any) -> None:
     outputs: list[Any] = [o for o in _as_list(case.build(case.bodies, args)) if hasattr(o, "ndim")]
+    if case.shapes_inferred:
+        _shapes_inferred(args, outputs)
     shapes = pytensor.function(args, [o.shape for o in outputs], mode=mode, on_unused_input="ignore")(*values)
     actual = pytensor.function(args, outputs, mode=mode, on_unused_input="ignore")(*values)
     for k, (shape, value) in enumerate(zip(shapes, actual, strict=True)):
-        if tuple(shape) != np.shape(value):
-            raise AssertionError(f"infer_shape: output {k} has shape {np.shape(value)}, inferred {tuple(shape)}")
+        if tuple(int(d) for d in shape) != np.shape(value):
+            raise AssertionError(f"infer_shape: output {k} has shape {np.shape(value)}, inferred {tuple(int(d) for d in shape)}")
+
+
+def _shapes_inferred(args: list[Variable], outputs: list[Any]) -> None:
+    """Fail when an output's shape can only be read from a computed consumer output.
+
+    Without ``infer_shape`` (or when it raises ``NotImplementedError``), PyTensor's
+    `ShapeFeature` falls back to ``Shape_i`` of the output itself: the shape is then right
+    by construction, and asking for it runs the consumer.
+    """
+    from pytensor.graph.traversal import ancestors
+    from pytensor.tensor.rewriting.shape import ShapeFeature
+
+    from innergraph.stats import consumer_kind
+
+    feature = ShapeFeature()
+    fgraph = FunctionGraph(args, outputs, features=[feature], clone=True)
+    computed = {out: node for node in fgraph.apply_nodes if consumer_kind(node.op) for out in node.outputs}
+    for k, output in enumerate(fgraph.outputs):
+        read = [computed[v] for v in ancestors(list(feature.shape_tuple(output))) if v in computed]
+        if read:
+            raise AssertionError(
+                f"infer_shape: output {k}'s shape is read from the computed output of {read[0].op} "
+                "(no infer_shape, or it raised NotImplementedError): asking for the shape runs the consumer"
+            )
 
 
 def _gradients(case: OpCase, values: list[Any], rng: np.random.Generator) -> None:
@@ -187,4 +246,7 @@ def _gradients(case: OpCase, values: list[Any], rng: np.random.Generator) -> Non
         return pt.add(*[o.sum() for o in outputs])
 
     point = [np.asarray(values[i], dtype="float64") for i in case.differentiable]
-    pytensor.gradient.verify_grad(cost, point, rng=rng)
+    try:
+        pytensor.gradient.verify_grad(cost, point, rng=rng)
+    except pytensor.gradient.GradientError as error:
+        raise AssertionError(f"verify_grad: the gradient of the consumer differs from finite differences: {error}") from error
