@@ -1,4 +1,7 @@
+import os
+import time
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import pytest
@@ -11,11 +14,39 @@ from innergraph.rewriting.db import unregister
 # Property-based tests: deterministic in CI; `--hypothesis-profile=thorough` runs thousands.
 # `repeat` is for a second run of the whole suite on the same innergraph code in another form
 # (the patched PyTensor, `innergraph.patches.verify`): the ci profile's examples already ran once.
-_common = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+_common: dict[str, Any] = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 settings.register_profile("ci", max_examples=200, derandomize=True, print_blob=True, **_common)
 settings.register_profile("repeat", max_examples=25, derandomize=True, print_blob=True, **_common)
 settings.register_profile("thorough", max_examples=3000, **_common)
 settings.load_profile("ci")
+
+
+# The differential test's seed (tests/test_differential.py): INNERGRAPH_DIFF_SEED, or one
+# from the clock, so each run draws other programs; printed in the header to replay a run.
+DIFFERENTIAL_SEED = int(os.environ.get("INNERGRAPH_DIFF_SEED") or time.time_ns() % 10**9)
+_differential_lines: list[str] = []
+
+
+def pytest_report_header(config):
+    return f"innergraph differential seed: {DIFFERENTIAL_SEED} (replay: INNERGRAPH_DIFF_SEED={DIFFERENTIAL_SEED})"
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _differential_lines:
+        terminalreporter.section("innergraph differential programs")
+        for line in _differential_lines:
+            terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="session")
+def differential_seed():
+    return DIFFERENTIAL_SEED
+
+
+@pytest.fixture(scope="session")
+def differential_report():
+    """``differential_report(line)``: a line of the session's summary of differential programs."""
+    return _differential_lines.append
 
 
 @pytest.fixture

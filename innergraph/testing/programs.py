@@ -22,13 +22,15 @@ the sum of the expression's value; it is differentiated ``order`` times
 returns the value and every derivative.
 
 `check_against_vanilla` compiles a program twice per linker — with innergraph's
-pipeline (``mode_for(linker)``) and as vanilla PyTensor (``mode_for(linker).excluding
-("innergraph")``, compiled and run with innergraph uninstalled) — and compares.
+pipeline (``mode_for(linker)``) and as vanilla PyTensor (the same mode, the program
+built, compiled and run with innergraph uninstalled) — and compares; `compare_with_vanilla`
+returns the `Outcome` instead of raising.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -39,26 +41,35 @@ import pytensor.tensor as pt
 from pytensor.compile.builders import OpFromGraph
 from pytensor.compile.mode import Mode, get_mode
 from pytensor.graph.basic import Variable
-from pytensor.ifelse import ifelse
+from pytensor.conditional.op import ifelse
 from pytensor.scan.utils import until as scan_until
 
 from innergraph.patching import uninstalled
-from innergraph.testing.recipes import Param, Recipe, build_outputs, recipes_over
+from innergraph.testing.recipes import HypothesisPicker, Param, Picker, Recipe, SeededPicker, build_outputs, draw_steps
 
 __all__ = [
     "LINKERS",
+    "FEATURES",
+    "LOOP_FEATURES",
     "Cond",
     "Graph",
     "Leaf",
     "Loop",
     "Outcome",
     "Program",
+    "SMALL",
+    "Sizes",
     "State",
     "build_program",
     "check_against_vanilla",
+    "compare_with_vanilla",
+    "draw_program",
+    "features",
     "mode_for",
     "programs",
+    "random_program",
     "sample_inputs",
+    "shared_value",
 ]
 
 Shape = tuple[tuple[int | None, ...], tuple[int, ...]]
@@ -77,10 +88,16 @@ class Leaf:
 
 @dataclass(frozen=True)
 class State:
-    """A recurrent state: initial value ``init`` in scope; ``taps`` (-1,) is a sit-sot, else a mit-sot."""
+    """A recurrent state: initial value ``init`` in scope; ``taps`` (-1,) is a sit-sot, else a mit-sot.
+
+    A ``shared`` state (a sit-sot) is a ``pytensor.shared`` variable of ``init``'s type and
+    a fixed value (`shared_value`) that the step updates through scan's updates: its only
+    value after the loop is its last one.
+    """
 
     init: int
     taps: tuple[int, ...]
+    shared: bool = False
 
 
 @dataclass(frozen=True)
@@ -176,48 +193,142 @@ def _build(expr: Expr, scope: list[Any]) -> Any:
     return _build_loop(expr, scope)
 
 
+def shared_value(shape: tuple[int, ...], k: int) -> np.ndarray:
+    """The value of a loop's ``k``-th shared state: fixed, so two builds of a program agree."""
+    size = int(np.prod(shape, dtype=int))
+    return np.cos(np.arange(size) + k).reshape(shape) * 0.5
+
+
+def _shared(type_: Any, k: int) -> Any:
+    """A shared variable of ``type_`` (a static shape: `draw_program` makes sure) holding `shared_value`."""
+    value = shared_value(type_.shape, k)
+    variable = pytensor.shared(value, name=f"shared{k}", **({"shape": type_.shape} if type_.ndim else {}))
+    if variable.type != type_:
+        raise AssertionError(f"shared state {k}: {variable.type} is not the state's type {type_}")
+    return variable
+
+
+def _step_positions(loop: Loop, scope: list[Any]) -> list[int]:
+    """Where each state's previous value is in the step's scope (see `Loop`)."""
+    position = sum(len(taps) for _, taps in loop.sequences)
+    shared_at = position + sum(len(s.taps) for s in loop.states if not s.shared) + len(loop.non_sequences)
+    positions = []
+    for s in loop.states:
+        if s.shared:
+            positions.append(shared_at)
+            shared_at += 1
+        else:
+            position += len(s.taps)
+            positions.append(position - 1)
+    return positions
+
+
 def _build_loop(loop: Loop, scope: list[Any]) -> Any:
-    captured = [scope[v] for v, explicit in loop.non_sequences if not explicit]
+    shared = {k: _shared(scope[s.init].type, k) for k, s in enumerate(loop.states) if s.shared}
+    captured = [scope[v] for v, explicit in loop.non_sequences if not explicit] + list(shared.values())
     n_states = len(loop.states)
+    previous = _step_positions(loop, scope)
 
     def step(*args: Any) -> Any:
         inner = [*args, *captured]
-        outs = []
-        position = sum(len(taps) for _, taps in loop.sequences)
+        outs, updates = [], {}
         for k, body in enumerate(loop.bodies):
             value = _build(body, inner)
             if k < n_states:  # a state: damped towards tanh of the body, same type as the state
-                position += len(loop.states[k].taps)
-                previous = inner[position - 1]
+                before = inner[previous[k]]
                 fitted = value.sum() if loop.summed[k] else value
-                value = previous.type.filter_variable(0.5 * previous + 0.5 * pt.tanh(fitted))
+                value = before.type.filter_variable(0.5 * before + 0.5 * pt.tanh(fitted))
+                if k in shared:
+                    updates[shared[k]] = value
+                    continue
             outs.append(value)
-        if loop.stop is None:
-            return outs
-        return outs, scan_until(inner[loop.stop].sum() > loop.threshold)
+        returned: list[Any] = [outs, updates] if shared else [outs]
+        if loop.stop is not None:
+            returned.append(scan_until(inner[loop.stop].sum() > loop.threshold))
+        return returned[0] if len(returned) == 1 else tuple(returned)
 
     outputs_info: list[Any] = [
         scope[s.init] if s.taps == (-1,) else {"initial": scope[s.init][: -min(s.taps)], "taps": list(s.taps)}
-        for s in loop.states
+        for s in loop.states if not s.shared
     ]
     outputs_info += [None] * (len(loop.bodies) - n_states)
-    outs = pytensor.scan(
-        step,
-        sequences=[{"input": scope[v], "taps": list(taps)} for v, taps in loop.sequences],
-        outputs_info=outputs_info,
-        non_sequences=[scope[v] for v, explicit in loop.non_sequences if explicit],
-        n_steps=loop.n_steps if loop.explicit_n_steps else None,
-        return_updates=False,
-    )
-    outs = outs if isinstance(outs, list | tuple) else [outs]
-    chosen = outs[loop.result]
-    value = chosen[-1] if loop.last else chosen.sum(axis=0)
-    if loop.all_live and len(outs) > 1:
-        value = value + 0.1 * pt.add(*[o.sum() for k, o in enumerate(outs) if k != loop.result])
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Scan return signature will change", DeprecationWarning)
+        built = pytensor.scan(
+            step,
+            sequences=[{"input": scope[v], "taps": list(taps)} for v, taps in loop.sequences],
+            outputs_info=outputs_info,
+            non_sequences=[scope[v] for v, explicit in loop.non_sequences if explicit],
+            n_steps=loop.n_steps if loop.explicit_n_steps else None,
+            return_updates=bool(shared),
+        )
+    outs, updates = built if shared else (built, {})
+    outs = list(outs) if isinstance(outs, list | tuple) else [outs]
+    values: list[Any] = []  # per body: its whole trace, or a shared state's last value
+    for k in range(len(loop.bodies)):
+        values.append(updates[shared[k]] if k in shared else outs.pop(0))
+    chosen = values[loop.result]
+    value = chosen if loop.result in shared else (chosen[-1] if loop.last else chosen.sum(axis=0))
+    if loop.all_live and len(values) > 1:
+        value = value + 0.1 * pt.add(*[o.sum() for k, o in enumerate(values) if k != loop.result])
     return value
 
 
-# -- strategies ----------------------------------------------------------------------------
+# -- what a program covers ----------------------------------------------------------------
+
+#: The features a program can have (`features`), which the differential test covers in every run.
+LOOP_FEATURES = ("sit-sot", "mit-sot", "nit-sot", "untraced", "shared", "multi-tap sequence", "until")
+FEATURES = (*LOOP_FEATURES, "ifelse", "opfromgraph", "nesting")
+
+
+def features(program: Program) -> frozenset[str]:
+    """What ``program`` exercises: `FEATURES` its expression has, and ``"order k"`` for its order.
+
+    ``"untraced"``: a loop's value is a (non-shared) state read at its last step only, a trace
+    the pipeline can carry instead; ``"nesting"``: a loop, conditional or OpFromGraph inside another.
+    """
+    found = {f"order {program.order}"}
+    _collect(program.expr, found, inside=False)
+    return frozenset(found)
+
+
+def _collect(expr: Expr, found: set[str], inside: bool) -> None:
+    if isinstance(expr, Leaf):
+        return
+    if inside:
+        found.add("nesting")
+    if isinstance(expr, Cond):
+        found.add("ifelse")
+        children: tuple[Any, ...] = (expr.then, expr.other)
+    elif isinstance(expr, Graph):
+        found.add("opfromgraph")
+        children = (expr.body,)
+    else:
+        found.update(_loop_features(expr))
+        children = expr.bodies
+    for child in children:
+        _collect(child, found, inside=True)
+
+
+def _loop_features(loop: Loop) -> set[str]:
+    found = set()
+    for k, state in enumerate(loop.states):
+        if state.shared:
+            found.add("shared")
+            continue
+        found.add("sit-sot" if state.taps == (-1,) else "mit-sot")
+        if k == loop.result and loop.last:
+            found.add("untraced")
+    if len(loop.bodies) > len(loop.states):
+        found.add("nit-sot")
+    if any(len(taps) > 1 for _, taps in loop.sequences):
+        found.add("multi-tap sequence")
+    if loop.stop is not None:
+        found.add("until")
+    return found
+
+
+# -- drawing programs ----------------------------------------------------------------------
 
 _INPUT_SHAPES: tuple[Shape, ...] = (
     ((), ()),
@@ -227,106 +338,189 @@ _INPUT_SHAPES: tuple[Shape, ...] = (
     ((2, 3), (2, 3)),
     ((None, 3), (4, 3)),
 )
+_LONG_SHAPES = tuple(s for s in _INPUT_SHAPES if s[1] and s[1][0] >= 3)
 _SEQUENCE_TAPS = ((0,), (-1,), (-1, 0), (0, 1), (-2, 0))
 _MIT_SOT_TAPS = ((-2, -1), (-3, -1), (-2,), (-3, -2, -1))
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How large a drawn program may be: steps per recipe, states, nit-sots, sequences and
+    non-sequences per loop. Compilation time grows fast with them (third derivatives most)."""
+
+    recipe_steps: int = 4
+    states: int = 2
+    nit_sots: int = 2
+    sequences: int = 2
+    non_sequences: int = 2
+    loops: bool = True  # False: no loop anywhere (conditionals, OpFromGraphs and recipes only)
+
+
+#: Sizes for the differential test's programs under CI's budget.
+SMALL = Sizes(recipe_steps=3, states=1, nit_sots=1, sequences=1, non_sequences=1)
 
 
 def programs(depth: int = 2, orders: Sequence[int] = (0, 1, 2, 3), max_inputs: int = 3) -> Any:
     """Hypothesis strategy of `Program`s: a scan, ifelse or OpFromGraph at the top, nested up to ``depth``."""
     from hypothesis import strategies as st
 
-    @st.composite
-    def strategy(draw: Any) -> Program:
-        inputs = tuple(draw(st.lists(st.sampled_from(_INPUT_SHAPES), min_size=1, max_size=max_inputs)))
-        expr, _ = draw(_exprs(list(inputs), depth, top=True))
-        return Program(inputs, expr, draw(st.sampled_from(list(orders))))
-
-    return strategy()
+    return st.composite(lambda draw: draw_program(HypothesisPicker(draw), depth=depth, orders=orders,
+                                                  max_inputs=max_inputs))()
 
 
-def _exprs(scope: list[Shape], depth: int, top: bool = False) -> Any:
-    from hypothesis import strategies as st
+def random_program(seed: int, want: Sequence[str] = (), order: int | None = None, depth: int = 2,
+                   max_inputs: int = 3, sizes: Sizes = Sizes()) -> Program:
+    """The program of ``seed`` (the same seed, the same program), with the `FEATURES` in ``want``.
 
-    kinds = ["leaf"] if depth == 0 else (["loop", "loop", "cond", "graph"] if top else ["leaf", "leaf", "loop", "cond", "graph"])
-
-    @st.composite
-    def strategy(draw: Any) -> tuple[Expr, Shape]:
-        kind = draw(st.sampled_from(kinds))
-        if kind == "leaf":
-            return draw(_leaves(scope))
-        if kind == "cond":
-            then, then_shape = draw(_exprs(scope, depth - 1))
-            other, other_shape = draw(_exprs(scope, depth - 1))
-            summed = then_shape != other_shape
-            return Cond(draw(st.integers(0, len(scope) - 1)), then, other, summed), ((), ()) if summed else then_shape
-        if kind == "graph":
-            args = tuple(draw(st.lists(st.integers(0, len(scope) - 1), min_size=1, max_size=3)))
-            body, shape = draw(_exprs([scope[a] for a in args], depth - 1))
-            return Graph(args, body), shape
-        return draw(_loops(scope, depth))
-
-    return strategy()
+    ``order`` fixes how many times it is differentiated (else drawn from 0..3).
+    """
+    program = draw_program(SeededPicker(seed), frozenset(want), depth=depth, order=order, max_inputs=max_inputs,
+                           sizes=sizes)
+    missing = set(want) - features(program)
+    if missing:  # a generator defect: draw_program realises every feature it is asked for
+        raise AssertionError(f"random_program({seed}, want={sorted(want)}) lacks {sorted(missing)}: {program!r}")
+    return program
 
 
-def _leaves(scope: list[Shape]) -> Any:
-    from hypothesis import strategies as st
+def draw_program(pick: Picker, want: frozenset[str] = frozenset(), depth: int = 2, orders: Sequence[int] = (0, 1, 2, 3),
+                 order: int | None = None, max_inputs: int = 3, sizes: Sizes = Sizes()) -> Program:
+    """A `Program` from ``pick``'s choices, with the `FEATURES` in ``want`` (see `random_program`)."""
+    unknown = set(want) - set(FEATURES)
+    if unknown:
+        raise ValueError(f"draw_program: unknown features {sorted(unknown)} (known: {FEATURES})")
+    inputs = pick.sublist(_INPUT_SHAPES, min_size=1, max_size=max_inputs)
+    if want & {"mit-sot", "multi-tap sequence"} and not any(s in _LONG_SHAPES for s in inputs):
+        inputs.append(pick.choice(_LONG_SHAPES))  # their states and sequences need a vector of 3 or more
+    if "shared" in want and not any(None not in s[0] for s in inputs):
+        inputs.append(pick.choice([s for s in _INPUT_SHAPES if None not in s[0]]))
+    expr, _ = _draw_expr(pick, sizes, list(inputs), depth, want, top=True)
+    return Program(tuple(inputs), expr, pick.choice(list(orders)) if order is None else order)
 
-    @st.composite
-    def strategy(draw: Any) -> tuple[Leaf, Shape]:
-        args = tuple(draw(st.lists(st.integers(0, len(scope) - 1), min_size=1, max_size=min(3, len(scope)))))
-        params = tuple(Param("float64", *scope[a]) for a in args)
-        recipe = draw(recipes_over(params, max_steps=4))
-        return Leaf(recipe, args), recipe.shapes[-1]
 
-    return strategy()
+def _draw_expr(pick: Picker, sizes: Sizes, scope: list[Shape], depth: int, want: frozenset[str] = frozenset(),
+               top: bool = False) -> tuple[Expr, Shape]:
+    """An expression over ``scope``; ``want`` holds `FEATURES` and ``"compound"`` (not a leaf)."""
+    kind = _kind(pick, depth, want, top, sizes.loops)
+    if kind == "leaf":
+        return _draw_leaf(pick, sizes, scope)
+    if kind == "loop":
+        return _draw_loop(pick, sizes, scope, depth, want, top)
+    inner = want - {"ifelse" if kind == "cond" else "opfromgraph", "compound", "nesting"}
+    inner |= {"compound"} if "nesting" in want else set()
+    if kind == "cond":
+        then, then_shape = _draw_expr(pick, sizes, scope, depth - 1, inner)
+        other, other_shape = _draw_expr(pick, sizes, scope, depth - 1)
+        summed = then_shape != other_shape
+        return Cond(pick.integer(0, len(scope) - 1), then, other, summed), ((), ()) if summed else then_shape
+    args = tuple(pick.integer_list(0, len(scope) - 1, min_size=1, max_size=3))
+    body, shape = _draw_expr(pick, sizes, [scope[a] for a in args], depth - 1, inner)
+    return Graph(args, body), shape
 
 
-def _loops(scope: list[Shape], depth: int) -> Any:
-    from hypothesis import strategies as st
+def _kind(pick: Picker, depth: int, want: frozenset[str], top: bool, loops: bool) -> str:
+    if depth == 0:
+        return "leaf"
+    if want & set(LOOP_FEATURES):
+        if not loops:
+            raise ValueError(f"draw_program: {sorted(want & set(LOOP_FEATURES))} wanted from a program without loops")
+        return "loop"
+    nested = depth >= 2  # room for the wanted construct one level down
+    loop = ["loop"] if loops else []
+    if "ifelse" in want:
+        return pick.choice(["cond", *loop, "graph"]) if nested else "cond"
+    if "opfromgraph" in want:
+        return pick.choice(["graph", *loop, "cond"]) if nested else "graph"
+    if want & {"nesting", "compound"} or top:
+        return pick.choice([*loop, *loop, "cond", "graph"])
+    return pick.choice(["leaf", "leaf", *loop, "cond", "graph"])
 
-    @st.composite
-    def strategy(draw: Any) -> tuple[Loop, Shape]:
-        idx = range(len(scope))
-        vectors = [i for i in idx if len(scope[i][1]) >= 1 and scope[i][1][0] >= 3]
-        chosen = draw(st.lists(st.sampled_from(vectors), max_size=2)) if vectors else []
-        sequences = tuple((v, draw(st.sampled_from(_SEQUENCE_TAPS))) for v in chosen)
-        max_steps = min([scope[v][1][0] - (max(t) - min(t)) for v, t in sequences], default=4)
-        n_steps = draw(st.integers(1, min(max_steps, 4)))
-        states = []
-        for _ in range(draw(st.integers(0, 2))):
-            taps = draw(st.sampled_from([(-1,), (-1,), *_MIT_SOT_TAPS]))
-            if taps == (-1,):
-                states.append(State(draw(st.sampled_from(list(idx))), taps))
-                continue
-            long_enough = [i for i in vectors if scope[i][1][0] >= -min(taps)]
-            if long_enough:
-                states.append(State(draw(st.sampled_from(long_enough)), taps))
-        n_nit_sots = draw(st.integers(0 if states else 1, 2))
-        at_least = 0 if sequences or states else 1  # the step must have something to compute from
-        # (unique: pytensor.scan rejects a variable passed twice as a non-sequence)
-        non_sequences = tuple((v, draw(st.booleans()))
-                              for v in draw(st.lists(st.sampled_from(list(idx)), min_size=at_least, max_size=2, unique=True)))
-        step_scope = [_row(scope[v]) for v, taps in sequences for _ in taps]
-        for s in states:
+
+def _draw_leaf(pick: Picker, sizes: Sizes, scope: list[Shape]) -> tuple[Leaf, Shape]:
+    args = tuple(pick.integer_list(0, len(scope) - 1, min_size=1, max_size=min(3, len(scope))))
+    params = tuple(Param("float64", *scope[a]) for a in args)
+    recipe = draw_steps(pick, params, max_steps=sizes.recipe_steps, nesting=0)
+    return Leaf(recipe, args), recipe.shapes[-1]
+
+
+def _draw_loop(pick: Picker, sizes: Sizes, scope: list[Shape], depth: int, want: frozenset[str],
+               top: bool) -> tuple[Loop, Shape]:
+    """A loop; only the program's top loop has shared states (an OpFromGraph or a step would have to pass them on)."""
+    idx = range(len(scope))
+    vectors = [i for i in idx if len(scope[i][1]) >= 1 and scope[i][1][0] >= 3]
+    sequences = _draw_sequences(pick, sizes, vectors, "multi-tap sequence" in want)
+    max_steps = min([scope[v][1][0] - (max(t) - min(t)) for v, t in sequences], default=4)
+    n_steps = pick.integer(1, min(max_steps, 4))
+    states = _draw_states(pick, sizes, scope, vectors, want, shared=top)
+    n_nit_sots = pick.integer(1 if "nit-sot" in want or not states else 0, sizes.nit_sots)
+    at_least = 0 if sequences or states else 1  # the step must have something to compute from
+    # (unique: pytensor.scan rejects a variable passed twice as a non-sequence)
+    # vanilla's scan cannot build a step that updates a shared variable and captures one
+    # (MissingInputError from construct_nominal_fgraph): such a loop passes them explicitly
+    explicit_only = any(s.shared for s in states)
+    non_sequences = tuple((v, explicit_only or pick.boolean())
+                          for v in pick.sublist(list(idx), min_size=at_least, max_size=sizes.non_sequences, unique=True))
+    step_scope = [_row(scope[v]) for v, taps in sequences for _ in taps]
+    for s in states:
+        if not s.shared:
             step_scope += [scope[s.init] if s.taps == (-1,) else _row(scope[s.init])] * len(s.taps)
-        step_scope += [scope[v] for v, e in non_sequences if e] + [scope[v] for v, e in non_sequences if not e]
-        bodies, shapes, summed = [], [], []
-        for k in range(len(states) + n_nit_sots):
-            body, shape = draw(_exprs(step_scope, depth - 1))
-            bodies.append(body)
-            if k < len(states):
-                summed.append(shape[1] != _state_shape(scope, states[k])[1])
-                shape = _state_shape(scope, states[k])
-            shapes.append(shape)
-        stop = draw(st.one_of(st.none(), st.integers(0, len(step_scope) - 1))) if draw(st.integers(0, 3)) == 0 else None
-        result = draw(st.integers(0, len(bodies) - 1))
-        last = draw(st.booleans())
-        loop = Loop(sequences, tuple(states), non_sequences, tuple(bodies), n_steps,
-                    draw(st.booleans()) or not sequences, stop, draw(st.sampled_from([0.0, 0.5, 2.0])),
-                    tuple(summed), result, last, draw(st.booleans()))
-        return loop, shapes[result]
+    step_scope += [scope[v] for v, e in non_sequences if e] + [scope[v] for v, e in non_sequences if not e]
+    step_scope += [scope[s.init] for s in states if s.shared]
+    inner = want - set(LOOP_FEATURES) - {"compound"}
+    if "nesting" in inner:
+        inner = (inner - {"nesting"}) | {"compound"}
+    bodies, shapes, summed = [], [], []
+    for k in range(len(states) + n_nit_sots):
+        body, shape = _draw_expr(pick, sizes, step_scope, depth - 1, inner if k == 0 else frozenset())
+        bodies.append(body)
+        if k < len(states):
+            summed.append(shape[1] != _state_shape(scope, states[k])[1])
+            shape = _state_shape(scope, states[k])
+        shapes.append(shape)
+    until = "until" in want or (pick.integer(0, 3) == 0 and pick.boolean())
+    stop = pick.integer(0, len(step_scope) - 1) if until else None
+    result = pick.integer(0, len(bodies) - 1)
+    last = pick.boolean()
+    if "untraced" in want:
+        result = pick.choice([k for k, s in enumerate(states) if not s.shared])
+        last = True
+    loop = Loop(sequences, tuple(states), non_sequences, tuple(bodies), n_steps,
+                pick.boolean() or not sequences, stop, pick.choice([0.0, 0.5, 2.0]),
+                tuple(summed), result, last or (result < len(states) and states[result].shared), pick.boolean())
+    return loop, shapes[result]
 
-    return strategy()
+
+def _draw_sequences(pick: Picker, sizes: Sizes, vectors: list[int], multi_tap: bool) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    chosen = pick.sublist(vectors, max_size=sizes.sequences) if vectors else []
+    if multi_tap and not chosen:
+        chosen = [pick.choice(vectors)]
+    sequences = [(v, pick.choice(_SEQUENCE_TAPS)) for v in chosen]
+    if multi_tap and not any(len(taps) > 1 for _, taps in sequences):
+        sequences[0] = (sequences[0][0], pick.choice([t for t in _SEQUENCE_TAPS if len(t) > 1]))
+    return tuple(sequences)
+
+
+def _draw_states(pick: Picker, sizes: Sizes, scope: list[Shape], vectors: list[int], want: frozenset[str],
+                 shared: bool) -> list[State]:
+    idx = list(range(len(scope)))
+    static = [i for i in idx if None not in scope[i][0]] if shared else []  # a shared state's value needs its shape
+    states = []
+    for _ in range(pick.integer(0, sizes.states)):
+        taps = pick.choice([(-1,), (-1,), *_MIT_SOT_TAPS])
+        if taps == (-1,):
+            shared = bool(static) and pick.integer(0, 5) == 0
+            states.append(State(pick.choice(static if shared else idx), taps, shared))
+            continue
+        long_enough = [i for i in vectors if scope[i][1][0] >= -min(taps)]
+        if long_enough:
+            states.append(State(pick.choice(long_enough), taps))
+    if ("sit-sot" in want or "untraced" in want) and not any(s.taps == (-1,) and not s.shared for s in states):
+        states.append(State(pick.choice(idx), (-1,)))
+    if "mit-sot" in want and not any(s.taps != (-1,) for s in states):
+        taps = pick.choice(_MIT_SOT_TAPS)
+        states.append(State(pick.choice([i for i in vectors if scope[i][1][0] >= -min(taps)]), taps))
+    if "shared" in want and not any(s.shared for s in states):
+        states.append(State(pick.choice(static), (-1,), shared=True))
+    return states
 
 
 def _row(shape: Shape) -> Shape:
@@ -365,7 +559,14 @@ class Outcome:
         the linker ``reference``;
     ``"unchecked"``
         vanilla raised ``error`` under every linker tried, innergraph ran: nothing to
-        compare with.
+        compare with;
+    ``"innergraph_failed"``
+        vanilla ran, innergraph raised ``our_error``;
+    ``"different"``
+        innergraph gave other numbers than vanilla (``error`` says which output, under
+        which linker and both values).
+
+    The last two are failures: `check_against_vanilla` raises on them.
     """
 
     linker: str
@@ -379,21 +580,66 @@ class Outcome:
         """Whether both failed with the same exception class."""
         return self.kind == "both_failed" and self.error.split("(")[0] == self.our_error.split("(")[0]
 
+    @property
+    def failed(self) -> bool:
+        """innergraph gave other numbers than vanilla, or failed where vanilla ran."""
+        return self.kind in ("innergraph_failed", "different")
+
 
 def _brief(error: BaseException) -> str:
     return f"{type(error).__name__}({str(error)[:120]!r})"
 
 
 def _run(program: Program, linker: str, values: list[np.ndarray], vanilla: bool) -> list[np.ndarray] | Exception:
-    """The outputs' values, or the exception compiling or running raised (building must not raise)."""
+    """The outputs' values, or the exception compiling or running raised (building must not raise).
+
+    Vanilla is PyTensor with innergraph uninstalled (`innergraph.uninstalled`), for building,
+    compiling and the first call (Numba and OpFromGraph compile then), with the linker's plain mode.
+    """
     with uninstalled() if vanilla else nullcontext():
         inputs, outputs = build_program(program)
-        mode = mode_for(linker).excluding("innergraph") if vanilla else mode_for(linker)
         try:
-            fn = pytensor.function(inputs, outputs, mode=mode, on_unused_input="ignore")
+            fn = pytensor.function(inputs, outputs, mode=mode_for(linker), on_unused_input="ignore")
             return [np.asarray(v) for v in fn(*values)]
         except Exception as error:  # noqa: BLE001 - a failure is an outcome to compare
             return error
+
+
+def compare_with_vanilla(
+    program: Program,
+    linker: str,
+    *,
+    seed: int = 0,
+    rtol: float = 1e-7,
+    atol: float = 1e-9,
+    references: Sequence[str] = ("cvm", "py", "numba"),
+) -> Outcome:
+    """Compile and run ``program`` with and without innergraph under ``linker``: the `Outcome`, never raising.
+
+    Parameters are those of `check_against_vanilla`.
+    """
+    values = sample_inputs(program, seed)
+    names = _output_names(program)
+    theirs = _run(program, linker, values, vanilla=True)
+    ours = _run(program, linker, values, vanilla=False)
+    where = f"under the {linker!r} linker"
+    if not isinstance(theirs, Exception):
+        if isinstance(ours, Exception):
+            return Outcome(linker, "innergraph_failed", our_error=_brief(ours))
+        difference = _difference(ours, theirs, names, where, rtol, atol)
+        return Outcome(linker, "different", difference) if difference else Outcome(linker, "equal")
+    if isinstance(ours, Exception):
+        return Outcome(linker, "both_failed", _brief(theirs), _brief(ours))
+    for reference in (r for r in references if r != linker):
+        numbers = _run(program, reference, values, vanilla=True)
+        if isinstance(numbers, Exception):
+            continue
+        where += f" (vanilla raised {_brief(theirs)}; compared with vanilla under {reference!r})"
+        difference = _difference(ours, numbers, names, where, rtol, atol)
+        if difference:
+            return Outcome(linker, "different", difference, reference=reference)
+        return Outcome(linker, "vanilla_failed", _brief(theirs), reference=reference)
+    return Outcome(linker, "unchecked", _brief(theirs))
 
 
 def check_against_vanilla(
@@ -433,36 +679,15 @@ def check_against_vanilla(
         When innergraph gives other numbers than vanilla or fails where vanilla runs; the
         message names the linker, the output and both values (or the error).
     """
-    values = sample_inputs(program, seed)
-    names = _output_names(program)
     outcomes = []
     for linker in linkers:
-        theirs = _run(program, linker, values, vanilla=True)
-        ours = _run(program, linker, values, vanilla=False)
-        where = f"under the {linker!r} linker"
-        if not isinstance(theirs, Exception):
-            if isinstance(ours, Exception):
-                raise AssertionError(f"{where}, vanilla ran but innergraph raised {ours!r}") from ours
-            _compare(ours, theirs, names, where, rtol, atol)
-            outcomes.append(Outcome(linker, "equal"))
-        elif isinstance(ours, Exception):
-            outcomes.append(Outcome(linker, "both_failed", _brief(theirs), _brief(ours)))
-        else:
-            outcomes.append(_against_references(program, linker, ours, theirs, values, references, names, rtol, atol))
+        outcome = compare_with_vanilla(program, linker, seed=seed, rtol=rtol, atol=atol, references=references)
+        if outcome.kind == "innergraph_failed":
+            raise AssertionError(f"under the {linker!r} linker, vanilla ran but innergraph raised {outcome.our_error}")
+        if outcome.kind == "different":
+            raise AssertionError(outcome.error)
+        outcomes.append(outcome)
     return outcomes
-
-
-def _against_references(program: Program, linker: str, ours: list[np.ndarray], theirs: Exception,
-                        values: list[np.ndarray], references: Sequence[str], names: list[str],
-                        rtol: float, atol: float) -> Outcome:
-    for reference in (r for r in references if r != linker):
-        numbers = _run(program, reference, values, vanilla=True)
-        if isinstance(numbers, Exception):
-            continue
-        where = f"under the {linker!r} linker (vanilla raised {theirs!r}; compared with vanilla under {reference!r})"
-        _compare(ours, numbers, names, where, rtol, atol)
-        return Outcome(linker, "vanilla_failed", _brief(theirs), reference=reference)
-    return Outcome(linker, "unchecked", _brief(theirs))
 
 
 def _output_names(program: Program) -> list[str]:
@@ -471,10 +696,12 @@ def _output_names(program: Program) -> list[str]:
     return ["value"] + [f"derivative {k} wrt x{i}" for k in range(1, program.order + 1) for i in range(n)]
 
 
-def _compare(ours: list[np.ndarray], theirs: list[np.ndarray], names: list[str], where: str, rtol: float, atol: float) -> None:
+def _difference(ours: list[np.ndarray], theirs: list[np.ndarray], names: list[str], where: str, rtol: float,
+                atol: float) -> str:
+    """What differs between the two runs' outputs ("" when nothing does)."""
     for name, got, want in zip(names, ours, theirs, strict=True):
         try:
             np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
         except AssertionError as error:
-            raise AssertionError(f"{where}, {name}: innergraph {got!r} vs vanilla {want!r}\n{error}") from None
-
+            return f"{where}, {name}: innergraph {got!r} vs vanilla {want!r}\n{error}"
+    return ""

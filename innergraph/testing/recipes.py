@@ -30,12 +30,16 @@ from innergraph.ops.call import call
 __all__ = [
     "BINARY",
     "MUTATIONS",
+    "HypothesisPicker",
     "UNARY",
     "Param",
+    "Picker",
     "Recipe",
+    "SeededPicker",
     "Step",
     "build_function",
     "build_outputs",
+    "draw_steps",
     "mutate",
     "mutations",
     "recipes",
@@ -108,13 +112,19 @@ class Recipe:
 # -- building -------------------------------------------------------------------------------
 
 
-def build_outputs(recipe: Recipe, inputs: Sequence[Variable], order_seed: int | None = None) -> list[Variable]:
-    """The recipe's outputs computed from ``inputs``, steps built in a shuffled valid order."""
+def build_outputs(recipe: Recipe, inputs: Sequence[Variable], order_seed: int | None = None,
+                  nested: str = "call") -> list[Variable]:
+    """The recipe's outputs computed from ``inputs``, steps built in a shuffled valid order.
+
+    ``nested``: a nested body is a function applied with innergraph's `call` (``"call"``), or
+    its computation written out in place (``"inline"``: plain PyTensor, which vanilla
+    PyTensor compiles with innergraph uninstalled; the same values).
+    """
     n = len(recipe.params)
     values: dict[int, Variable] = dict(enumerate(inputs))
     for index in _construction_order(recipe, order_seed):
         step = recipe.steps[index - n]
-        values[index] = _build_step(step, [values[a] for a in step.args])
+        values[index] = _build_step(step, [values[a] for a in step.args], nested)
     return [values[o] for o in recipe.outputs]
 
 
@@ -146,12 +156,12 @@ def _construction_order(recipe: Recipe, seed: int | None) -> list[int]:
     return order
 
 
-def _build_step(step: Step, args: list[Any]) -> Any:
-    value = _apply(step, args)
+def _build_step(step: Step, args: list[Any], nested: str = "call") -> Any:
+    value = _apply(step, args, nested)
     return IDENTITIES[step.identity](value) if step.identity else value
 
 
-def _apply(step: Step, args: list[Any]) -> Any:
+def _apply(step: Step, args: list[Any], nested_as: str = "call") -> Any:
     op = step.op
     if op in _UNARY_FN:
         return _UNARY_FN[op](args[0])
@@ -175,6 +185,8 @@ def _apply(step: Step, args: list[Any]) -> Any:
         return pt.dot(args[0], args[1])
     if op == "nested":
         assert step.nested is not None
+        if nested_as == "inline":
+            return build_outputs(step.nested, args, nested="inline")[0]
         nested = build_function(step.nested, prefix="q", types=[a.type for a in args])
         out = call(nested, *args)
         return out if isinstance(out, Variable) else out[0]
@@ -241,56 +253,135 @@ def _result_shape(op: str, args: Sequence[tuple[Any, tuple[int, ...]]]) -> tuple
     raise ValueError(op)
 
 
+class Picker:
+    """The random choices a generator makes, from hypothesis' ``draw`` or from a seeded `random.Random`.
+
+    The recipe and program generators are written once against this interface: under
+    hypothesis (`HypothesisPicker`) every choice is a draw, so examples shrink; from a
+    seed (`SeededPicker`) the same code gives a reproducible program without hypothesis.
+    """
+
+    def integer(self, low: int, high: int) -> int:
+        """An integer in ``[low, high]``."""
+        raise NotImplementedError
+
+    def choice(self, options: Sequence[Any]) -> Any:
+        """One of ``options``."""
+        raise NotImplementedError
+
+    def boolean(self) -> bool:
+        return bool(self.integer(0, 1))
+
+    def sublist(self, options: Sequence[Any], min_size: int = 0, max_size: int | None = None, unique: bool = False) -> list[Any]:
+        """A list of ``options`` (repeats allowed unless ``unique``), ``min_size`` to ``max_size`` long."""
+        raise NotImplementedError
+
+    def integer_list(self, low: int, high: int, min_size: int = 0, max_size: int | None = None) -> list[int]:
+        """A list of integers in ``[low, high]``, ``min_size`` to ``max_size`` long."""
+        return self.sublist(range(low, high + 1), min_size, max_size)
+
+
+class HypothesisPicker(Picker):
+    """Choices drawn by hypothesis (inside an ``st.composite``): they shrink."""
+
+    def __init__(self, draw: Callable[[Any], Any]):
+        self.draw = draw
+
+    def integer(self, low: int, high: int) -> int:
+        from hypothesis import strategies as st
+
+        return int(self.draw(st.integers(low, high)))
+
+    def choice(self, options: Sequence[Any]) -> Any:
+        from hypothesis import strategies as st
+
+        return self.draw(st.sampled_from(list(options)))
+
+    def boolean(self) -> bool:
+        from hypothesis import strategies as st
+
+        return bool(self.draw(st.booleans()))
+
+    def sublist(self, options: Sequence[Any], min_size: int = 0, max_size: int | None = None, unique: bool = False) -> list[Any]:
+        from hypothesis import strategies as st
+
+        return list(self.draw(st.lists(st.sampled_from(list(options)), min_size=min_size, max_size=max_size, unique=unique)))
+
+    def integer_list(self, low: int, high: int, min_size: int = 0, max_size: int | None = None) -> list[int]:
+        from hypothesis import strategies as st
+
+        return list(self.draw(st.lists(st.integers(low, high), min_size=min_size, max_size=max_size)))
+
+
+class SeededPicker(Picker):
+    """Choices from a `random.Random`: the same seed gives the same choices."""
+
+    def __init__(self, seed: int | random.Random):
+        self.rng = seed if isinstance(seed, random.Random) else random.Random(seed)
+
+    def integer(self, low: int, high: int) -> int:
+        return self.rng.randint(low, high)
+
+    def choice(self, options: Sequence[Any]) -> Any:
+        return options[self.rng.randrange(len(options))]
+
+    def sublist(self, options: Sequence[Any], min_size: int = 0, max_size: int | None = None, unique: bool = False) -> list[Any]:
+        options = list(options)
+        high = min_size + 3 if max_size is None else max_size
+        if unique:
+            high = min(high, len(options))
+        size = self.rng.randint(min_size, max(min_size, high))
+        if unique:
+            return self.rng.sample(options, size)
+        return [self.choice(options) for _ in range(size)]
+
+
 def recipes(max_params: int = 3, max_steps: int = 6, nesting: int = 1) -> Any:
     """Hypothesis strategy of random closed-body recipes (nested bodies up to ``nesting``)."""
     from hypothesis import strategies as st
 
     @st.composite
     def strategy(draw: Any) -> Recipe:
-        n_params = draw(st.integers(1, max_params))
+        pick = HypothesisPicker(draw)
+        n_params = pick.integer(1, max_params)
         params = []
         for _ in range(n_params):
-            static, actual = draw(st.sampled_from(_SHAPES))
-            params.append(Param(draw(st.sampled_from(["float64", "float32"])), static, actual))
-        return draw(_steps(tuple(params), max_steps, nesting))
+            static, actual = pick.choice(_SHAPES)
+            params.append(Param(pick.choice(["float64", "float32"]), static, actual))
+        return draw_steps(pick, tuple(params), max_steps, nesting)
 
     return strategy()
 
 
-def _steps(params: tuple[Param, ...], max_steps: int, nesting: int) -> Any:
-    from hypothesis import strategies as st
-
-    @st.composite
-    def strategy(draw: Any) -> Recipe:
-        shapes: list[tuple[Any, tuple[int, ...]]] = [(p.static, p.actual) for p in params]
-        steps: list[Step] = []
-        for _ in range(draw(st.integers(1, max_steps))):
-            kinds = [op for op in (*UNARY, *BINARY, "sum", "sum0", "index0", "slice1", "transpose", "expand", "dot")
-                     if _applicable(op, shapes)]
-            kinds += ["const"] + (["nested"] if nesting > 0 else [])
-            op = draw(st.sampled_from(kinds))
-            if op == "const":
-                steps.append(Step("const", value=draw(st.sampled_from([0.5, 2.0, -1.5, 3.0]))))
-                shapes.append(((), ()))
-                continue
-            if op == "nested":
-                k = draw(st.integers(1, min(2, len(shapes))))
-                args = tuple(draw(st.lists(st.integers(0, len(shapes) - 1), min_size=k, max_size=k)))
-                inner_params = tuple(_param_like(shapes[a]) for a in args)
-                inner = draw(_steps(inner_params, max(1, max_steps // 2), nesting - 1))
-                inner = replace(inner, outputs=inner.outputs[:1])
-                steps.append(Step("nested", args, nested=inner))
-                shapes.append(inner.shapes[inner.outputs[0]] if inner.shapes else shapes[args[0]])
-                continue
-            args = draw(st.sampled_from(_applicable(op, shapes)))
-            steps.append(Step(op, args))
-            shapes.append(_result_shape(op, [shapes[a] for a in args]))
-        n_values = len(params) + len(steps)
-        n_out = draw(st.integers(1, min(2, len(steps))))
-        outputs = tuple(sorted({n_values - 1, *draw(st.lists(st.integers(len(params), n_values - 1), max_size=n_out - 1))}))
-        return Recipe(params, tuple(steps), outputs, tuple(shapes))
-
-    return strategy()
+def draw_steps(pick: Picker, params: tuple[Param, ...], max_steps: int, nesting: int) -> Recipe:
+    """A recipe over ``params``: 1 to ``max_steps`` steps, nested bodies up to ``nesting`` deep."""
+    shapes: list[tuple[Any, tuple[int, ...]]] = [(p.static, p.actual) for p in params]
+    steps: list[Step] = []
+    for _ in range(pick.integer(1, max_steps)):
+        kinds = [op for op in (*UNARY, *BINARY, "sum", "sum0", "index0", "slice1", "transpose", "expand", "dot")
+                 if _applicable(op, shapes)]
+        kinds += ["const"] + (["nested"] if nesting > 0 else [])
+        op = pick.choice(kinds)
+        if op == "const":
+            steps.append(Step("const", value=pick.choice([0.5, 2.0, -1.5, 3.0])))
+            shapes.append(((), ()))
+            continue
+        if op == "nested":
+            k = pick.integer(1, min(2, len(shapes)))
+            args = tuple(pick.integer_list(0, len(shapes) - 1, min_size=k, max_size=k))
+            inner_params = tuple(_param_like(shapes[a]) for a in args)
+            inner = draw_steps(pick, inner_params, max(1, max_steps // 2), nesting - 1)
+            inner = replace(inner, outputs=inner.outputs[:1])
+            steps.append(Step("nested", args, nested=inner))
+            shapes.append(inner.shapes[inner.outputs[0]] if inner.shapes else shapes[args[0]])
+            continue
+        args = pick.choice(_applicable(op, shapes))
+        steps.append(Step(op, args))
+        shapes.append(_result_shape(op, [shapes[a] for a in args]))
+    n_values = len(params) + len(steps)
+    n_out = pick.integer(1, min(2, len(steps)))
+    outputs = tuple(sorted({n_values - 1, *pick.integer_list(len(params), n_values - 1, max_size=n_out - 1)}))
+    return Recipe(params, tuple(steps), outputs, tuple(shapes))
 
 
 def _param_like(shape: tuple[Any, tuple[int, ...]]) -> Param:
@@ -392,4 +483,6 @@ def mutations() -> Any:
 
 def recipes_over(params: tuple[Param, ...], max_steps: int = 6, nesting: int = 0) -> Any:
     """Hypothesis strategy of recipes whose params are ``params`` (e.g. values already in scope)."""
-    return _steps(params, max_steps, nesting)
+    from hypothesis import strategies as st
+
+    return st.composite(lambda draw: draw_steps(HypothesisPicker(draw), params, max_steps, nesting))()
