@@ -67,13 +67,33 @@ def reference(x0, c, vv, mm):
 ARGS = [(1.5, 2.0, np.array([0.5, -1.0]), 4), (3.0, 0.5, np.array([2.0]), 0), (200.0, 9.0, np.array([1.0, 1.0, 3.0]), 40)]
 
 
+_FUNCTIONS: dict = {}  # one compilation per backend for the module
+
+
+def _compiled(backend):
+    if backend not in _FUNCTIONS:
+        mode = get_mode(backend.upper()) if backend in ("numba", "jax") else Mode(linker="py", optimizer="fast_run")
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", "Numba will use object mode")  # every loop has generated code
+            _FUNCTIONS[backend] = pytensor.function([x, a, v, m], graph(), mode=mode)
+    return _FUNCTIONS[backend]
+
+
 @pytest.fixture(scope="module", params=["numba", "jax", "py"])
 def compiled(request):
-    modes = {"numba": get_mode("NUMBA"), "jax": get_mode("JAX"), "py": Mode(linker="py", optimizer="fast_run")}
-    with warnings.catch_warnings():
-        warnings.filterwarnings("error", "Numba will use object mode")  # every loop has generated code
-        fn = pytensor.function([x, a, v, m], graph(), mode=modes[request.param])
-    return request.param, fn
+    return request.param, _compiled(request.param)
+
+
+@pytest.fixture(scope="module", params=["numba", "py"])
+def compiled_mutable(request):
+    """The backends whose results are mutable arrays (JAX arrays are immutable: nothing to alias)."""
+    return request.param, _compiled(request.param)
+
+
+@pytest.fixture(scope="module")
+def numba_fn():
+    """The Numba function: its generated source and disk-cache keys."""
+    return _compiled("numba")
 
 
 @pytest.mark.parametrize("args", ARGS)
@@ -86,13 +106,12 @@ def test_values_against_numpy(compiled, args):
     assert len(loops) >= 6, backend  # the loops ran as loops, not as something else
 
 
-def test_results_do_not_alias_inputs(compiled):
-    backend, fn = compiled
-    if backend != "numba":
-        return  # JAX arrays are immutable; the py runtime is the consumer's own perform
+def test_results_do_not_alias_inputs(compiled_mutable):
+    backend, fn = compiled_mutable
     xv = np.array([0.5, -1.0])
-    out = fn(1.5, 2.0, xv, 0)  # the example's loop runs no step: its result is a copy of its input
-    assert not np.shares_memory(out[-1], xv)
+    out = fn(1.5, 2.0, xv, 0)  # the example's loop runs no step (m = 0): its result is a copy of its input
+    shared = [i for i, o in enumerate(out) if np.shares_memory(np.asarray(o), xv)]
+    assert shared == [], f"{backend}: outputs {shared} alias the input"
 
 
 # --- the generated Numba source ---------------------------------------------------------------
@@ -108,10 +127,8 @@ def _source(node):
     return plan, generated_source(plan, codes)[1]
 
 
-def test_generated_source_follows_the_semantics(compiled):
-    backend, fn = compiled
-    if backend != "numba":
-        return
+def test_generated_source_follows_the_semantics(numba_fn):
+    fn = numba_fn
     nodes = {type(n.op).__name__ + str(getattr(n.op, "bounded", getattr(n.op, "n_seqs", ""))): n for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, (WhileLoop, ForiLoop, example.Repeat))}
     plan, lines = _source(nodes["WhileLoopTrue"])
     assert "while go and steps < limit:" in lines and plan.pre == 0 and plan.post is not None
@@ -123,10 +140,8 @@ def test_generated_source_follows_the_semantics(compiled):
     assert plan.count == 1 and not plan.sequences and lines[-1] == "return x0"
 
 
-def test_disk_cache_key_is_the_bodies(compiled):
-    backend, fn = compiled
-    if backend != "numba":
-        return
+def test_disk_cache_key_is_the_bodies(numba_fn):
+    fn = numba_fn
     from innergraph.backends.numba_generated import numba_funcify_generated
 
     keys = {}

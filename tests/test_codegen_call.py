@@ -64,12 +64,20 @@ MODES = {
 }
 
 
+_FUNCTIONS: dict = {}  # one compilation per backend for the module
+
+
+def _compiled(backend):
+    if backend not in _FUNCTIONS:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", "Numba will use object mode")  # every call has generated code
+            _FUNCTIONS[backend] = pytensor.function([x, a], graph(), mode=MODES[backend])
+    return _FUNCTIONS[backend]
+
+
 @pytest.fixture(scope="module", params=list(MODES))
 def compiled(request):
-    with warnings.catch_warnings():
-        warnings.filterwarnings("error", "Numba will use object mode")  # every call has generated code
-        fn = pytensor.function([x, a], graph(), mode=MODES[request.param])
-    return request.param, fn
+    return request.param, _compiled(request.param)
 
 
 def _calls(fn):
@@ -90,10 +98,8 @@ def test_calls_stay_calls_with_overrides_kept(compiled):
     assert any(c.op.n_functions == 3 for c in calls), backend  # the overridden call runs with its override functions as data
 
 
-def test_generated_numba_code_has_a_disk_cache_key_per_body(compiled):
-    backend, fn = compiled
-    if backend != "numba":
-        return
+def test_generated_numba_code_has_a_disk_cache_key_per_body():
+    fn = _compiled("numba")
     from innergraph.backends.numba_generated import numba_funcify_generated
 
     keys = {}

@@ -35,9 +35,11 @@ from innergraph.rewriting.duplicates import _duplicates
 from innergraph.rewriting.signature import consumers
 from innergraph.stats import graph_stats, unread_buffers
 from innergraph.testing.programs import Program, build_program, programs
+from profiles import examples
 
-#: Programs under the ``ci`` profile (rewriting only: about a second each).
-EXAMPLES = 40
+#: Programs under the ``ci`` profile (rewriting only: about a second each); the other
+#: profiles set their own count (``tests/profiles.py``: ``thorough`` 3,000, ``repeat`` 25).
+EXAMPLES = examples(ci=40)
 
 
 def rewritten(program: Program) -> FunctionGraph:
