@@ -157,7 +157,8 @@ def _folded_bodies(fn):
 
 def test_a_pipeline_body_compiles_without_the_passes_it_went_through():
     """A body the pipeline rewrote is marked and compiled with the later passes only;
-    a user's body compiled without the pipeline gets canonicalize at compile time."""
+    a user's body compiled without the pipeline (innergraph installed, its rewrites and
+    fusion excluded) gets canonicalize at compile time."""
     from pytensor.scalar import Mul
 
     v = pt.dvector("v")

@@ -11,6 +11,7 @@ from pytensor.ifelse import ifelse as vanilla_ifelse
 import innergraph
 import innergraph.backends.numba_generated as generated
 from innergraph.ops.ifelse import IfElse
+from vanilla import vanilla_function
 
 b, x, y = pt.dvector("b"), pt.dscalar("x"), pt.dscalar("y")
 NUMBA = Mode(linker="numba", optimizer="fast_run")
@@ -45,7 +46,8 @@ def compiled(request):
         fn = pytensor.function([b, x, y], graph(innergraph.ifelse, request.param), mode=NUMBA)
     finally:
         generated.branch_plan = original
-    vanilla = pytensor.function([b, x, y], graph(vanilla_ifelse, request.param), mode=NUMBA.excluding("innergraph"))
+    vanilla = vanilla_function(lambda: ([b, x, y], graph(vanilla_ifelse, request.param)), NUMBA,
+                               first_call=(np.linspace(0.5, 2.0, 7), 1.5, 3.0))
     return fn, calls, vanilla
 
 

@@ -34,7 +34,8 @@ from innergraph.graph import InnerGraph
 from innergraph.ops.ifelse import IfElse
 from innergraph.rewriting.db import unregister
 
-VANILLA = Mode(linker="cvm", optimizer="fast_run").excluding("innergraph")
+#: The reference's mode: vanilla PyTensor, compiled with innergraph uninstalled (`_vanilla`).
+CVM = Mode(linker="cvm", optimizer="fast_run")
 
 Graph = tuple[list[Any], list[Any], list[Any]]  # inputs, outputs, input values
 
@@ -149,8 +150,9 @@ DEBUG = DebugMode(stability_patience=2)
 def _check(build: Callable[[str], Graph], mode: Any) -> None:
     inputs, outputs, values = build("innergraph")
     got = pytensor.function(inputs, outputs, mode=mode)(*values)
-    v_inputs, v_outputs, _ = build("vanilla")
-    want = pytensor.function(v_inputs, v_outputs, mode=VANILLA)(*values)
+    with innergraph.uninstalled():  # vanilla: built, compiled and run without innergraph
+        v_inputs, v_outputs, _ = build("vanilla")
+        want = pytensor.function(v_inputs, v_outputs, mode=CVM)(*values)
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
@@ -243,7 +245,7 @@ def test_debugmode_lowers_for_pytensors_own_runtime_whatever_the_default_mode():
         fn = pytensor.function([s0, k], grad, mode=DEBUG)
         (got,) = fn(*sample)
     with innergraph.uninstalled():
-        (want,) = pytensor.function([s0, k], grad, mode=VANILLA)(*sample)
+        (want,) = pytensor.function([s0, k], grad, mode=CVM)(*sample)
     assert want == pytest.approx(92.25)  # d/dk of sum(s3): sum(s2) + k sum(s1) + k^2 sum(s0)
     assert got == pytest.approx(want, rel=1e-12)
     with pytensor.config.change_flags(mode="NUMBA"):  # the same loops as for PyTensor's cvm runtime

@@ -28,6 +28,7 @@ from pytensor.tensor.basic import Alloc
 from innergraph.graph import param
 from innergraph.hidden_folds import hidden_folds
 from innergraph.types import Body
+from vanilla import vanilla_function
 
 M = pt.TensorType("float64", shape=(2, 2))
 V = pt.TensorType("float64", shape=(2,))
@@ -82,12 +83,10 @@ def _graph():
 @pytest.fixture(scope="module")
 def compiled():
     values = [np.random.default_rng(0).normal(size=(5, 2)), np.eye(2), np.array([1.0, 2.0])]
-    made = {}
-    for variant in ("vanilla", "innergraph"):
-        mode = Mode("cvm", "fast_run")
-        fn = pytensor.function(*_graph(), mode=mode.excluding("innergraph") if variant == "vanilla" else mode)
-        made[variant] = (fn, fn(*values))
-    return made
+    mode = Mode("cvm", "fast_run")
+    fn = pytensor.function(*_graph(), mode=mode)
+    vanilla = vanilla_function(_graph, mode, first_call=values)  # built, compiled and first called uninstalled
+    return {"innergraph": (fn, fn(*values)), "vanilla": (vanilla, vanilla(*values))}
 
 
 def _loop_ops(fn):

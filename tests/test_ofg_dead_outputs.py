@@ -10,6 +10,7 @@ from pytensor.graph.fg import FunctionGraph
 import innergraph
 from innergraph.rewriting.ofg_outputs import remove_dead_ofg_outputs
 from innergraph.stats import graph_stats
+from vanilla import vanilla_function
 
 CVM = Mode(linker="cvm", optimizer="fast_run")
 x, y = pt.dvector("x"), pt.dvector("y")
@@ -28,8 +29,9 @@ def _ofg_nodes(fn):
 
 
 def _vanilla(inputs, outputs):
-    with innergraph.uninstalled():
-        return pytensor.function(inputs, outputs, mode=CVM.excluding("innergraph"))
+    """Vanilla's function of the graph (PyTensor's own OpFromGraph and Scan), compiled and first called
+    with innergraph uninstalled: an OpFromGraph compiles its inner graph at its first call."""
+    return vanilla_function(lambda: (inputs, outputs), CVM, first_call=VALUES)
 
 
 def test_a_native_op_from_graph_loses_its_dead_outputs_and_the_inputs_only_they_read():

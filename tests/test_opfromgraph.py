@@ -14,8 +14,10 @@ from innergraph.graph import body_of
 from innergraph.ops import runtime
 from innergraph.ops.call import Call
 from innergraph.rewriting.dce import remove_dead_slots
+from vanilla import vanilla_function, vanilla_values
 
-VANILLA = get_default_mode().excluding("innergraph")
+#: innergraph installed, its rewrites excluded: the consumers run as they are (not vanilla).
+IN_GRAPH = get_default_mode().excluding("innergraph")
 x, y = pt.dscalar("x"), pt.dscalar("y")
 
 
@@ -41,13 +43,12 @@ OVERRIDES = {
 @pytest.mark.filterwarnings("ignore:lop_overrides is deprecated")
 @pytest.mark.parametrize("kind", list(OVERRIDES))
 def test_op_from_graph_matches_vanilla_with_gradients(kind):
-    ours = build(op_from_graph, **OVERRIDES[kind])
-    theirs = build(OpFromGraph, **OVERRIDES[kind])
-    out_ours, out_theirs = ours(x, y), theirs(x, y)
-    grads_ours = pytensor.grad(out_ours, [x, y], disconnected_inputs="ignore")
-    grads_theirs = pytensor.grad(out_theirs, [x, y], disconnected_inputs="ignore")
-    f = pytensor.function([x, y], [out_ours, *grads_ours])
-    g = pytensor.function([x, y], [out_theirs, *grads_theirs], mode=VANILLA)
+    def with_grads(ofg_class):
+        out = build(ofg_class, **OVERRIDES[kind])(x, y)
+        return [x, y], [out, *pytensor.grad(out, [x, y], disconnected_inputs="ignore")]
+
+    f = pytensor.function(*with_grads(op_from_graph))
+    g = vanilla_function(lambda: with_grads(OpFromGraph), get_default_mode(), first_call=(0.3, 1.7))
     for got, want in zip(f(0.3, 1.7), g(0.3, 1.7), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-12)
 
@@ -56,13 +57,14 @@ def test_pushforward_override_is_used():
     def jvp(inputs, tangents):
         return [tangents[0] * 11.0 + tangents[1]]
 
-    ours = build(op_from_graph, pushforward=jvp)(x, y)
-    theirs = build(OpFromGraph, pushforward=jvp)(x, y)
     tx, ty = pt.dscalar("tx"), pt.dscalar("ty")
-    r_ours = pytensor.gradient.pushforward(ours, [x, y], [tx, ty], use_op_pushforward=True)
-    r_theirs = pytensor.gradient.pushforward(theirs, [x, y], [tx, ty], use_op_pushforward=True)
-    f = pytensor.function([x, y, tx, ty], r_ours)
-    g = pytensor.function([x, y, tx, ty], r_theirs, mode=VANILLA)
+
+    def tangent(ofg_class):
+        out = build(ofg_class, pushforward=jvp)(x, y)
+        return [x, y, tx, ty], pytensor.gradient.pushforward(out, [x, y], [tx, ty], use_op_pushforward=True)
+
+    f = pytensor.function(*tangent(op_from_graph))
+    g = vanilla_function(lambda: tangent(OpFromGraph), get_default_mode(), first_call=(0.3, 1.7, 1.0, 2.0))
     assert f(0.3, 1.7, 1.0, 2.0) == g(0.3, 1.7, 1.0, 2.0) == 13.0
 
 
@@ -101,17 +103,18 @@ def test_shared_variables_are_refused_as_pytensor_refuses_them_and_work_as_input
 
 @pytest.mark.parametrize("kind", ["plain", "pullback-callable", "pullback-list"])
 def test_lift_then_lower_round_trip(kind):
-    theirs = build(OpFromGraph, **OVERRIDES[kind])
-    out = theirs(x, y)
-    grads = pytensor.grad(out, [x, y], disconnected_inputs="ignore")
-    fg = FunctionGraph([x, y], [out, *grads], clone=True)
-    expected = pytensor.function([x, y], [out, *grads], mode=VANILLA)(0.3, 1.7)
+    def graph():
+        out = build(OpFromGraph, **OVERRIDES[kind])(x, y)
+        return [x, y], [out, *pytensor.grad(out, [x, y], disconnected_inputs="ignore")]
+
+    fg = FunctionGraph(*graph(), clone=True)
+    expected = vanilla_values(graph, (0.3, 1.7), get_default_mode())
     assert lift(fg) >= 1
     assert not any(type(n.op) is OpFromGraph for n in fg.apply_nodes)
-    lifted = pytensor.function(fg.inputs, fg.outputs, mode=VANILLA)(0.3, 1.7)
+    lifted = pytensor.function(fg.inputs, fg.outputs, mode=IN_GRAPH)(0.3, 1.7)
     assert lower(fg) >= 1
     assert not any(isinstance(n.op, Call) for n in fg.apply_nodes)
-    lowered = pytensor.function(fg.inputs, fg.outputs, mode=VANILLA)(0.3, 1.7)
+    lowered = pytensor.function(fg.inputs, fg.outputs, mode=IN_GRAPH)(0.3, 1.7)
     for got_l, got_w, want in zip(lifted, lowered, expected, strict=True):
         np.testing.assert_allclose(got_l, want, rtol=1e-12)
         np.testing.assert_allclose(got_w, want, rtol=1e-12)
@@ -135,7 +138,7 @@ def test_dead_outputs_and_unused_params_are_pruned():
     (node,) = [n for n in fg.apply_nodes if isinstance(n.op, Call)]
     assert len(node.outputs) == 1 and len(node.inputs) == 3  # function, x, y
     assert len(body_of(node.inputs[0]).param_types) == 2
-    fn = pytensor.function(fg.inputs, fg.outputs, mode=VANILLA, on_unused_input="ignore")
+    fn = pytensor.function(fg.inputs, fg.outputs, mode=IN_GRAPH, on_unused_input="ignore")
     assert fn(0.0, 2.0, 5.0) == [2.0]
 
 

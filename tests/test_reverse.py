@@ -30,6 +30,7 @@ from innergraph.rewriting.untrace import untrace_final_states
 from innergraph.stats import graph_stats, unread_buffers
 from innergraph.testing.programs import LINKERS, mode_for
 from innergraph.testing.rewrites import check_rewrite
+from vanilla import vanilla_function
 
 x, a0 = pt.dvector("x"), pt.dscalar("a0")
 
@@ -56,12 +57,12 @@ def scan_infos(fn):
     return [n.op.info for n in fn.maker.fgraph.toposort() if hasattr(n.op, "info")]
 
 
-def compiled(inputs, outputs, linker, vanilla):
-    """``pytensor.function`` under ``linker``; vanilla is compiled with innergraph uninstalled."""
+def compiled(build, linker, vanilla, first_call=None):
+    """``pytensor.function(*build())`` under ``linker``; vanilla is built, compiled and (with
+    ``first_call``) first called with innergraph uninstalled (Numba compiles at the first call)."""
     if vanilla:
-        with innergraph.uninstalled():
-            return pytensor.function(inputs, outputs, mode=mode_for(linker).excluding("innergraph"))
-    return pytensor.function(inputs, outputs, mode=mode_for(linker))
+        return vanilla_function(build, mode_for(linker), first_call=first_call)
+    return pytensor.function(*build(), mode=mode_for(linker))
 
 
 # -- duplicate states and outputs --------------------------------------------------
@@ -142,7 +143,7 @@ def test_the_issue_example_is_one_loop_with_one_state():
     fn = pytensor.function(inputs, outputs, mode=mode_for("cvm"))
     (info,) = scan_infos(fn)
     assert info.n_sit_sot + info.n_untraced_sit_sot == 1 and info.n_seqs == 1
-    vanilla = compiled(*issue_example(), "cvm", vanilla=True)
+    vanilla = compiled(issue_example, "cvm", vanilla=True)
     (theirs,) = scan_infos(vanilla)  # PyTensor's ScanMerge: one loop, two equal recurrences
     assert theirs.n_sit_sot + theirs.n_untraced_sit_sot == 2
     values = [np.linspace(-1, 1, 7), 0.3]
@@ -249,7 +250,8 @@ def test_final_position_reads_give_vanilla_numbers_without_a_mit_mot(linker):
         )
         return [x, a0, initial], pytensor.grad((ys**2).sum() + (zs**2).sum(), [a0, initial])
 
-    ours, theirs = compiled(*build(), linker, vanilla=False), compiled(*build(), linker, vanilla=True)
+    first = [np.linspace(-1, 1, 7), 0.3, np.array([0.3, -0.2])]
+    ours, theirs = compiled(build, linker, vanilla=False), compiled(build, linker, vanilla=True, first_call=first)
     for n in (0, 1, 7):
         values = [np.linspace(-1, 1, n), 0.3, np.array([0.3, -0.2])]
         for a, b in zip(ours(*values), theirs(*values), strict=True):
@@ -298,7 +300,8 @@ SMALL = {
 def stats_under_cvm():
     out = {}
     for name, case in SMALL.items():
-        fns = {v: compiled(*case.build(v), "cvm", vanilla=(v == "vanilla")) for v in ("vanilla", "innergraph")}
+        fns = {v: compiled(lambda v=v: case.build(v), "cvm", vanilla=(v == "vanilla"), first_call=case.values)
+               for v in ("vanilla", "innergraph")}
         results = {v: fn(*case.values) for v, fn in fns.items()}
         for ours, theirs in zip(results["innergraph"], results["vanilla"], strict=True):
             np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
@@ -323,7 +326,8 @@ def test_the_filter_gradient_gives_vanilla_numbers(linker):
     case = cases.filter_loglik(12)
     if linker == "jax":
         case = dataclasses.replace(case, build=cases._with_static_shapes(case))
-    fns = {v: compiled(*case.build(v), linker, vanilla=(v == "vanilla")) for v in ("vanilla", "innergraph")}
+    fns = {v: compiled(lambda v=v: case.build(v), linker, vanilla=(v == "vanilla"), first_call=case.values)
+           for v in ("vanilla", "innergraph")}
     ours, theirs = (fns[v](*case.values) for v in ("innergraph", "vanilla"))
     for a, b in zip(ours, theirs, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)

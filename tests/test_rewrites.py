@@ -5,6 +5,8 @@ evaluates the graph before and after on random inputs and compares values and
 gradients; the tests then assert what changed in the graph.
 """
 
+import contextlib
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -37,8 +39,8 @@ from innergraph.rewriting.signature import sharing_rebuilt_functions
 from innergraph.rewriting.simplify import simplify_consumers
 from innergraph.rewriting.untrace import untrace_final_states
 from innergraph.testing.rewrites import check_rewrite
+from vanilla import vanilla_function, vanilla_values
 
-VANILLA = get_default_mode().excluding("innergraph")
 x0, c = pt.dscalar("x0"), pt.dscalar("c")
 xs = pt.dvector("xs")
 
@@ -580,14 +582,16 @@ def test_simplify_reaches_a_fixpoint():
 def test_pipeline_matches_vanilla(linker):
     from pytensor.compile.mode import Mode
 
-    o1 = pytensor.scan(lambda x, s, k: s + x * pt.exp(k), sequences=[xs], outputs_info=[x0], non_sequences=[c], return_updates=False)
-    o2 = pytensor.scan(lambda x, s: s * x, sequences=[xs], outputs_info=[c], return_updates=False)
-    cost = o1[-1] + o2.sum()
-    outs = [cost, *pytensor.grad(cost, [x0, c])]
+    def build():
+        o1 = pytensor.scan(lambda x, s, k: s + x * pt.exp(k), sequences=[xs], outputs_info=[x0], non_sequences=[c], return_updates=False)
+        o2 = pytensor.scan(lambda x, s: s * x, sequences=[xs], outputs_info=[c], return_updates=False)
+        cost = o1[-1] + o2.sum()
+        return [x0, xs, c], [cost, *pytensor.grad(cost, [x0, c])]
+
     mode = Mode(linker=linker, optimizer="fast_run")
-    ours = pytensor.function([x0, xs, c], outs, mode=mode)
-    vanilla = pytensor.function([x0, xs, c], outs, mode=mode.excluding("innergraph"))
     args = (0.3, np.linspace(-1, 1, 7), 0.7)
+    ours = pytensor.function(*build(), mode=mode)
+    vanilla = vanilla_function(build, mode, first_call=args)
     np.testing.assert_allclose(ours(*args), vanilla(*args), rtol=1e-10)
     assert innergraph.graph_stats(ours)["consumers"]["scan"] == 1  # merged, as PyTensor's own ScanMerge does
 
@@ -597,12 +601,16 @@ def test_the_tags_of_pytensors_rewrites_turn_ours_off_too(variant):
     from pytensor.scan.op import Scan as NativeScan
 
     ys = pytensor.scan(lambda x, s: s * 0.9 + pt.sin(x), sequences=[xs], outputs_info=[x0], return_updates=False)
-    mode = get_default_mode() if variant == "innergraph" else VANILLA
+    args = (0.3, np.linspace(0, 1, 5))
+    expected = vanilla_values(lambda: ([x0, xs], ys), args, get_default_mode())
     for excluded, sin_in_loop in ((None, False), ("scan_pushout_seqs_ops", True)):
-        fn = pytensor.function([x0, xs], ys, mode=mode.excluding(excluded) if excluded else mode)
+        with innergraph.uninstalled() if variant == "vanilla" else contextlib.nullcontext():
+            mode = get_default_mode()
+            fn = pytensor.function([x0, xs], ys, mode=mode.excluding(excluded) if excluded else mode)
+            got = fn(*args)
         (node,) = [n for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, NativeScan)]
         assert ("sin" in str([n.op for n in node.op.fgraph.apply_nodes]).lower()) is sin_in_loop
-        np.testing.assert_allclose(fn(0.3, np.linspace(0, 1, 5))[-1], pytensor.function([x0, xs], ys, mode=VANILLA)(0.3, np.linspace(0, 1, 5))[-1])
+        np.testing.assert_allclose(got[-1], expected[-1])
 
 
 def _set_rows(fgraph):

@@ -1,12 +1,13 @@
 """The in-graph Scan: every Scan feature, against vanilla PyTensor, with gradients.
 
 Each case builds a graph with `pytensor.scan` and checks three compilations of it
-against vanilla PyTensor (``mode.excluding("innergraph")``):
+against vanilla PyTensor (built, compiled and run with innergraph uninstalled,
+``tests/vanilla.py``):
 
 * ``pipeline``: the default mode — native Scans are lifted, rewritten with the outer
   graph, and lowered back;
 * ``in_graph``: the graph built by `innergraph.scan`, executed by the in-graph Scan
-  itself (lifting and lowering excluded);
+  itself (innergraph installed, its rewrites excluded: `IN_GRAPH`);
 * ``roundtrip``: `lift` then `lower` on a FunctionGraph, no rewriting in between —
   exact to the last bit.
 """
@@ -24,8 +25,10 @@ from pytensor.tensor.rewriting.shape import ShapeFeature
 import innergraph
 from innergraph import graph_stats, lift, lower
 from innergraph.ops.scan import Scan
+from vanilla import vanilla_function, vanilla_values
 
-VANILLA = get_default_mode().excluding("innergraph")
+#: innergraph installed, its rewrites excluded: the in-graph consumers run as they were built (not vanilla).
+IN_GRAPH = get_default_mode().excluding("innergraph")
 DEFAULT = get_default_mode()
 
 
@@ -97,8 +100,7 @@ def run(inputs_, outputs_, mode):
 
 @pytest.fixture(scope="module", params=DIFFERENTIABLE, ids=lambda c: c.__name__)
 def case(request):
-    ins, outs = outputs_of(request.param, pytensor.scan)
-    _, expected = run(ins, outs, VANILLA)
+    expected = vanilla_values(lambda: outputs_of(request.param, pytensor.scan), values(), DEFAULT, on_unused_input="ignore")
     return request.param, expected
 
 
@@ -120,7 +122,7 @@ def test_in_graph_scan_runs_itself(case):
     ins, outs = outputs_of(build, innergraph.scan)
     assert not any(isinstance(n.op, NativeScan) for n in applys_between(ins, outs))
     assert any(isinstance(n.op, Scan) for n in applys_between(ins, outs))
-    fn, got = run(ins, outs, VANILLA)
+    fn, got = run(ins, outs, IN_GRAPH)
     assert_close(got, expected)
 
 
@@ -133,22 +135,26 @@ def test_lift_then_lower_is_exact(case):
     assert not any(isinstance(n.op, NativeScan) for n in fg.apply_nodes)
     assert lower(fg) >= 1
     assert not any(isinstance(n.op, Scan) for n in fg.apply_nodes)
-    _, got = run(fg.inputs, fg.outputs, VANILLA)
+    _, got = run(fg.inputs, fg.outputs, IN_GRAPH)
     for g, e in zip(got, expected, strict=True):
         np.testing.assert_array_equal(g, e)
 
 
-def test_equal_native_scans_are_lifted_to_one_function():
+def _four_loops():
     a, x = inputs()
     step = lambda v, acc: acc * 0.9 + pt.sin(v)  # noqa: E731
     finals = [pytensor.scan(step, sequences=[seq], outputs_info=[a], return_updates=False)[-1] for seq in (x, x[1:], x * 2)]
     other = pytensor.scan(lambda v, acc: acc * 0.8 + pt.sin(v), sequences=[x], outputs_info=[a], return_updates=False)[-1]
-    fg = FunctionGraph([a, x], [*finals, other], clone=True)
+    return [a, x], [*finals, other]
+
+
+def test_equal_native_scans_are_lifted_to_one_function():
+    fg = FunctionGraph(*_four_loops(), clone=True)
     assert lift(fg) == 4
     scans = [n for n in fg.toposort() if isinstance(n.op, Scan)]
     assert len({n.inputs[0] for n in scans}) == 2  # one function for the three equal loops, another for 0.8
-    _, got = run(fg.inputs, fg.outputs, VANILLA)
-    _, expected = run([a, x], [*finals, other], VANILLA)
+    _, got = run(fg.inputs, fg.outputs, IN_GRAPH)
+    expected = vanilla_values(_four_loops, values(), DEFAULT)
     for g, e in zip(got, expected, strict=True):
         np.testing.assert_array_equal(g, e)
 
@@ -178,8 +184,7 @@ def test_shapes_match_the_native_scan(case):
 
 
 def _vanilla_scan_count(build):
-    ins, outs = outputs_of(build, pytensor.scan)
-    fn = pytensor.function(ins, outs, mode=VANILLA, on_unused_input="ignore")
+    fn = vanilla_function(lambda: outputs_of(build, pytensor.scan), DEFAULT, on_unused_input="ignore")
     return graph_stats(fn)["consumers"]["scan"]
 
 
@@ -188,8 +193,9 @@ def test_in_graph_scan_under_python_linkers(linker):
     from pytensor.compile.mode import Mode
 
     ins, outs = outputs_of(mit_sot, innergraph.scan)
-    _, expected = run(*outputs_of(mit_sot, pytensor.scan), VANILLA)
-    _, got = run(ins, outs, Mode(linker=linker, optimizer="fast_run").excluding("innergraph"))
+    expected = vanilla_values(lambda: outputs_of(mit_sot, pytensor.scan), values(), DEFAULT)
+    in_graph = Mode(linker=linker, optimizer="fast_run").excluding("innergraph")  # installed, rewrites excluded
+    _, got = run(ins, outs, in_graph)
     assert_close(got, expected)
 
 
@@ -259,15 +265,15 @@ def test_pushforward_matches_vanilla():
         return [x, s, v], pushforward(y, s, v)
 
     vals = (*values(), np.array([1.0, -1.0, 0.5, 0.2, 0.3]))
-    expected = pytensor.function(*build(pytensor.scan), mode=VANILLA)(*vals)
-    got = pytensor.function(*build(innergraph.scan), mode=VANILLA)(*vals)
+    expected = vanilla_values(lambda: build(pytensor.scan), vals, DEFAULT)
+    got = pytensor.function(*build(innergraph.scan), mode=IN_GRAPH)(*vals)
     np.testing.assert_allclose(got, expected, rtol=1e-10)
 
 
 def test_infer_shape_does_not_run_the_loop():
     x, s = inputs()
     y = innergraph.scan(lambda v, acc: acc + v, sequences=[s], outputs_info=[x], return_updates=False)
-    fn = pytensor.function([x, s], y.shape, mode=VANILLA, on_unused_input="ignore")
+    fn = pytensor.function([x, s], y.shape, mode=IN_GRAPH, on_unused_input="ignore")
     assert list(fn(*values())) == [5]
     assert graph_stats(fn)["consumers"]["scan"] == 0
 
@@ -290,7 +296,7 @@ def test_nit_sot_shapes_from_outside_the_loop_where_they_can_be():
     assert n in set(ancestors([zs_shape[1]]))  # the non-sequence itself, not the output
     assert any(isinstance(a.owner.op, Scan) for a in ancestors([ragged_shape[1]]) if a.owner is not None)
     mv, rv = np.ones((3, 4)), np.array([2, 2, 2])
-    fn = pytensor.function([m, rows, n], [*zs_shape, *doubled_shape, *ragged_shape], mode=VANILLA)
+    fn = pytensor.function([m, rows, n], [*zs_shape, *doubled_shape, *ragged_shape], mode=IN_GRAPH)
     assert [int(v) for v in fn(mv, rv, 5)] == [3, 5, 3, 4, 3, 2]
 
 

@@ -148,6 +148,7 @@ def test_outlined_loops_under_numba_share_the_in_place_op(attempts):
 
 
 def test_graphs_innergraph_did_not_lift_get_pytensors_pass(attempts):
+    """innergraph installed, its rewrites excluded: its in-place pass hands the native Scans to PyTensor's."""
     _, inputs, outputs, values = next(graphs())
     fn = pytensor.function(inputs, outputs, mode=PY.excluding("innergraph"))
     assert attempts == [] and all(n.op.destroy_map == {0: [2]} for n in scans(fn))

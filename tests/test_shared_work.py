@@ -125,14 +125,16 @@ def test_equal_outer_nodes_convert_once(monkeypatch):
         np.testing.assert_array_equal(got, np.cumsum(v))
 
 
-def test_a_graph_compiled_without_innergraph_converts_as_pytensor_does(monkeypatch):
+def test_a_graph_compiled_with_innergraphs_rewrites_excluded_converts_as_pytensor_does(monkeypatch):
+    """innergraph installed, its rewrites excluded (not vanilla: innergraph's conversion runs, and must
+    convert every node, as PyTensor's does)."""
     import innergraph.backends.numba_code as code
 
     converted = []
     convert = code.numba_funcify_ensure_cache
     monkeypatch.setattr(code, "numba_funcify_ensure_cache", lambda op, **kw: converted.append(op) or convert(op, **kw))
     xs = [pt.dvector(f"x{i}") for i in range(4)]
-    mode = Mode(linker="numba", optimizer="fast_run").excluding("innergraph")  # the benchmarks' vanilla
+    mode = Mode(linker="numba", optimizer="fast_run").excluding("innergraph")
     pytensor.function(xs, [pt.cumsum(x) for x in xs], mode=mode)
     assert len([op for op in converted if type(op).__name__ == "CumOp"]) == 4
 

@@ -22,7 +22,7 @@ import pytensor
 import pytest
 from pytensor.scan.op import Scan
 
-from innergraph.bench import compile_graph
+from innergraph.bench import as_variant, compile_graph
 from innergraph.pymc_models import MODELS, nuts_case
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -49,9 +49,13 @@ def _ops_per_step(fn):
 
 @functools.cache
 def _compiled(case_id, variant):
-    """The model's NUTS function, compiled once per module: ``vanilla`` (innergraph uninstalled) or ``innergraph``."""
+    """The model's NUTS function, compiled once per module: ``vanilla`` (built, compiled and first called with
+    innergraph uninstalled, `innergraph.bench.as_variant`) or ``innergraph``."""
     case = nuts_case(case_id)
-    return compile_graph(case, variant, case.build(variant))
+    with as_variant(variant):
+        fn = compile_graph(case, variant, case.build(variant))
+        fn(*case.values)  # Numba compiles at the first call
+    return fn
 
 
 @pytest.mark.parametrize("case_id", list(MODELS))

@@ -82,8 +82,10 @@ def check_rewrite(
         again (an untraced Scan state), which only run after every gradient was
         built.
 
-    Both graphs are compiled without innergraph's optional rewrites
-    (``mode.excluding("innergraph")``, C VM linker), so the consumers themselves run.
+    Both graphs are compiled with innergraph installed and its rewrites excluded
+    (``mode.excluding("innergraph")``, C VM linker), so the consumers themselves run
+    as the rewrite left them. This is not vanilla PyTensor: the graphs hold innergraph's
+    consumers, which only innergraph can compile.
     """
     from pytensor.compile.mode import Mode
 
@@ -95,9 +97,9 @@ def check_rewrite(
     if values is None:
         rng = np.random.default_rng(seed)
         values = [[_sample(v, rng) for v in inputs] for _ in range(2)]
-    mode = Mode(linker="cvm", optimizer="fast_run").excluding("innergraph")
-    before_fn = _compile(inputs, outputs, mode, gradients == "after")
-    after_fn = _compile(fgraph.inputs, fgraph.outputs, mode, gradients == "after")
+    installed_rewrites_excluded = Mode(linker="cvm", optimizer="fast_run").excluding("innergraph")
+    before_fn = _compile(inputs, outputs, installed_rewrites_excluded, gradients == "after")
+    after_fn = _compile(fgraph.inputs, fgraph.outputs, installed_rewrites_excluded, gradients == "after")
     for args in values:
         before, after = before_fn(*args), after_fn(*args)
         for k, (b, a) in enumerate(zip(before, after, strict=True)):
