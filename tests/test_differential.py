@@ -9,17 +9,19 @@ second and third derivatives, compiled with innergraph's pipeline and as vanilla
 **Each run draws other programs.** The run's seed comes from ``INNERGRAPH_DIFF_SEED`` or,
 unset, from the clock; pytest prints it in its header (``innergraph differential seed:
 ...``). Under each linker the run draws `count` programs (40 under the ``ci`` profile,
-`THOROUGH` under ``--hypothesis-profile=thorough``, ``INNERGRAPH_DIFF_PROGRAMS`` to
-choose), stratified (`plan`): every run covers, under every linker, each of
+`THOROUGH` under ``--hypothesis-profile=thorough``, 14 under ``repeat``;
+``INNERGRAPH_DIFF_PROGRAMS`` to choose), stratified (`plan`): every run covers, under every linker, each of
 `FEATURES` (sit-sot, mit-sot, nit-sot, untraced and shared states, multi-tap
 sequences, ``until``, ``ifelse``, ``OpFromGraph``, nesting) and derivatives of order 1,
 2 and 3. Program ``i`` under a linker has its own seed (`program_seed`), so the programs
 differ between linkers and between runs: each run checks another slice.
 
-**Replaying.** ``INNERGRAPH_DIFF_SEED=<seed> pytest tests/test_differential.py -k
-<linker>`` runs the same programs again; a failure message also gives the program's own
-seed, its features, order and the ``Program(...)`` to paste into `FOUND`, which makes it a
-fixed regression case (run in every run, whatever the seed).
+**Replaying.** ``INNERGRAPH_DIFF_SEED=<seed> pytest
+'tests/test_differential.py::test_innergraph_gives_vanilla_numbers[<linker>]'`` runs the same
+programs again (``-k <linker>`` would match every test: the file name holds ``py``). A
+failure message also gives each failing program's own seed, wanted feature and order (a
+``compare_with_vanilla(random_program(...))`` expression that replays it alone) and its
+``Program(...)``, to paste into `FOUND`: a fixed regression case, run whatever the seed.
 
 **What fails the test.** Other numbers than vanilla's, or innergraph failing where
 vanilla runs; vanilla failing where innergraph runs, unless the difference is one of
@@ -63,9 +65,12 @@ from innergraph.testing.programs import (
 )
 from innergraph.testing.recipes import Param, Recipe, Step
 
-#: Programs per linker under ``--hypothesis-profile=thorough`` (the ``ci`` profile: `CI`).
+#: Programs per linker: the ``ci`` profile (the default), ``thorough``, and profiles with fewer
+#: examples than ``ci`` (``repeat``: CI's second run of the same code, on a patched PyTensor),
+#: which still cover every stratum.
 CI = 40
 THOROUGH = {"py": 500, "cvm": 600, "numba": 400, "jax": 500}
+FEWER = 14
 
 #: The orders of derivation of a run's programs under each linker, in proportion (shuffled by
 #: the run's seed): every order at least once; third derivatives cost most, so they are few,
@@ -136,10 +141,12 @@ def thorough() -> bool:
 
 
 def count(linker: str) -> int:
-    """Programs per linker in this run."""
+    """Programs per linker in this run (``INNERGRAPH_DIFF_PROGRAMS`` overrides the profile's)."""
     if os.environ.get("INNERGRAPH_DIFF_PROGRAMS"):
         return int(os.environ["INNERGRAPH_DIFF_PROGRAMS"])
-    return THOROUGH[linker] if thorough() else CI
+    if thorough():
+        return THOROUGH[linker]
+    return CI if settings().max_examples == settings.get_profile("ci").max_examples else FEWER
 
 
 def program_seed(run_seed: int, linker: str, index: int) -> int:
@@ -238,7 +245,8 @@ def test_innergraph_gives_vanilla_numbers(linker, differential_seed, differentia
         + "".join(f"\n  both failed: {n} x {error}" for error, n in Counter(both_failed).most_common())
         + "".join(f"\n  expected difference: {line.splitlines()[0]}" for line in expected)
     )
-    replay = f"replay: INNERGRAPH_DIFF_SEED={differential_seed} pytest tests/test_differential.py -k {linker}"
+    replay = (f"replay: INNERGRAPH_DIFF_SEED={differential_seed} pytest "
+              f"'tests/test_differential.py::test_innergraph_gives_vanilla_numbers[{linker}]'")
     assert not problems, f"{len(problems)} of {len(planned)} programs differ from vanilla ({replay}):\n" + "\n".join(problems)
     assert REQUIRED <= covered, f"the run's programs miss {sorted(REQUIRED - covered)} (a generator defect)"
     bound = BOTH_FAILED_BOUND[linker] * len(planned)
@@ -252,7 +260,7 @@ def test_every_stratum_gets_its_feature():
     """`plan` and `random_program` give every run its strata (no compilation: the generator alone)."""
     for run_seed in range(3):
         for linker in LINKERS:
-            planned = plan(run_seed, linker, CI)
+            planned = plan(run_seed, linker, CI if run_seed else FEWER)
             assert {order for p in planned for order in [p.order]} >= {1, 2, 3}
             covered: set[str] = set()
             for entry in planned:
