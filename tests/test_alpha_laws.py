@@ -5,6 +5,8 @@ compile, 100) and ``thorough`` (``--hypothesis-profile=thorough``: 3,000 for eve
 ``repeat``: 25.
 """
 
+from typing import Any
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -18,11 +20,12 @@ from pytensor.ifelse import ifelse as native_ifelse
 from pytensor.link.vm import VMLinker
 
 import innergraph
-from innergraph import call, graph_stats
+from innergraph import graph_stats
 from innergraph.testing import assert_alpha_equivalent, assert_not_alpha_equivalent
 from innergraph.testing.recipes import IDENTITIES, build_function, build_outputs, mutate, mutations, recipes, sample_arguments
 from profiles import examples
 from vanilla import vanilla_function
+from typed import call, grad
 
 
 def merged(*functions):
@@ -49,6 +52,7 @@ def test_law1_alpha_equivalent_bodies_merge_into_one_object(recipe, seed_a, seed
 def test_law2_bodies_that_differ_in_meaning_never_merge(recipe, mutation):
     changed = mutate(recipe, *mutation)
     assume(changed is not None)
+    assert changed is not None
     a = build_function(recipe).function
     b = build_function(changed).function
     assert_not_alpha_equivalent(a, b)
@@ -85,7 +89,9 @@ def classic_fgraphs_equal(first, second):
     ins_a, ins_b = inputs_for(first, "u"), inputs_for(second, "v")
     if [v.type for v in ins_a] != [v.type for v in ins_b]:
         return False
-    return equal_computations(build_outputs(first, ins_a), build_outputs(second, ins_b), ins_a, ins_b)
+    outputs_a: list[Any] = build_outputs(first, ins_a)
+    outputs_b: list[Any] = build_outputs(second, ins_b)
+    return equal_computations(outputs_a, outputs_b, ins_a, ins_b)
 
 
 FAST_RUN_REWRITES = get_default_mode().excluding("inplace").optimizer
@@ -145,7 +151,7 @@ def test_law5_lift_rewrite_lower_never_changes_results(recipe, kind, n_steps, fl
     inputs = inputs_for(recipe)
 
     def with_grads(out):
-        return [out, *pytensor.grad(out, inputs, disconnected_inputs="ignore")]
+        return [out, *grad(out, inputs, disconnected_inputs="ignore")]
 
     ours = pytensor.function(inputs, with_grads(program(recipe, kind, n_steps, flavor, inputs)), mode=VM)
     values = sample_arguments(recipe, np.random.default_rng(seed))

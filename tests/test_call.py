@@ -5,11 +5,12 @@ import pytensor
 import pytensor.tensor as pt
 import pytest
 from pytensor.compile.mode import Mode
-from pytensor.gradient import pushforward, verify_grad
+from pytensor.gradient import verify_grad
 
-from innergraph import body_of, call, graph_stats, inner_graph, unfold_inner_graphs
+from innergraph import body_of, graph_stats, inner_graph, unfold_inner_graphs
 from innergraph.graph import scope_toposort
 from innergraph.ops import runtime
+from typed import call, grad, pushforward
 
 LINKERS = ["py", "cvm", "vm", "c|py", "numba"]
 
@@ -23,7 +24,7 @@ a = pt.dscalar("a")
 
 # f(x, a) = sum(sin(x) * a) + a**2, built with a captured outer variable `a`
 f_out = call(lambda u: (pt.sin(u) * a).sum(), x) + a**2
-grads = pytensor.grad(f_out, [x, a])
+grads = grad(f_out, [x, a])
 
 
 def f_ref(xv, av):
@@ -50,7 +51,7 @@ def test_matches_vanilla_opfromgraph():
     u, v = pt.dvector(), pt.dscalar()
     ofg = OpFromGraph([u, v], [(pt.sin(u) * v).sum()])
     vanilla = ofg(x, a) + a**2
-    fn = pytensor.function([x, a], [vanilla, *pytensor.grad(vanilla, [x, a])], mode=mode("cvm"))
+    fn = pytensor.function([x, a], [vanilla, *grad(vanilla, [x, a])], mode=mode("cvm"))
     ours = pytensor.function([x, a], [f_out, *grads], mode=mode("cvm"))
     xv, av = np.linspace(-1, 1, 4), 0.7
     for got, want in zip(ours(xv, av), fn(xv, av)):
@@ -66,7 +67,7 @@ def test_verify_grad(rng):
 
 def test_second_derivative(rng):
     y = call(lambda u: pt.exp(u) * u, a)
-    d2 = pytensor.grad(pytensor.grad(y, a), a)
+    d2 = grad(grad(y, a), a)
     av = rng.normal()
     assert pytensor.function([a], d2, mode=mode("cvm"))(av) == pytest.approx(np.exp(av) * (av + 2), rel=1e-12)
 
@@ -81,7 +82,7 @@ def test_pushforward_matches_numpy():
 
 def test_gradient_of_a_disconnected_argument_is_zero():
     y = call(lambda u, w: u * 2, a, x)
-    ga, gx = pytensor.grad(y, [a, x], disconnected_inputs="ignore")
+    ga, gx = grad(y, [a, x], disconnected_inputs="ignore")
     fn = pytensor.function([a, x], [ga, gx], mode=mode("py"), on_unused_input="ignore")
     got_a, got_x = fn(1.0, np.ones(3))
     assert got_a == 2.0 and np.all(got_x == 0)
@@ -144,7 +145,7 @@ def test_nested_body_merged_with_parents_node(rng):
 
 def test_nested_gradient_matches_numpy(rng):
     y = nested_program().sum()
-    g = pytensor.function([x], pytensor.grad(y, x), mode=mode("cvm"))
+    g = pytensor.function([x], grad(y, x), mode=mode("cvm"))
     xv = rng.normal(size=3)
     np.testing.assert_allclose(g(xv), np.exp(xv) + 6 * np.exp(3 * xv) + 1, rtol=1e-12)
 

@@ -6,7 +6,8 @@ import pytensor.tensor as pt
 import pytest
 from pytensor.compile.mode import Mode
 
-from innergraph import call, inner_graph
+from innergraph import inner_graph
+from typed import call
 
 LINKERS = ["py", "cvm", "numba"]
 

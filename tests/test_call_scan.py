@@ -14,7 +14,8 @@ from pytensor.compile.builders import OpFromGraph
 from pytensor.compile.mode import Mode
 
 import innergraph
-from innergraph import call, graph_stats
+from innergraph import graph_stats
+from typed import call, grad
 
 x, a, b, c = pt.dvector("x"), pt.dscalar("a"), pt.dscalar("b"), pt.dscalar("c")
 INPUTS = [x, a, b, c]
@@ -41,7 +42,7 @@ def _evaluate(outputs, selected, linker):
     mode = Mode(linker=linker, optimizer="fast_run")
     chosen = [outputs[i] for i in selected]
     cost = sum(v.sum() for v in chosen)
-    grads = pytensor.grad(cost, [a, b, c], disconnected_inputs="ignore")
+    grads = grad(cost, [a, b, c], disconnected_inputs="ignore")
     fn = pytensor.function(INPUTS, chosen + grads, mode=mode, on_unused_input="ignore")
     return fn, [np.asarray(v) for v in fn(*SAMPLE)]
 

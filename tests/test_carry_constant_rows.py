@@ -28,6 +28,7 @@ from innergraph.rewriting.signature import consumers
 from innergraph.rewriting.simplify import simplify_consumers
 from innergraph.slots import Meaning
 from vanilla import vanilla_values
+from typed import grad
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -42,7 +43,7 @@ def _garch_like():
 
     _, ys = pytensor.scan(step, outputs_info=[pt.constant(0.5, dtype="float64"), None], non_sequences=[a], n_steps=20, return_updates=False)
     cost = ys.sum()
-    return [a], [cost, pytensor.grad(cost, a)]
+    return [a], [cost, grad(cost, a)]
 
 
 def _before_the_consumer_rewrites():

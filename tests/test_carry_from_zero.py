@@ -9,6 +9,8 @@ compiled function. Carrying from zero reads it once again (``B[::-1]``) and keep
 carried loop (no buffer written per step).
 """
 
+from typing import Any
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -19,12 +21,13 @@ from pytensor.tensor.subtensor import IncSubtensor, Subtensor
 
 from innergraph.stats import graph_stats
 from vanilla import vanilla_function
+from typed import grad
 
 Y = np.random.default_rng(21).normal(size=60)
 THETA = np.array([-2.0, -1.0, 1.5])
 
 
-def _garch():
+def _garch() -> tuple[list, Any]:
     """The GARCH(1,1) log-likelihood and its gradient in ``theta``."""
     theta = pt.dvector("theta")
     omega, alpha, beta = pt.exp(theta[0]), pt.sigmoid(theta[1]), pt.sigmoid(theta[2])
@@ -36,7 +39,7 @@ def _garch():
         return_updates=False,
     )
     ll = (-0.5 * (pt.log(s2) + Y[1:] ** 2 / s2)).sum()
-    return [theta], [ll, pytensor.grad(ll, theta)]
+    return [theta], [ll, grad(ll, theta)]
 
 
 MODE = Mode(linker="numba", optimizer="fast_run")
@@ -54,7 +57,7 @@ def compiled():
 
 
 def _gradient_loop(fn):
-    (loop,) = [n for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, Scan) and n.op.name.startswith("grad_of")]
+    (loop,) = [n for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, Scan) and (n.op.name or "").startswith("grad_of")]
     return loop
 
 

@@ -12,6 +12,7 @@ from pytensor.scan.utils import until
 import innergraph
 from innergraph import checkpoint
 from innergraph.checkpoint_bench import peak_bytes
+from typed import grad as grad_of
 from filters import filter_loglik
 
 CVM = Mode(linker="cvm", optimizer="fast_run")
@@ -57,9 +58,9 @@ def _values(n, rng):
 def _gradients(policy, order=1):
     with checkpoint.checkpointing(policy):
         cost = _model()
-        grads = pytensor.grad(cost, INPUTS)
+        grads = grad_of(cost, INPUTS)
         if order == 2:
-            grads = pytensor.grad(grads[4] + grads[3], [w, b0, a0])
+            grads = grad_of(grads[4] + grads[3], [w, b0, a0])
     return [cost, *grads]
 
 
@@ -116,8 +117,8 @@ def _small(x_, w_):
 
 def _small_derivatives(policy, mode):
     with checkpoint.checkpointing(policy):
-        (g,) = pytensor.grad(_small(x, w), [w])
-        outs = [g, *pytensor.grad(g, [x, w])]
+        (g,) = grad_of(_small(x, w), [w])
+        outs = [g, *grad_of(g, [x, w])]
     return pytensor.function([x, w], outs, mode=mode)
 
 
@@ -134,9 +135,9 @@ def test_second_derivative(rng):
 def test_py_linker(rng):
     py = Mode(linker="py", optimizer="fast_run")
     with innergraph.uninstalled():
-        reference = pytensor.function([x, w], pytensor.grad(_small(x, w), [x, w]), mode=py)
+        reference = pytensor.function([x, w], grad_of(_small(x, w), [x, w]), mode=py)
     with checkpoint.checkpointing(3):
-        checked = pytensor.function([x, w], pytensor.grad(_small(x, w), [x, w]), mode=py)
+        checked = pytensor.function([x, w], grad_of(_small(x, w), [x, w]), mode=py)
     assert _segment_loops(checked)
     for n in (2, 9):
         values = (rng.normal(size=n), 0.7)
@@ -144,9 +145,9 @@ def test_py_linker(rng):
 
 
 def test_numba(rng):
-    fn = pytensor.function([x, w], pytensor.grad(_small(x, w), [x, w]), mode=NUMBA)
+    fn = pytensor.function([x, w], grad_of(_small(x, w), [x, w]), mode=NUMBA)
     with checkpoint.checkpointing("sqrt"):
-        checked = pytensor.function([x, w], pytensor.grad(_small(x, w), [x, w]), mode=NUMBA)
+        checked = pytensor.function([x, w], grad_of(_small(x, w), [x, w]), mode=NUMBA)
     for n in (5, 23):
         values = (rng.normal(size=n), 0.7)
         _assert_close(checked(*values), fn(*values))
@@ -159,7 +160,7 @@ def test_verify_grad(rng):
 
 def test_builder_option(unchecked, rng):
     cost = _model(build_scan=innergraph.scan, checkpoint=4)
-    fn = pytensor.function(INPUTS, [cost, *pytensor.grad(cost, INPUTS)], mode=CVM)
+    fn = pytensor.function(INPUTS, [cost, *grad_of(cost, INPUTS)], mode=CVM)
     assert len(_segment_loops(fn)) == 1
     for n in (3, 13):
         values = _values(n, rng)
@@ -170,7 +171,7 @@ def test_a_node_policy_overrides_the_default():
     with checkpoint.checkpointing("sqrt"):
         cost = _model()
         checkpoint.mark(cost.owner.inputs[0].owner.inputs[0], None)  # whichever read of the loop
-        grads = pytensor.grad(cost, [w])
+        grads = grad_of(cost, [w])
     fn = pytensor.function(INPUTS, grads, mode=CVM, on_unused_input="ignore")
     assert _segment_loops(fn) == []
 
@@ -183,11 +184,11 @@ def test_unsupported_loops_keep_pytensors_gradient(rng):
             outputs_info=[pt.constant(1.5, dtype="float64")],
             n_steps=50,
         )
-        grad = pytensor.grad(s[-1], k)
+        grad = grad_of(s[-1], k)
     fn = pytensor.function([k], grad, mode=CVM)
     assert _segment_loops(fn) == []
     with innergraph.uninstalled():
-        ref = pytensor.function([k], pytensor.grad(pytensor.scan(
+        ref = pytensor.function([k], grad_of(pytensor.scan(
             lambda s: (s * k, until(s > 100)),
             outputs_info=[pt.constant(1.5, dtype="float64")],
             n_steps=50,
@@ -210,7 +211,7 @@ def _filter_gradient(policy):
 
     ll = filter_loglik(y, phi, q)
     with checkpoint.checkpointing(policy):
-        grads = pytensor.grad(ll[-1], [phi, q])
+        grads = grad_of(ll[-1], [phi, q])
     return pytensor.function([y, phi, q], [ll[-1], *grads], mode=CVM)
 
 

@@ -8,6 +8,8 @@ loop's arguments (`innergraph.rewriting.carry.enclosing_bindings`), and the
 cotangents become carried states instead of traced mit-mots.
 """
 
+from typing import Any
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -18,6 +20,7 @@ from pytensor.scan.op import Scan as NativeScan
 
 from innergraph import checkpoint
 from innergraph.rewriting.lengths import length_offset
+from typed import grad
 from filters import filter_loglik
 
 MODES = {linker: Mode(linker=linker, optimizer="fast_run") for linker in ("py", "cvm", "numba")}
@@ -25,8 +28,8 @@ MODES = {linker: Mode(linker=linker, optimizer="fast_run") for linker in ("py", 
 
 def test_length_offset_follows_bound_params():
     n = pt.lscalar("n")
-    buffer_param = NominalVariable(901, pt.dvector().type)
-    steps_param = NominalVariable(902, pt.lscalar().type)
+    buffer_param: Any = NominalVariable(901, pt.dvector().type)  # a tensor param: indexable
+    steps_param: Any = NominalVariable(902, pt.lscalar().type)
     # the gradient's form: zeros(n + 1) written at its first row and reversed
     buffer = pt.inc_subtensor(buffer_param[-1], 1.0)[::-1]
     assert length_offset(buffer, steps_param) is None  # params alone prove nothing
@@ -41,13 +44,13 @@ def test_length_offset_follows_bound_params():
     assert length_offset(buffer, steps_param, [unrelated]) is None
 
 
-def _filter(policy, wrt_y):
+def _filter(policy, wrt_y) -> tuple[list, Any]:
     """A mean, a variance and a log-likelihood carried over one series; gradient w.r.t. two non-sequences (and the series)."""
     y, phi, q = pt.dvector("y"), pt.dscalar("phi"), pt.dscalar("q")
 
     ll = filter_loglik(y, phi, q)
     with checkpoint.checkpointing(policy):
-        grads = pytensor.grad(ll[-1], [phi, q, y] if wrt_y else [phi, q])
+        grads = grad(ll[-1], [phi, q, y] if wrt_y else [phi, q])
     return [y, phi, q], [ll[-1], *grads]
 
 

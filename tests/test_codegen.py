@@ -15,6 +15,7 @@ from innergraph.consumer import Capabilities, Iterate, register_consumer
 from innergraph.ops.loop import ForiLoop, WhileLoop
 from innergraph.semantics import loop_plan
 from innergraph.slots import FORMS
+from typed import grad, pushforward
 
 from test_consumer_api import example
 
@@ -84,7 +85,12 @@ def compiled(request):
     return request.param, _compiled(request.param)
 
 
-@pytest.fixture(scope="module", params=["numba", "py"])
+@pytest.fixture(scope="module", params=[
+    "numba",
+    # found when this case got its assertion (issue 37): design/examples/repeat.py's Repeat.run returns
+    # its input arrays as its outputs when it runs no step, with no view_map (py and cvm)
+    pytest.param("py", marks=pytest.mark.xfail(strict=True, reason="the worked example returns its inputs at zero steps")),
+])
 def compiled_mutable(request):
     """The backends whose results are mutable arrays (JAX arrays are immutable: nothing to alias)."""
     return request.param, _compiled(request.param)
@@ -165,7 +171,7 @@ def test_jax_pullback_of_fori_and_bounded_while():
     fori = innergraph.fori_loop(0, 4, lambda i, s: pt.sin(s) * a + pt.cast(i, "float64"), xs)
     bounded = innergraph.while_loop(lambda s: pt.sum(s) < 50.0, lambda s: s * a + 1.0, xs, max_steps=6)
     cost = pt.sum(fori**2) + pt.sum(bounded)
-    grads = pytensor.grad(cost, [xs, a])
+    grads = grad(cost, [xs, a])
     args = (np.array([0.3, -0.2]), 1.7)
     want = pytensor.function([xs, a], [cost, *grads], mode=Mode(linker="py", optimizer="fast_run"))(*args)
     got = pytensor.function([xs, a], [cost, *grads], mode="JAX")(*args)
@@ -179,7 +185,7 @@ def test_jax_fori_with_symbolic_bounds_values_and_derivatives():
     lo, hi = pt.lscalar("lo"), pt.lscalar("hi")
     xs = pt.dvector("xs")
     fori = innergraph.fori_loop(lo, hi, lambda i, s: (pt.sin(s[0]) * a + pt.cast(i, "float64"), s[1] + i), (xs, pt.constant(0, dtype="int64")))
-    tangent = pytensor.gradient.pushforward(fori[0], [xs, a], [pt.ones_like(xs), pt.constant(0.5)], use_op_pushforward=True)
+    tangent = pushforward(fori[0], [xs, a], [pt.ones_like(xs), pt.constant(0.5)], use_op_pushforward=True)
     outs = [fori[0], fori[1], tangent]
     got_fn = pytensor.function([xs, a, lo, hi], outs, mode="JAX")
     py_mode = Mode(linker="py", optimizer="fast_run")
@@ -199,7 +205,7 @@ def test_jax_fori_with_symbolic_bounds_values_and_derivatives():
             np.testing.assert_allclose(np.asarray(g), w, rtol=1e-12)
     scan = pytensor.scan(lambda i, s: pt.sin(s) * a + pt.cast(i, "float64"), sequences=[pt.arange(lo, hi)], outputs_info=[xs], return_updates=False)[-1]
     wrt = [xs, a]
-    grads = pytensor.function([xs, a, lo, hi], [*pytensor.grad(pt.sum(fori[0] ** 2), wrt), *pytensor.grad(pt.sum(scan**2), wrt)], mode=py_mode)
+    grads = pytensor.function([xs, a, lo, hi], [*grad(pt.sum(fori[0] ** 2), wrt), *grad(pt.sum(scan**2), wrt)], mode=py_mode)
     for lo_, hi_ in [(2, 6), (-1, 3)]:
         g = grads(x0, 1.7, lo_, hi_)
         for ours, scans in zip(g[:2], g[2:], strict=True):
@@ -215,7 +221,7 @@ def test_jax_fori_reverse_mode_with_symbolic_bounds_runs_eagerly_with_py_values(
     lo, hi = pt.lscalar("lo"), pt.lscalar("hi")
     xs = pt.dvector("xs")
     fori = innergraph.fori_loop(lo, hi, lambda i, s: pt.sin(s) * a + pt.cast(i, "float64"), xs)
-    outs = [fori, *pytensor.grad(pt.sum(fori**2), [xs, a])]
+    outs = [fori, *grad(pt.sum(fori**2), [xs, a])]
     jax_fn = pytensor.function([xs, a, lo, hi], outs, mode="JAX")
     py_fn = pytensor.function([xs, a, lo, hi], outs, mode=Mode(linker="py", optimizer="fast_run"))
     scans = [n for n in jax_fn.maker.fgraph.apply_nodes if isinstance(n.op, NativeScan)]
@@ -225,7 +231,7 @@ def test_jax_fori_reverse_mode_with_symbolic_bounds_runs_eagerly_with_py_values(
         for got, want in zip(jax_fn(x0, 1.7, lo_, hi_), py_fn(x0, 1.7, lo_, hi_), strict=True):
             np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12, err_msg=f"range({lo_}, {hi_})")
     fixed = innergraph.fori_loop(0, 4, lambda i, s: pt.sin(s) * a, xs)
-    fixed_fn = pytensor.function([xs, a], pytensor.grad(pt.sum(fixed), xs), mode="JAX")
+    fixed_fn = pytensor.function([xs, a], grad(pt.sum(fixed), xs), mode="JAX")
     from innergraph.backends.jax import _has_dynamic_loop
 
     assert not _has_dynamic_loop(fixed_fn.maker.fgraph)  # a static trip count keeps PyTensor's jit
@@ -295,7 +301,7 @@ def test_declarations_that_cannot_run_are_errors_naming_the_consumer():
     with pytest.raises(ValueError, match=r"register_consumer\(_Plain\).*Branch semantics are for lazy consumers of two bodies"):
         register_consumer(_Plain, dataclasses.replace(form, semantics=innergraph.consumer.Branch()))
     with pytest.raises(ValueError, match=r"register_consumer\(_Plain\).*semantics must be an Iterate"):
-        register_consumer(_Plain, dataclasses.replace(form, semantics="while"))
+        register_consumer(_Plain, dataclasses.replace(form, semantics="while"))  # type: ignore[arg-type]  # the wrong type is the test
     assert _Plain not in FORMS
     # not counted, no condition, no bound: a loop that could never stop
     register_consumer(_Plain, dataclasses.replace(form, capabilities=Capabilities(loop=True), loop_key=None))
@@ -319,7 +325,7 @@ def test_a_body_output_read_by_two_slots_gives_two_arrays():
 
     lim = pt.dscalar("lim")
     s = innergraph.while_loop(lambda s: s < lim, lambda s: s * a + pt.sin(s) * 0.1 + 0.05, x, max_steps=12)
-    outs = [s, *pytensor.grad(s**2, [x, a])]
+    outs = [s, *grad(s**2, [x, a])]
     numba_fn = pytensor.function([x, a, lim], outs, mode=Mode(linker="numba", optimizer="fast_run"))
     py_fn = pytensor.function([x, a, lim], outs, mode=Mode(linker="py", optimizer="fast_run"))
     for limit in (-10.0, 0.5, 1e9):  # no step, a few, max_steps

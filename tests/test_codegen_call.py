@@ -16,6 +16,7 @@ import innergraph
 from innergraph.convert import lift_graph
 from innergraph.ops.call import Call
 from innergraph.semantics import once_plan
+from typed import call, grad, pushforward
 
 x, a = pt.dvector("x"), pt.dscalar("a")
 
@@ -24,22 +25,22 @@ def overridden():
     """``sin`` as an OpFromGraph whose pullback (``10 g``) and pushforward (``3 t``) are overridden, lifted to a `Call`."""
     xi = pt.dvector("xi")
     ofg = OpFromGraph([xi], [pt.sin(xi)], pullback=lambda ins, outs, gs: [gs[0] * 10.0], pushforward=lambda ins, ts: [ts[0] * 3.0])
-    (out,) = lift_graph([ofg(x)])
+    (out,) = lift_graph(ofg.make_node(x).outputs)
     assert isinstance(out.owner.op, Call) and out.owner.op.n_functions == 3
     return out
 
 
 def graph():
-    plain = innergraph.call(lambda v: (v**2).sum() * a, x)
-    pair = innergraph.call(lambda v: (v * 2.0, v.sum()), x)
-    nested = innergraph.call(lambda v: innergraph.call(lambda w: pt.exp(w) * a, v) * 2.0 + 1.0, x)
+    plain = call(lambda v: (v**2).sum() * a, x)
+    pair = call(lambda v: (v * 2.0, v.sum()), x)
+    nested = call(lambda v: call(lambda w: pt.exp(w) * a, v) * 2.0 + 1.0, x)
     over = overridden()
-    in_fori = innergraph.fori_loop(0, 3, lambda i, s: innergraph.call(lambda w: w * a + 1.0, s), x)
-    in_while = innergraph.while_loop(lambda s: s.sum() < 100.0, lambda s: innergraph.call(lambda w: w * 2.0 + 1.0, s), x)
+    in_fori = innergraph.fori_loop(0, 3, lambda i, s: call(lambda w: w * a + 1.0, s), x)
+    in_while = innergraph.while_loop(lambda s: s.sum() < 100.0, lambda s: call(lambda w: w * 2.0 + 1.0, s), x)
     values = [plain, *pair, nested, over, in_fori, in_while]
     cost = plain + pt.sum(nested) + pt.sum(over) + pt.sum(in_fori)
-    grads = pytensor.grad(cost, [x, a])
-    tangent = pytensor.gradient.pushforward(over, [x], [pt.ones_like(x)], use_op_pushforward=True)
+    grads = grad(cost, [x, a])
+    tangent = pushforward(over, [x], [pt.ones_like(x)], use_op_pushforward=True)
     return [*values, *grads, tangent]
 
 
@@ -126,8 +127,10 @@ def test_call_conversions_are_the_generated_ones():
 def test_a_call_whose_slots_do_not_bind_every_param_is_an_error_naming_it():
     from innergraph.slots import FORMS
 
-    node = innergraph.call(lambda v, w: v + w, x, x).owner
-    header, slots = FORMS[Call].split(node)
+    node = call(lambda v, w: v + w, x, x).owner
+    split = FORMS[Call].split(node)
+    assert split is not None
+    header, slots = split
     with pytest.MonkeyPatch.context() as mp:
         import dataclasses
 

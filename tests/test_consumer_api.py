@@ -6,6 +6,8 @@ import pathlib
 import sys
 import warnings
 
+from typing import Any
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -27,6 +29,7 @@ def _load_example():
     if "repeat_example" in sys.modules:
         return sys.modules["repeat_example"]
     spec = importlib.util.spec_from_file_location("repeat_example", EXAMPLE)
+    assert spec is not None and spec.loader is not None, EXAMPLE
     module = importlib.util.module_from_spec(spec)
     sys.modules["repeat_example"] = module  # pickles of the example's Op find its class here
     spec.loader.exec_module(module)
@@ -37,7 +40,7 @@ example = _load_example()
 
 
 def _dummy_form(**changes):
-    base = dict(
+    base: dict[str, Any] = dict(
         n_bodies=1, param_order=("a",), output_order=("o",), arg_order=("a",), result_order=("o",),
         split=lambda node: None, make=lambda *args: None, functions=lambda node: [],
         kinds=(SlotKind("a", Meaning.INVARIANT), SlotKind("o", Meaning.OUTPUT)),
@@ -52,7 +55,7 @@ class _Dummy:
 
 def test_unknown_meaning_is_an_error_at_registration():
     with pytest.raises(ValueError, match=r"slot kind 'a' has unknown meaning 'argument'.*known meanings"):
-        register_consumer(_Dummy, _dummy_form(kinds=(SlotKind("a", "argument"), SlotKind("o", Meaning.OUTPUT))))
+        register_consumer(_Dummy, _dummy_form(kinds=(SlotKind("a", "argument"), SlotKind("o", Meaning.OUTPUT))))  # type: ignore[arg-type]  # the wrong meaning is the test
     with pytest.raises(ValueError, match=r"param_order names undeclared slot kinds \['b'\]"):
         register_consumer(_Dummy, _dummy_form(param_order=("b",)))
     with pytest.raises(ValueError, match="binds bodies"):
@@ -60,7 +63,8 @@ def test_unknown_meaning_is_an_error_at_registration():
     with pytest.raises(ValueError, match="loop_key"):
         register_consumer(_Dummy, _dummy_form(loop_key=lambda sig: 0))
     assert _Dummy not in FORMS
-    form = register_consumer(_Dummy, _dummy_form(kinds=(SlotKind("a", "invariant"), SlotKind("o", "output"))))
+    # meanings given as their values, as registration accepts (SlotKind's annotation says Meaning)
+    form = register_consumer(_Dummy, _dummy_form(kinds=(SlotKind("a", "invariant"), SlotKind("o", "output"))))  # type: ignore[arg-type]
     try:
         assert form.kind("a").meaning is Meaning.INVARIANT  # given as its value
     finally:

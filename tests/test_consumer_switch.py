@@ -23,6 +23,7 @@ from pytensor.raise_op import Assert
 import innergraph
 from innergraph.consumer import BodyTypeError, body_of
 from innergraph.testing import OpCase, check_inner_graph_op
+from typed import grad
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -159,7 +160,7 @@ def _gradient():
     i, x, a = pt.lscalar("i"), pt.dvector("x"), pt.dscalar("a")
     y, z = example.switch(i, [lambda v: (pt.exp(v) * a, v.sum()), lambda v: (v * v, pt.sum(v) * a), lambda v: (pt.sin(v), a * 1.0)], x)
     cost = (y * y).sum() + 3.0 * z
-    return [i, x, a], pytensor.grad(cost, [x, a])
+    return [i, x, a], grad(cost, [x, a])
 
 
 def _vanilla_gradient():
@@ -170,7 +171,7 @@ def _vanilla_gradient():
         y = ifelse(pt.eq(k, 0), pt.exp(x) * a, ifelse(pt.eq(k, 1), x * x, pt.sin(x)))
         z = ifelse(pt.eq(k, 0), x.sum(), ifelse(pt.eq(k, 1), pt.sum(x) * a, a * 1.0))
         cost = (y * y).sum() + 3.0 * z
-        return pytensor.function([i, x, a], pytensor.grad(cost, [x, a]), mode=Mode(linker="cvm", optimizer="fast_run"))
+        return pytensor.function([i, x, a], grad(cost, [x, a]), mode=Mode(linker="cvm", optimizer="fast_run"))
 
 
 def _cost_numpy(i, x, a):
@@ -207,7 +208,7 @@ def _in_a_loop():
         return s + example.switch(i, [lambda v: v * a, lambda v: pt.exp(v) - a, lambda v: example.switch(i - 2, inner, v)], s * 0.5 + x)
 
     last = pytensor.scan(step, sequences=[xs], outputs_info=[pt.as_tensor(np.float64(0.0))], return_updates=False)[-1]
-    return [xs, a], [last, *pytensor.grad(last, [xs, a])]
+    return [xs, a], [last, *grad(last, [xs, a])]
 
 
 def _in_a_loop_numpy(xs, a):

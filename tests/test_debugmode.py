@@ -33,6 +33,7 @@ from innergraph.debugmode import forget_hidden
 from innergraph.graph import InnerGraph
 from innergraph.ops.ifelse import IfElse
 from innergraph.rewriting.db import unregister
+from typed import grad as grad_of
 
 #: The reference's mode: vanilla PyTensor, compiled with innergraph uninstalled (`_vanilla`).
 CVM = Mode(linker="cvm", optimizer="fast_run")
@@ -42,7 +43,7 @@ Graph = tuple[list[Any], list[Any], list[Any]]  # inputs, outputs, input values
 
 def _with_grads(inputs: list[Any], out: Any, values: list[Any]) -> Graph:
     cost = out if out.ndim == 0 else out.sum()
-    return inputs, [out, *pytensor.grad(cost, inputs, disconnected_inputs="ignore")], values
+    return inputs, [out, *grad_of(cost, inputs, disconnected_inputs="ignore")], values
 
 
 X_VALUE, A_VALUE = np.array([0.3, -0.8, 1.2]), 0.7
@@ -92,7 +93,8 @@ def op_from_graph(variant: str) -> Graph:
     u, w = pt.dvector(), pt.dscalar()
     build = innergraph.op_from_graph if variant == "innergraph" else OpFromGraph
     op = build([u, w], [pt.exp(u) * w + u])
-    y = op(x, a) + op(x * 2, a)
+    first: Any = op(x, a)  # one output each
+    y = first + op(x * 2, a)
     return _with_grads([x, a], y, [X_VALUE, A_VALUE])
 
 
@@ -102,7 +104,7 @@ def inner_graph_consumers(variant: str) -> Graph:
     if variant == "innergraph":
         f = innergraph.inner_graph(lambda u, w: pt.tanh(u) * w, [pt.dvector, pt.dscalar]).function
         g = innergraph.inner_graph(lambda u, w: u * w + 1, [pt.dvector, pt.dscalar]).function
-        called = innergraph.call(f, x, a)
+        called: Any = innergraph.call(f, x, a)  # one output
         chosen = IfElse(2).make_node(a > 0, innergraph.fold_function(f), innergraph.fold_function(g), x, a, x, a).outputs[0]
     else:
         called = pt.tanh(x) * a
@@ -239,7 +241,7 @@ def test_debugmode_lowers_for_pytensors_own_runtime_whatever_the_default_mode():
 
     s0, k = pt.dvector("s0"), pt.dscalar("k")
     trace = pytensor.scan(lambda s: s * k + 3.0, outputs_info=[s0], n_steps=3, return_updates=False)
-    grad = pytensor.grad(trace[-1].sum(), [k])
+    grad = grad_of(trace[-1].sum(), [k])
     sample = (np.array([1.0, 2.0]), 2.5)
     with pytensor.config.change_flags(mode="NUMBA"):
         fn = pytensor.function([s0, k], grad, mode=DEBUG)
@@ -251,7 +253,7 @@ def test_debugmode_lowers_for_pytensors_own_runtime_whatever_the_default_mode():
     with pytensor.config.change_flags(mode="NUMBA"):  # the same loops as for PyTensor's cvm runtime
         thunks = pytensor.function([s0, k], grad, mode=Mode(linker="cvm", optimizer="fast_run"))
 
-    def forms(f: Any) -> list[tuple[str, Any]]:
+    def forms(f: Any) -> list[tuple[str | None, Any]]:
         return sorted((n.op.name, n.op.info) for n in f.maker.fgraph.apply_nodes if isinstance(n.op, NativeScan))
 
     assert forms(fn) == forms(thunks) and len(forms(fn)) == 2

@@ -3,6 +3,8 @@ stored-trace gradient (py, cvm, numba) when the loop stops after its first step 
 after two (one extra), in between and at ``max_steps`` (1, 2 and 12), the segmented form in the
 compiled graph, the policy's checks."""
 
+from typing import Any
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -11,6 +13,7 @@ from pytensor.compile.mode import Mode
 from pytensor.scan.op import Scan as NativeScan
 
 import innergraph
+from typed import grad
 
 x0, w, lim = pt.dscalar("x0"), pt.dscalar("w"), pt.dscalar("lim")
 v0 = pt.dvector("v0")
@@ -28,7 +31,7 @@ def _step(s):
 def _gradients(policy, max_steps):
     a, v = innergraph.do_while(_step, lambda s: s[0] < lim, (x0, v0), max_steps=max_steps, checkpoint=policy)
     cost = a**2 + (v**3).sum()
-    return [cost, *pytensor.grad(cost, [x0, v0, w])]
+    return [cost, *grad(cost, [x0, v0, w])]
 
 
 def _segment_loops(fn):
@@ -60,7 +63,7 @@ def test_the_checkpointed_gradient_runs_the_segmented_loops(functions):
 def test_the_initial_values_receive_their_cotangent(functions):
     """The trial that kept do_while out lost the initial value's cotangent: compare with finite differences."""
     fn = functions[12, "sqrt"]
-    values = [0.3, np.array([0.1, -0.2, 0.3]), 0.8, 0.5]
+    values: list[Any] = [0.3, np.array([0.1, -0.2, 0.3]), 0.8, 0.5]
     cost, g_x0, *_ = fn(*values)
     eps = 1e-6
     shifted = fn(values[0] + eps, *values[1:])[0]

@@ -27,6 +27,7 @@ import innergraph  # noqa: F401  (installs the rewrites)
 from innergraph.rewriting.outer import local_fill_read_by_consumers
 from innergraph.slots import form_of
 from vanilla import vanilla_values
+from typed import grad as grad_of
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -42,7 +43,7 @@ def _cost_and_gradient(n_steps):
 
     _, ys = pytensor.scan(step, outputs_info=[pt.constant(0.5, dtype="float64"), None], non_sequences=[a], n_steps=n_steps, return_updates=False)
     cost = ys.sum()
-    return [a], [cost, pytensor.grad(cost, a)]
+    return [a], [cost, grad_of(cost, a)]
 
 
 def _rewritten(outputs_and_inputs, *excluded, cutoff=1.49):

@@ -20,6 +20,7 @@ from pytensor.tensor.slinalg import SolveTriangular
 
 import innergraph  # noqa: F401  (installs the rewrites)
 from vanilla import vanilla_values
+from typed import grad
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -54,7 +55,7 @@ def _vanilla(point, wrt):
 
     def build():
         inputs, cost, w = _graph()
-        return inputs, [cost, pytensor.grad(cost, wrt(inputs, w))]
+        return inputs, [cost, grad(cost, wrt(inputs, w))]
 
     return vanilla_values(build, point, get_mode("FAST_RUN"))
 
@@ -84,7 +85,7 @@ def _count(fn, op_class):
 
 def test_the_solve_of_a_carried_cotangent_overwrites_it(graph, point):
     inputs, cost, _ = graph
-    outputs = [cost, pytensor.grad(cost, inputs[1])]
+    outputs = [cost, grad(cost, inputs[1])]
     mode = get_mode("FAST_RUN")
     fn = pytensor.function(inputs, outputs, mode=mode)
     without = pytensor.function(inputs, outputs, mode=mode.excluding("innergraph_fresh_carries"))
@@ -98,7 +99,7 @@ def test_the_solve_of_a_carried_cotangent_overwrites_it(graph, point):
 
 def test_a_carry_no_in_place_op_reads_keeps_its_constant(graph, point):
     inputs, cost, w = graph
-    outputs = [cost, pytensor.grad(cost, w)]  # the accumulated cotangent itself is the output
+    outputs = [cost, grad(cost, w)]  # the accumulated cotangent itself is the output
     mode = get_mode("FAST_RUN")
     fn = pytensor.function(inputs, outputs, mode=mode)
     without = pytensor.function(inputs, outputs, mode=mode.excluding("innergraph_fresh_carries"))

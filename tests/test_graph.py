@@ -17,12 +17,11 @@ from innergraph import (
     InnerGraphType,
     ParamError,
     body_of,
-    call,
     inner_graph,
-    param,
 )
 from innergraph.fold import always_computed, visible_nodes
 from innergraph.graph import scope_leaves, scope_toposort, used_params
+from typed import call, param
 
 dscalar = pt.dscalar().type
 dvector = pt.dvector().type
@@ -37,7 +36,7 @@ def test_params_are_interned_per_id_and_type():
 def test_inner_graph_node_signature_and_equality():
     ftype = InnerGraphType([dscalar, dscalar], [dscalar])
     out = param(0, dscalar) + param(1, dscalar)
-    f = InnerGraph(ftype)(out)
+    f = InnerGraph(ftype).make_node(out).outputs[0]
     assert f.type == ftype
     assert InnerGraph(ftype) == InnerGraph(InnerGraphType([dscalar, dscalar], [dscalar]))
     assert InnerGraph(ftype) != InnerGraph(InnerGraphType([dscalar, dvector], [dscalar]))
@@ -63,8 +62,8 @@ def test_nested_body_reading_its_parents_param_is_rejected():
     with pytest.raises(ParamError, match="out of range"):
         InnerGraph(InnerGraphType([dscalar], [dscalar]))(param(0, dscalar) * param(1, dscalar))
     # Received as an argument, the same computation is fine and reuses ids 0 and 1.
-    nested = InnerGraph(InnerGraphType([dscalar, dscalar], [dscalar]))(param(0, dscalar) * param(1, dscalar))
-    outer = InnerGraph(InnerGraphType([dscalar, dscalar], [dscalar]))(call(nested, param(0, dscalar), param(1, dscalar)))
+    nested = InnerGraph(InnerGraphType([dscalar, dscalar], [dscalar])).make_node(param(0, dscalar) * param(1, dscalar)).outputs[0]
+    outer = InnerGraph(InnerGraphType([dscalar, dscalar], [dscalar])).make_node(call(nested, param(0, dscalar), param(1, dscalar))).outputs[0]
     assert body_of(outer).type.param_types == (dscalar, dscalar)
 
 

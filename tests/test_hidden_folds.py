@@ -16,6 +16,8 @@ the ``AdvancedIncSubtensor`` that builds ``diag(0 * ...)``; with it, the body is
 compiled with canonicalize and both are gone.
 """
 
+from typing import Any
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -68,7 +70,7 @@ def test_a_blocking_client_outside_the_body_does_not_count():
     assert all(isinstance(i, Constant) for i in zero.owner.inputs)
 
 
-def _graph():
+def _graph() -> tuple[list, Any]:
     seq, x0, w = pt.matrix("seq", shape=(None, 2)), pt.matrix("x0", shape=(2, 2)), pt.vector("w", shape=(2,))
 
     def step(s, P):

@@ -1,3 +1,5 @@
+# mypy: disable-error-code="override"
+# (this file's Ops and linkers declare make_node with the arguments they take, as PyTensor's own do)
 """The in-graph IfElse: lazy in every linker, gradients, sharing, merging, lift/lower."""
 
 import numpy as np
@@ -13,11 +15,12 @@ from pytensor.ifelse import ifelse as vanilla_ifelse
 from pytensor.raise_op import Assert
 
 import innergraph
-from innergraph import graph_stats, ifelse, lift, lower
+from innergraph import graph_stats, lift, lower
 from innergraph.fold import folded_bodies
 from innergraph.graph import scope_toposort
 from innergraph.ops.ifelse import IfElse
 from vanilla import vanilla_function
+from typed import grad, ifelse
 
 LINKERS = ["py", "cvm", "vm", "numba"]
 #: innergraph installed, its rewrites excluded: the consumers run as they are (not vanilla).
@@ -38,7 +41,7 @@ def program(cond_fn):
 @pytest.mark.parametrize("linker", LINKERS)
 def test_values_and_gradients_match_vanilla(linker):
     def with_grads(out):
-        return [out, *pytensor.grad(out, [a, b])]
+        return [out, *grad(out, [a, b])]
 
     fn = pytensor.function([a, b], with_grads(program(ifelse)), mode=mode(linker))
     ref = vanilla_function(lambda: ([a, b], with_grads(program(vanilla_ifelse))), get_default_mode())
@@ -54,7 +57,7 @@ def test_gradient_through_a_branch_that_reads_an_integer():
 
     def build(cond_fn):
         y = cond_fn(a > 0, pt.exp(b).sum() * k, (b**2).sum() + a)
-        return [y, *pytensor.grad(y, [a, b])]
+        return [y, *grad(y, [a, b])]
 
     fn = pytensor.function([a, b, k], build(ifelse))
     ref = vanilla_function(lambda: ([a, b, k], build(vanilla_ifelse)), get_default_mode())

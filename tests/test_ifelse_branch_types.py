@@ -39,6 +39,7 @@ def functions(request):
 def test_the_output_types_are_pytensors():
     assert [o.type.shape for o in OUTPUTS] == [(None,), (None, None)]
     built = ig_ifelse.ifelse(c, [pt.exp(a) / 3, m2 * 2], [pt.log(b), pt.sqrt(m4)])
+    assert isinstance(built, list)
     assert [o.type for o in built] == [o.type for o in OUTPUTS]
 
 

@@ -16,6 +16,7 @@ from innergraph.fold import folded_bodies
 from innergraph.graph import scope_toposort
 from innergraph.instantiate import is_large_constant
 from innergraph.ops.ifelse import IfElse
+from typed import recording
 
 
 def mode(linker):
@@ -30,7 +31,8 @@ def heavy():
 
 @pytest.fixture(scope="module")
 def compiled_numba(heavy):
-    return pytensor.function(*heavy.build("innergraph"), mode=mode("numba"))
+    inputs, outputs = heavy.build("innergraph")
+    return pytensor.function(inputs, outputs, mode=mode("numba"))
 
 
 def test_the_conditional_receives_its_large_constants_as_arguments(compiled_numba):
@@ -43,9 +45,11 @@ def test_the_conditional_receives_its_large_constants_as_arguments(compiled_numb
 
 @pytest.mark.parametrize("linker", ["py", "cvm", "numba", "jax"])
 def test_values_equal_vanilla(heavy, compiled_numba, linker):
-    fn = compiled_numba if linker == "numba" else pytensor.function(*heavy.build("innergraph"), mode=mode(linker))
+    inputs, outputs = heavy.build("innergraph")
+    fn = compiled_numba if linker == "numba" else pytensor.function(inputs, outputs, mode=mode(linker))
     with innergraph.uninstalled():
-        ref = pytensor.function(*heavy.build("vanilla"), mode=mode(linker))
+        inputs, outputs = heavy.build("vanilla")
+        ref = pytensor.function(inputs, outputs, mode=mode(linker))
     for x in (1.5, -0.5):  # the cheap branch, then the solves: the same numbers whichever runs
         values = [*heavy.values[:2], np.float64(x)]
         np.testing.assert_array_equal(fn(*values)[0], ref(*values)[0])
@@ -55,9 +59,9 @@ def test_a_large_constant_is_compared_by_identity(monkeypatch):
     from innergraph.backends.numba_code import _constant_key
 
     big = pt.constant(np.arange(100.0))
-    hashed = []
+    hashed: list = []
     signature = TensorConstant.signature
-    monkeypatch.setattr(TensorConstant, "signature", lambda self: hashed.append(self) or signature(self))
+    monkeypatch.setattr(TensorConstant, "signature", recording(hashed, signature))
     assert _constant_key(big) == ("same", big) and _constant_key(big) != _constant_key(pt.constant(np.arange(100.0)))
     assert hashed == []  # its data was never summed or hashed
     assert _constant_key(pt.constant(2.0)) == _constant_key(pt.constant(2.0))  # small ones by value
@@ -67,9 +71,9 @@ def test_a_large_constant_is_compared_by_identity(monkeypatch):
 def test_equal_outer_nodes_over_one_large_constant_convert_once(monkeypatch):
     import innergraph.backends.numba_code as code
 
-    converted = []
+    converted: list = []
     convert = code.numba_funcify_ensure_cache
-    monkeypatch.setattr(code, "numba_funcify_ensure_cache", lambda op, **kw: converted.append(op) or convert(op, **kw))
+    monkeypatch.setattr(code, "numba_funcify_ensure_cache", recording(converted, convert))
     big = np.arange(100.0)
     xs = [pt.dvector(f"x{i}") for i in range(3)]
     outs = [pt.cumsum(pt.join(0, x, pt.constant(big))) for x in xs]  # three Joins reading one large constant

@@ -8,6 +8,8 @@ innergraph lifted the Scan with ``S`` still a param and inlined it only after
 canonicalize, so the loop kept a matrix product per step.
 """
 
+from typing import Any
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -22,7 +24,7 @@ from vanilla import vanilla_function
 SELECTION = np.eye(4)[:, :3]
 
 
-def _graph():
+def _graph() -> tuple[list, Any]:
     xs, h0, s = pt.dmatrix("xs"), pt.dvector("h0"), pt.dmatrix("s")
     hs = pytensor.scan(
         lambda x, h, s: pt.tanh(pt.dot(x, s) + 0.5 * h),

@@ -9,6 +9,8 @@ first called with innergraph uninstalled) and with NumPy. Compiled functions are
 within the module (Numba compiles slowly).
 """
 
+from typing import Any
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -30,7 +32,7 @@ PY = Mode(linker="py", optimizer="fast_run")
 INPUTS = (np.linspace(-1.0, 2.0, 7), 0.7)
 
 
-def model(cond_fn, scale=2.0, dtype="float64", length=None):
+def model(cond_fn, scale=2.0, dtype="float64", length=None) -> tuple[list, Any]:
     """Two conditionals whose branches fuse (``exp``, ``*``, ``sum``); built anew on every call."""
     x = pt.tensor("x", dtype=dtype, shape=(length,))
     s = pt.scalar("s", dtype=dtype)
@@ -161,8 +163,8 @@ def test_bodies_that_differ_are_not_shared(twice, variant, differs):
     dtype = variant.get("dtype", "float64")
     xv = INPUTS[0].astype(dtype)
     vanilla = vanilla_function(lambda: model(vanilla_ifelse, **variant), NUMBA, first_call=(xv, np.asarray(1.5, dtype)))
-    for sv in (1.5, 0.7, -1.0):
-        sv = np.asarray(sv, dtype=dtype)
+    for value in (1.5, 0.7, -1.0):
+        sv = np.asarray(value, dtype=dtype)
         np.testing.assert_allclose(fn(xv, sv), vanilla(xv, sv), rtol=1e-6 if dtype == "float32" else 1e-14)
     np.testing.assert_allclose(fn(INPUTS[0].astype(dtype), np.asarray(1.5, dtype)), reference(INPUTS[0], 1.5, variant.get("scale", 2.0)), rtol=1e-5)
 

@@ -21,14 +21,15 @@ from pytensor.scan.op import Scan as NativeScan
 import innergraph
 from innergraph import graph_stats
 from innergraph.fold import unfold_inner_graphs, visible_nodes
+from typed import grad
 
 
 
 def derivatives():
     x0 = pt.scalar("x0")
     ys = pytensor.scan(lambda y: y**2, outputs_info=[x0], n_steps=4, return_updates=False)
-    h = pytensor.grad(pytensor.grad(ys[-1], x0), x0)
-    return x0, h, pytensor.grad(h, x0)
+    h = grad(grad(ys[-1], x0), x0)
+    return x0, h, grad(h, x0)
 
 
 @pytest.fixture(scope="module")

@@ -1,3 +1,5 @@
+# mypy: disable-error-code="override"
+# (this file's Ops and linkers declare make_node with the arguments they take, as PyTensor's own do)
 """innergraph's consumers under the JAX linker (`innergraph.backends.jax`).
 
 Every program is compiled once for the module (jit compiles are slowish) under the
@@ -12,6 +14,8 @@ where vanilla can compile it.
 import dataclasses
 
 import jax
+from typing import Any
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -27,12 +31,13 @@ from pytensor.scan.op import Scan as NativeScan
 from pytensor.scan.utils import until
 
 import innergraph
-from innergraph import call, ifelse, lift_graph
+from innergraph import lift_graph
 from innergraph.ops import runtime
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse
 from innergraph.ops.scan import Scan
 from vanilla import vanilla_function
+from typed import call, grad, ifelse
 
 JAX = get_mode("JAX")
 JAX_IN_GRAPH = JAX.excluding("innergraph")
@@ -65,7 +70,7 @@ def nodes_of(fn, cls):
 
 def conditional(cond_fn):
     y = cond_fn(a > 0, pt.exp(x).sum() * a, (x**2).sum() + a)
-    return [y, *pytensor.grad(y, [a, x])]
+    return [y, *grad(y, [a, x])]
 
 
 @pytest.fixture(scope="module")
@@ -121,13 +126,14 @@ def runs_of(fn, *args):
 
 @pytest.mark.parametrize("mode", list(MODES))
 def test_the_untaken_branch_never_runs_under_jit(mode):
-    ours = pytensor.function([a, x], ifelse(a > 0, Tick()(pt.exp(x)).sum(), x.sum()), mode=MODES[mode])
+    ticked: Any = Tick()(pt.exp(x))  # one output
+    ours = pytensor.function([a, x], ifelse(a > 0, ticked.sum(), x.sum()), mode=MODES[mode])
     assert runs_of(ours, 1.0, XV) == 1  # the counter works: the taken branch ticks once
     assert runs_of(ours, -1.0, XV) == 0  # lax.cond: the other branch's work is never done
     # PyTensor's own IfElse is lazy under JAX itself since PyTensor 3.3.6 (its LazyIfElse): innergraph
     # leaves it to PyTensor, with or without its rewrites, and vanilla is lazy too; PyTensor's eager
     # form (its lazy_ifelse rewrites excluded) still runs both branches
-    plain = vanilla_ifelse(a > 0, Tick()(pt.exp(x)).sum(), x.sum())
+    plain = vanilla_ifelse(a > 0, ticked.sum(), x.sum())
     assert runs_of(pytensor.function([a, x], plain, mode=MODES[mode]), -1.0, XV) == 0
     with innergraph.uninstalled():
         assert runs_of(pytensor.function([a, x], plain, mode=JAX), -1.0, XV) == 0
@@ -144,7 +150,7 @@ def helper(v, w):
 def applied(call_fn):
     y, z = call_fn(x, a)
     cost = y + (z**2).sum()
-    return [y, z, *pytensor.grad(cost, [x, a])]
+    return [y, z, *grad(cost, [x, a])]
 
 
 @pytest.fixture(scope="module")
@@ -184,7 +190,7 @@ def nested():
         return_updates=False,
     )
     branchy = call(lambda v, w: ifelse(w > 0, pt.exp(v).sum(), v.sum() * w), x, a)
-    return [inner_call, branchy, *pytensor.grad(inner_call.sum() + branchy, [x, a])]
+    return [inner_call, branchy, *grad(inner_call.sum() + branchy, [x, a])]
 
 
 @pytest.fixture(scope="module")
@@ -212,7 +218,7 @@ def loop(scan_fn):
     y0 = pt.stack([a, a * 0.5])
     ys, zs, ws = scan_fn(step, sequences=[x], outputs_info=[dict(initial=y0, taps=[-2, -1]), a, None], non_sequences=[c], return_updates=False)
     cost = ys.sum() + zs[-1] + (ws**2).sum()
-    return [ys, zs, ws, *pytensor.grad(cost, [x, a, c])]
+    return [ys, zs, ws, *grad(cost, [x, a, c])]
 
 
 @pytest.fixture(scope="module")
@@ -235,7 +241,7 @@ def test_scan_values_and_gradients(loop_fns, mode):
 def issue_1669(scan_fn):
     x0 = pt.dscalar("x0")
     ys = scan_fn(lambda acc: pt.sin(acc) * 1.5, outputs_info=[x0], n_steps=4, return_updates=False)
-    return x0, pytensor.grad(pytensor.grad(ys[-1], x0), x0)
+    return x0, grad(grad(ys[-1], x0), x0)
 
 
 @pytest.mark.parametrize("mode, scan_fn", [("jax", pytensor.scan), ("jax-in-graph", innergraph.scan)])
@@ -264,7 +270,7 @@ def test_a_mit_mot_writing_before_its_oldest_input_tap_runs_as_the_runtime_does(
 def _info(**counts):
     from pytensor.scan.op import ScanInfo
 
-    fields = dict(
+    fields: dict[str, Any] = dict(
         n_seqs=0,
         mit_mot_in_slices=(),
         mit_mot_out_slices=(),
@@ -345,7 +351,7 @@ def test_a_while_loop_in_a_graph_jit_cannot_trace_runs_eagerly():
     fn = pytensor.function([], xs, mode=jax_only)
     with pytest.raises(IndexError, match="static"):
         _run_under_jit(fn)
-    assert_all_close([fn()], [pytensor.function([], xs, mode=Mode(linker="py", optimizer=None))()])
+    assert_all_close([fn()], [pytensor.function([], xs, mode=Mode(linker="py", optimizer=None))()])  # type: ignore[arg-type]  # None: no rewriting
     assert list(fn()) == [1.0, 2.0, 3.0, 4.0, 5.0]
 
 
@@ -405,7 +411,7 @@ def test_uninstall_removes_the_jax_registrations(cls):
     import innergraph.backends.jax as backend
     from innergraph.backends.jax_generated import jax_funcify_generated
 
-    registered = {Call: jax_funcify_generated, IfElse: jax_funcify_generated}
+    registered: dict[type, Any] = {Call: jax_funcify_generated, IfElse: jax_funcify_generated}
     registered |= {Scan: backend.jax_funcify_scan, NativeScan: backend.jax_funcify_native_scan}
     default = jax_funcify.dispatch(object)
     before = {Call: default, IfElse: default, Scan: default, NativeScan: backend._native_scan_funcify}

@@ -1,3 +1,5 @@
+# mypy: disable-error-code="override"
+# (this file's Ops and linkers declare make_node with the arguments they take, as PyTensor's own do)
 """Every consumer of this project, checked with the public kit (innergraph.testing)."""
 
 import warnings
@@ -15,9 +17,10 @@ from pytensor.ifelse import ifelse as vanilla_ifelse
 import innergraph
 from innergraph.ops.runtime import body_value, compiled_function, linker_for, make_body_thunk
 from innergraph.testing import OpCase, check_inner_graph_op
+from typed import call, grad
 
 CALL = OpCase(
-    build=lambda bodies, args: innergraph.call(bodies[0], *args),
+    build=lambda bodies, args: call(bodies[0], *args),
     arg_types=[pt.dvector().type, pt.dscalar().type],
     bodies=[lambda v, a: pt.tanh(v) * a],
     rewritten=[lambda v, a: (pt.tanh(v) * 1 + 0) * a],
@@ -161,8 +164,8 @@ class Apply3(Op):
     def pullback(self, inputs, outputs, cotangents):
         unrolled = x = inputs[-1]
         for _ in range(self.times):
-            unrolled = innergraph.call(self._function(inputs), unrolled)
-        grad_x = pytensor.grad(None, x, known_grads={unrolled * self.gain: cotangents[0]})
+            unrolled = call(self._function(inputs), unrolled)
+        grad_x = grad(None, x, known_grads={unrolled * self.gain: cotangents[0]})
         return [disconnected_type()] * (len(inputs) - 1) + [grad_x]
 
 
@@ -337,7 +340,7 @@ def test_pickling_fails_on_a_consumer_that_pickles_a_rounded_parameter():
 class NoShape(Apply3):
     """Has no ``infer_shape``: PyTensor reads the shape from the computed output."""
 
-    infer_shape = None
+    infer_shape = None  # type: ignore[assignment]  # no infer_shape: what the test is about
 
 
 def test_infer_shape_fails_on_a_consumer_without_it():
@@ -368,7 +371,7 @@ def _doubled_gradient_reference(args):
     x = pt.dvector("x")
 
     def doubled(inputs, outputs, cotangents):
-        return [2 * pytensor.grad(None, inputs[0], known_grads={_three_times(inputs[0]): cotangents[0]})]
+        return [2 * grad(None, inputs[0], known_grads={_three_times(inputs[0]): cotangents[0]})]
 
     return OpFromGraph([x], [_three_times(x)], pullback=doubled)(args[0])
 

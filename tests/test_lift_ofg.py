@@ -22,6 +22,7 @@ from innergraph.ops import runtime
 from innergraph.ops.call import Call
 from innergraph.rewriting.lift_ofg import lift_op_from_graphs
 from innergraph.types import Body
+from typed import grad, pushforward
 
 x, y = pt.dvector("x"), pt.dvector("y")
 X = np.linspace(0.1, 1.0, 5)
@@ -151,7 +152,7 @@ def scaled_pullback(inputs, outputs, cotangents):
 def test_gradients_keep_their_values(kwargs):
     used, _ = two_output_ofg(**kwargs)(x, y)
     cost = used.sum()
-    grads = pytensor.grad(cost, [x, y])
+    grads = grad(cost, [x, y])
     ours, vanilla = compile_both([x, y], [cost, *grads])
     assert not nodes_of(ours, OpFromGraph)  # the forward Op and the pullback's Op are lifted
     assert all(n.op == Call() for n in nodes_of(ours, Call))  # compile-time calls carry no override
@@ -164,7 +165,7 @@ def test_pushforward_override_keeps_its_values():
 
     used, _ = two_output_ofg(pushforward=jvp)(x, y)
     tx, ty = pt.dvector("tx"), pt.dvector("ty")
-    (out,) = pytensor.gradient.pushforward([used], [x, y], [tx, ty], use_op_pushforward=True)
+    (out,) = pushforward([used], [x, y], [tx, ty], use_op_pushforward=True)
     ours, vanilla = compile_both([x, y, tx, ty], [used, out])
     assert graph_stats(ours)["unused_outputs"] == 0
     assert_same_values(ours, vanilla, X, Y, Y, X)
@@ -174,7 +175,7 @@ def test_pushforward_override_keeps_its_values():
 def gradient_numba():
     used, _ = two_output_ofg()(x, y)
     cost = (used**2).sum()
-    return compile_both([x, y], [cost, *pytensor.grad(cost, [x, y])], linker="numba")
+    return compile_both([x, y], [cost, *grad(cost, [x, y])], linker="numba")
 
 
 def test_gradients_under_numba(gradient_numba):
@@ -274,7 +275,7 @@ def test_an_ofg_in_a_scan_body_under_numba():
 
 def test_an_ofg_in_a_scan_body():
     cost = scan_over_an_ofg()
-    ours, vanilla = compile_both([x, y], [cost, *pytensor.grad(cost, [x, y])])
+    ours, vanilla = compile_both([x, y], [cost, *grad(cost, [x, y])])
     inner = [n for s in nodes_of(ours, NativeScan) for n in s.op.fgraph.apply_nodes]
     assert any(isinstance(n.op, Call) for n in inner) and not any(type(n.op) is OpFromGraph for n in inner)
     ours_stats, vanilla_stats = graph_stats(ours), graph_stats(vanilla)
@@ -302,7 +303,7 @@ def test_an_op_from_graph_holding_a_scan_stays_native():
     )
     op = OpFromGraph([p, q, k], [ys[-1]])
     out = op(x.sum(), x, x)  # a repeated argument: the lift would gain
-    ours, vanilla = compile_both([x], [out, pytensor.grad(out, x)], linker=PYTHON_VM)
+    ours, vanilla = compile_both([x], [out, grad(out, x)], linker=PYTHON_VM)
     assert nodes_of(ours, OpFromGraph)
     assert_same_values(ours, vanilla, X)
 

@@ -12,6 +12,7 @@ from pytensor.scan.op import Scan as NativeScan
 import innergraph
 from innergraph import checkpoint
 from innergraph.checkpoint_bench import peak_bytes
+from typed import grad
 
 x0, w = pt.dscalar("x0"), pt.dscalar("w")
 v0 = pt.dvector("v0")
@@ -38,9 +39,9 @@ def _fori_gradients(own=None, default=None, order=1):
     with checkpoint.checkpointing(default):
         a, v = innergraph.fori_loop(lo, hi, _step, (x0, v0), checkpoint=own)
         cost = _cost(a, v)
-        grads = pytensor.grad(cost, [x0, v0, w])
+        grads = grad(cost, [x0, v0, w])
         if order == 2:
-            grads = [*grads, *pytensor.grad(grads[0] + grads[2], [x0, w])]
+            grads = [*grads, *grad(grads[0] + grads[2], [x0, w])]
     return [cost, *grads]
 
 
@@ -50,7 +51,7 @@ def _vanilla_gradients():
     a_f = pt.concatenate([pt.shape_padleft(x0), a])[-1]
     v_f = pt.concatenate([pt.shape_padleft(v0), v])[-1]
     cost = _cost(a_f, v_f)
-    return [cost, *pytensor.grad(cost, [x0, v0, w])]
+    return [cost, *grad(cost, [x0, v0, w])]
 
 
 def _mode(linker):
@@ -108,7 +109,7 @@ def test_numba_checkpointed_gradient_equals_stored_trace():
 
     def build(policy):
         s = innergraph.fori_loop(lo, hi, lambda i, s: s * w + pt.sin(s) * 0.1, x0, checkpoint=policy)
-        return pytensor.function([x0, w, lo, hi], [s, *pytensor.grad(s**2, [x0, w])], mode=_mode("numba"))
+        return pytensor.function([x0, w, lo, hi], [s, *grad(s**2, [x0, w])], mode=_mode("numba"))
 
     stored_fn, sqrt_fn = build(None), build("sqrt")
     assert len(_segment_loops(sqrt_fn)) == 1 and _segment_loops(stored_fn) == []
@@ -129,7 +130,7 @@ def test_second_derivative_equals_stored_trace(rng):
 
 def _long(policy, n):
     s = innergraph.fori_loop(0, n, lambda i, s: s * w + pt.sin(s) * 0.01, x0, checkpoint=policy)
-    (g,) = pytensor.grad(s, [w])
+    (g,) = grad(s, [w])
     return pytensor.function([x0, w], [s, g], mode=_mode("cvm"))
 
 
@@ -147,7 +148,7 @@ def test_checkpointed_reverse_pass_stores_sqrt_n_carries():
 def test_own_none_policy_keeps_the_default():
     with checkpoint.checkpointing("sqrt"):
         s = innergraph.fori_loop(0, 10, lambda i, s: s * w, x0)
-        (g,) = pytensor.grad(s, [w])
+        (g,) = grad(s, [w])
     assert len(_segment_loops(pytensor.function([x0, w], g, mode=_mode("cvm")))) == 1
 
 
@@ -155,7 +156,7 @@ def test_own_policy_wins_over_the_default():
     """A loop's own segment length is used whatever the default (the segment loop runs n // k times)."""
     with checkpoint.checkpointing(2):
         s = innergraph.fori_loop(0, 12, lambda i, s: s * w, x0, checkpoint=6)
-        (g,) = pytensor.grad(s, [w])
+        (g,) = grad(s, [w])
     (segments,) = [
         v.owner for v in ancestors([g]) if v.owner is not None and isinstance(v.owner.op, NativeScan) and v.owner.op.name == "checkpoint_segments"
     ]
@@ -191,6 +192,6 @@ def test_checkpointed_scan_over_an_integer_sequence():
         t = innergraph.scan(
             lambda i, s: s * w + pt.cast(i, "float64"), sequences=[pt.arange(n)], outputs_info=[x0], return_updates=False, checkpoint=policy
         )
-        grads[policy] = pytensor.function([x0, w, n], pytensor.grad(t[-1], [x0, w]), mode=_mode("py"))
+        grads[policy] = pytensor.function([x0, w, n], grad(t[-1], [x0, w]), mode=_mode("py"))
     for steps in (1, 7):
         _assert_close(grads["sqrt"](1.0, 0.9, steps), grads[None](1.0, 0.9, steps))

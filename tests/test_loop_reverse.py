@@ -2,6 +2,8 @@
 Gradients against the equivalent Scan's for fixed and symbolic trip counts, verify_grad, the
 compiled forward graph (the bare while loop) and the error without reverse or max_steps."""
 
+from typing import Any
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -14,12 +16,13 @@ from pytensor.scan.op import Scan as NativeScan
 import innergraph
 from innergraph.ops.loop import ForiLoop, WhileLoop
 from innergraph.ops.scan import Scan
+from typed import grad
 
 MODE = Mode(linker="cvm", optimizer="fast_run")
 x0, b = pt.dvector("x0"), pt.dvector("b")
 a = pt.dscalar("a")
 n = pt.lscalar("n")
-VALUES = [np.array([0.5, -1.0, 2.0]), 0.9, np.array([0.1, 0.2, -0.3])]
+VALUES: list[Any] = [np.array([0.5, -1.0, 2.0]), 0.9, np.array([0.1, 0.2, -0.3])]
 
 
 def affine_loop(x0, a, b, steps):
@@ -47,8 +50,8 @@ def test_gradient_equals_the_scans(steps):
     xs, ks = affine_loop(x0, a, b, steps)
     want = affine_scan(x0, a, b, steps)
     wrt = [x0, a, b]
-    got_g = pytensor.grad((pt.sin(xs) * xs).sum(), wrt)
-    want_g = pytensor.grad((pt.sin(want) * want).sum(), wrt)
+    got_g = grad((pt.sin(xs) * xs).sum(), wrt)
+    want_g = grad((pt.sin(want) * want).sum(), wrt)
     inputs = [x0, a, b, n]
     f = pytensor.function(inputs, [xs, ks, *got_g], mode=MODE, on_unused_input="ignore")
     g = pytensor.function(inputs, [want, *want_g], mode=MODE, on_unused_input="ignore")
@@ -77,4 +80,4 @@ def test_forward_is_the_bare_while_loop():
 def test_without_reverse_or_bound_the_error_names_the_loop_and_reverse():
     state = innergraph.loop(None, lambda s: s * a + b, lambda s: s.sum() < 10.0, x0)
     with pytest.raises(ValueError, match=r"DoWhile.*reverse= to innergraph.loop"):
-        pytensor.grad(state.sum(), a)
+        grad(state.sum(), a)

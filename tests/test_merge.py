@@ -1,5 +1,7 @@
 """Structural tests: merging bodies, rewriting them in the outer pipeline."""
 
+from typing import Any
+
 import numpy as np
 import pytensor
 import pytensor.scalar as ps
@@ -11,10 +13,11 @@ from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import MergeOptimizer
 from pytensor.tensor.variable import TensorConstant
 
-from innergraph import body_of, call, graph_stats, inner_graph, param, unfold_inner_graphs
+from innergraph import body_of, graph_stats, inner_graph, param, unfold_inner_graphs
 from innergraph import ifelse as innergraph_ifelse
 from innergraph.graph import scope_toposort, verify_closed
 from innergraph.fold import folded_bodies
+from typed import call, grad as grad_of
 
 dvector = pt.dvector().type
 fvector = pt.fvector().type
@@ -112,7 +115,7 @@ def test_unfolding_shares_what_merging_would_merge():
     # outer graph's equal constant, so the merge after it has nothing left to do.
     x, b = pt.dscalar("x"), pt.dvector("b")
     positive = x > 0
-    outs = [innergraph_ifelse(positive, (b * x).sum() + i, (b * 2.0).sum()) for i in range(4)]
+    outs: list[Any] = [innergraph_ifelse(positive, (b * x).sum() + i, (b * 2.0).sum()) for i in range(4)]
     outer_two = pt.constant(2.0)
     fg = FunctionGraph([x, b], [*outs, b * outer_two], clone=False)
     bodies = [body for _, body in folded_bodies(fg.outputs)]
@@ -153,7 +156,7 @@ def test_fusion_stays_within_each_body():
     # fusion over both at once would build one Composite reading params of both.
     x, mu = pt.dvector("x"), pt.dscalar("mu")
     y = call(lambda u, m: pt.log1p(((u - m) * 2) ** 2).sum(), x, mu)
-    fn = pytensor.function([x, mu], [y, pytensor.grad(y, mu)], mode="FAST_RUN")
+    fn = pytensor.function([x, mu], [y, grad_of(y, mu)], mode="FAST_RUN")
     bodies = folded_bodies(fn.maker.fgraph.outputs)
     assert len(bodies) == 2
     for _, body in bodies:

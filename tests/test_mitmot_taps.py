@@ -18,6 +18,7 @@ from pytensor.scan.op import ScanInfo
 
 import innergraph
 from innergraph.rewriting.signature import mit_mot_taps_from_zero
+from typed import grad
 
 
 def _mit_mot_scan(in_taps, out_taps):
@@ -58,7 +59,7 @@ def test_pytensor_jax_defect_is_what_the_shift_avoids():
 def _second_derivative(mode):
     x0 = pt.dscalar("x0")
     ys = pytensor.scan(lambda acc: pt.sin(acc) * 1.5, outputs_info=[x0], n_steps=4, return_updates=False)
-    g2 = pytensor.grad(pytensor.grad(ys[-1], x0), x0)
+    g2 = grad(grad(ys[-1], x0), x0)
     fn = pytensor.function([x0], g2, mode=mode)
     return fn, float(fn(0.3))
 

@@ -11,12 +11,12 @@ import pytensor.tensor as pt
 import pytest
 from pytensor.compile.mode import Mode
 
-from innergraph import call, ifelse
 from innergraph.backends.numba import numba_body
 from innergraph.backends.numba_generated import numba_funcify_generated as numba_funcify_ifelse
 from innergraph.ops import runtime
 from innergraph.ops.ifelse import IfElse
 from vanilla import vanilla_function
+from typed import call, ifelse, recording
 
 NUMBA = Mode(linker="numba", optimizer="fast_run")
 
@@ -66,7 +66,7 @@ def test_a_returned_param_is_a_copy(branches_fn):
 def test_a_conditional_is_one_function_with_both_bodies_inline(branches_fn):
     (outer,) = ifelse_nodes(branches_fn)  # the nested one is hidden in a body
     fn, key = numba_funcify_ifelse(outer.op, node=outer)
-    src = fn.py_func.__source__
+    src = getattr(fn, "py_func").__source__  # a Numba dispatcher
     assert src.count("def ") == 1 and "if i0:" in src and "else:" in src
     assert src.count("return ") == 2
     assert "t_f0(" in src and "e_f0(" in src  # each branch calls its own converted nodes
@@ -126,10 +126,11 @@ def test_numba_body_is_the_body_as_a_function():
 def test_bodies_in_one_conversion_share_equal_nodes_and_late_passes(monkeypatch, fresh_body_table):
     import innergraph.backends.numba_code as code
 
-    converted, queried = [], []
+    converted: list = []
+    queried: list = []
     convert, query = code.numba_funcify_ensure_cache, code.body_rewriter
-    monkeypatch.setattr(code, "numba_funcify_ensure_cache", lambda op, **kw: converted.append(op) or convert(op, **kw))
-    monkeypatch.setattr(code, "body_rewriter", lambda *a: queried.append(a) or query(*a))
+    monkeypatch.setattr(code, "numba_funcify_ensure_cache", recording(converted, convert))
+    monkeypatch.setattr(code, "body_rewriter", recording(queried, query, whole=True))
     # three distinct bodies, each with a sum of a float64 vector (PyTensor 3.3 makes it a scalar-output ScalarSum)
     out = ifelse(s > 0, pt.exp(x.sum()), x.sum() * 3) + ifelse(s > 1, pt.cos(x.sum()), s)
     fn = pytensor.function([x, s], out, mode=NUMBA)

@@ -1,5 +1,7 @@
 """OpFromGraph in the in-graph form: op_from_graph, lift/lower, overrides, pruning."""
 
+from typing import Any
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -15,6 +17,7 @@ from innergraph.ops import runtime
 from innergraph.ops.call import Call
 from innergraph.rewriting.dce import remove_dead_slots
 from vanilla import vanilla_function, vanilla_values
+from typed import call, grad, pushforward
 
 #: innergraph installed, its rewrites excluded: the consumers run as they are (not vanilla).
 IN_GRAPH = get_default_mode().excluding("innergraph")
@@ -31,7 +34,7 @@ def build(ofg_class, **kwargs):
     return ofg_class([u, v], [pt.exp(u) * v + u], **kwargs)
 
 
-OVERRIDES = {
+OVERRIDES: dict[str, dict[str, Any]] = {
     "plain": {},
     "pullback-callable": {"pullback": scaled_pullback},
     "pullback-list": {"pullback": [lambda i, o, g: g[0] * 7.0, None]},
@@ -45,7 +48,7 @@ OVERRIDES = {
 def test_op_from_graph_matches_vanilla_with_gradients(kind):
     def with_grads(ofg_class):
         out = build(ofg_class, **OVERRIDES[kind])(x, y)
-        return [x, y], [out, *pytensor.grad(out, [x, y], disconnected_inputs="ignore")]
+        return [x, y], [out, *grad(out, [x, y], disconnected_inputs="ignore")]
 
     f = pytensor.function(*with_grads(op_from_graph))
     g = vanilla_function(lambda: with_grads(OpFromGraph), get_default_mode(), first_call=(0.3, 1.7))
@@ -61,7 +64,7 @@ def test_pushforward_override_is_used():
 
     def tangent(ofg_class):
         out = build(ofg_class, pushforward=jvp)(x, y)
-        return [x, y, tx, ty], pytensor.gradient.pushforward(out, [x, y], [tx, ty], use_op_pushforward=True)
+        return [x, y, tx, ty], pushforward(out, [x, y], [tx, ty], use_op_pushforward=True)
 
     f = pytensor.function(*tangent(op_from_graph))
     g = vanilla_function(lambda: tangent(OpFromGraph), get_default_mode(), first_call=(0.3, 1.7, 1.0, 2.0))
@@ -103,9 +106,9 @@ def test_shared_variables_are_refused_as_pytensor_refuses_them_and_work_as_input
 
 @pytest.mark.parametrize("kind", ["plain", "pullback-callable", "pullback-list"])
 def test_lift_then_lower_round_trip(kind):
-    def graph():
+    def graph() -> tuple[list, Any]:
         out = build(OpFromGraph, **OVERRIDES[kind])(x, y)
-        return [x, y], [out, *pytensor.grad(out, [x, y], disconnected_inputs="ignore")]
+        return [x, y], [out, *grad(out, [x, y], disconnected_inputs="ignore")]
 
     fg = FunctionGraph(*graph(), clone=True)
     expected = vanilla_values(graph, (0.3, 1.7), get_default_mode())
@@ -132,7 +135,7 @@ def test_subclasses_with_a_fixed_signature_are_not_lifted():
 
 def test_dead_outputs_and_unused_params_are_pruned():
     z = pt.dscalar("z")
-    used, _ = innergraph.call(lambda p, q, r: [pt.exp(p) * q, pt.log(r)], x, y, z)
+    used, _ = call(lambda p, q, r: [pt.exp(p) * q, pt.log(r)], x, y, z)
     fg = FunctionGraph([x, y, z], [used], clone=True)
     assert remove_dead_slots(fg) == 1
     (node,) = [n for n in fg.apply_nodes if isinstance(n.op, Call)]

@@ -22,6 +22,7 @@ import innergraph
 from innergraph.graph import scope_toposort
 from innergraph.ops.call import Call
 from innergraph.rewriting.outline_loops import loop_groups, outline_loops
+from typed import grad
 
 NUMBA = Mode(linker="numba", optimizer="fast_run")
 #: The outlined form, not inlined back after the fold.
@@ -108,7 +109,7 @@ def test_traces_and_finals_both_read():
 def test_gradients_equal_vanilla():
     xs, a, w, traces, values = k_loops(3)
     cost = pt.add(*(t[-1] for t in traces))
-    outputs = [cost, *pytensor.grad(cost, [*xs, a, w])]
+    outputs = [cost, *grad(cost, [*xs, a, w])]
     fn = pytensor.function([*xs, a, w], outputs, mode=CALLS)
     assert loop_calls(fn)
     for got, want in zip(fn(*values), vanilla([*xs, a, w], outputs, values), strict=True):

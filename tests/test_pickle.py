@@ -26,6 +26,7 @@ from innergraph.ops.ifelse import IfElse
 from innergraph.ops.loop import WhileLoop
 from innergraph.ops.scan import Scan
 from innergraph.pickling import forget_innergraph
+from typed import call, ifelse
 
 x, a = pt.dvector("x"), pt.dscalar("a")
 X, A = np.linspace(-1.0, 2.0, 6), 1.5
@@ -42,8 +43,8 @@ def pytensor_only():
 
 def in_graph():
     """In-graph consumers and folded bodies: the default pipeline keeps a call and a conditional."""
-    y = innergraph.call(lambda v, s: (pt.sin(v) * s).sum(), x, a)
-    z = innergraph.ifelse(a > 0, pt.exp(x).sum(), (x**2).sum())
+    y = call(lambda v, s: (pt.sin(v) * s).sum(), x, a)
+    z = ifelse(a > 0, pt.exp(x).sum(), (x**2).sum())
     w = innergraph.while_loop(lambda s: s < 10.0, lambda s: s * 2.0 + a, a)
     fn = pytensor.function([x, a], [y, z, w])
     assert {Call, IfElse, WhileLoop} <= {type(n.op) for n in fn.maker.fgraph.apply_nodes}
@@ -206,7 +207,7 @@ def test_pickled_graph_keeps_the_output_clients_of_outputs_that_mention_innergra
     import innergraph
 
     x = pt.dvector("x")
-    outs = innergraph.ifelse(pt.sum(x) > 0, [x * 2.0, x + 1.0], [x, x])
+    outs = ifelse(pt.sum(x) > 0, [x * 2.0, x + 1.0], [x, x])
     fgraph = FunctionGraph([x], list(outs), clone=True)
     loaded = pickle.loads(pickle.dumps(fgraph))
     for i, out in enumerate(loaded.outputs):

@@ -6,6 +6,10 @@ vanilla PyTensor under every linker on the issue's cases.
 """
 
 import dataclasses
+import functools
+
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytensor
@@ -31,6 +35,7 @@ from innergraph.stats import graph_stats, unread_buffers
 from innergraph.testing.programs import LINKERS, mode_for
 from innergraph.testing.rewrites import check_rewrite
 from vanilla import vanilla_function
+from typed import call, grad, ifelse
 
 x, a0 = pt.dvector("x"), pt.dscalar("a0")
 
@@ -57,7 +62,7 @@ def scan_infos(fn):
     return [n.op.info for n in fn.maker.fgraph.toposort() if hasattr(n.op, "info")]
 
 
-def compiled(build, linker, vanilla, first_call=None):
+def compiled(build: Callable[[], tuple[list, Any]], linker, vanilla, first_call=None):
     """``pytensor.function(*build())`` under ``linker``; vanilla is built, compiled and (with
     ``first_call``) first called with innergraph uninstalled (Numba compiles at the first call)."""
     if vanilla:
@@ -111,11 +116,11 @@ def test_two_per_step_outputs_of_one_body_output_are_one():
 
 def test_duplicate_outputs_of_calls_and_conditionals_are_one():
     y = pt.dvector("y")
-    first, second = innergraph.call(lambda v: [pt.sin(v).sum(), pt.sin(v).sum()], x)
+    first, second = call(lambda v: [pt.sin(v).sum(), pt.sin(v).sum()], x)
     fg = check_rewrite(DUPLICATES, [x], [first * second])
     ((node),) = nodes_of(fg, Call)
     assert len(node.outputs) == 1
-    then, other = innergraph.ifelse(a0 > 0, [pt.exp(x).sum(), pt.exp(x).sum()], [y.sum(), y.sum()])
+    then, other = ifelse(a0 > 0, [pt.exp(x).sum(), pt.exp(x).sum()], [y.sum(), y.sum()])
     fg = check_rewrite(DUPLICATES, [x, y, a0], [then * other])
     ((node),) = nodes_of(fg, IfElse)
     assert len(node.outputs) == 1
@@ -123,7 +128,7 @@ def test_duplicate_outputs_of_calls_and_conditionals_are_one():
 
 def test_conditional_outputs_equal_in_one_branch_only_stay_two():
     y = pt.dvector("y")
-    then, other = innergraph.ifelse(a0 > 0, [pt.exp(x).sum(), pt.exp(x).sum()], [y.sum(), y.max()])
+    then, other = ifelse(a0 > 0, [pt.exp(x).sum(), pt.exp(x).sum()], [y.sum(), y.max()])
     check_rewrite(DUPLICATES, [x, y, a0], [then * other], expect_change=False)
 
 
@@ -168,7 +173,7 @@ def test_merge_loops_merges_equal_loops_first_and_keeps_different_ones_side_by_s
 
 def test_an_unread_mit_mot_becomes_a_carried_state_and_a_sequence():
     ys = innergraph.scan(lambda s, acc: acc * pt.sin(s) + s, sequences=[x], outputs_info=[a0], return_updates=False)
-    (g,) = pytensor.grad((ys**2).sum(), [x])  # the initial value's cotangent is not asked for
+    (g,) = grad((ys**2).sum(), [x])  # the initial value's cotangent is not asked for
     fg = check_rewrite(carry_cotangents, [x, a0], [g], gradients="none")
     (reverse,) = [n for n in nodes_of(fg, Scan) if n.op.layout.info.n_mit_mot == 0 and n.op.layout.info.n_untraced_sit_sot]
     info = reverse.op.layout.info
@@ -181,7 +186,7 @@ def test_a_cotangent_carried_over_two_steps_becomes_a_mit_sot():
         lambda s, acc: acc * pt.sin(s) + s, sequences=[x], outputs_info=[{"initial": initial, "taps": [-2]}],
         return_updates=False,
     )
-    (g,) = pytensor.grad((ys**2).sum(), [x])
+    (g,) = grad((ys**2).sum(), [x])
     values = [(np.linspace(-1, 1, 6), np.array([0.3, -0.2])), (np.linspace(0, 2, 4), np.array([1.0, 0.5]))]
     fg = check_rewrite(carry_cotangents, [x, initial], [g], gradients="none", values=values)
     infos = [n.op.layout.info for n in nodes_of(fg, Scan)]
@@ -205,7 +210,7 @@ CARRY = canonicalized_then(carry_cotangents)
 
 def test_a_mit_mot_buffer_read_at_more_than_its_final_position_is_kept():
     ys = innergraph.scan(lambda s, acc: acc * pt.sin(s) + s, sequences=[x], outputs_info=[a0], return_updates=False)
-    (g,) = pytensor.grad((ys**2).sum(), [a0])
+    (g,) = grad((ys**2).sum(), [a0])
     (reverse,) = [v.owner for v in ancestors([g]) if v.owner and isinstance(v.owner.op, Scan) and v.owner.op.layout.info.n_mit_mot]
     for other_rows in (reverse.outputs[0][1:].sum(), reverse.outputs[0][::-1][1]):  # rows besides the final one
         fg = check_rewrite(CARRY, [x, a0], [g, other_rows], gradients="none", expect_change=False)
@@ -214,7 +219,7 @@ def test_a_mit_mot_buffer_read_at_more_than_its_final_position_is_kept():
 
 def test_a_mit_mot_read_only_at_its_final_position_becomes_a_carried_state():
     ys = innergraph.scan(lambda s, acc: acc * pt.sin(s) + s, sequences=[x], outputs_info=[a0], return_updates=False)
-    (g,) = pytensor.grad((ys**2).sum(), [a0])  # the initial value's cotangent: the buffer's last row
+    (g,) = grad((ys**2).sum(), [a0])  # the initial value's cotangent: the buffer's last row
     values = [(np.linspace(-1, 1, n), 0.3) for n in (0, 1, 6)]
     fg = check_rewrite(CARRY, [x, a0], [g], gradients="none", values=values)
     infos = [n.op.layout.info for n in nodes_of(fg, Scan)]
@@ -228,7 +233,7 @@ def test_a_mit_sot_gradient_with_two_output_taps_becomes_two_carried_states():
         lambda s, a2, a1: a1 * pt.sin(s) + 0.3 * a2 + s, sequences=[x],
         outputs_info=[{"initial": initial, "taps": [-2, -1]}], return_updates=False,
     )
-    (g,) = pytensor.grad((ys**2).sum(), [initial])  # reads the buffer's last two rows, reversed
+    (g,) = grad((ys**2).sum(), [initial])  # reads the buffer's last two rows, reversed
     before = FunctionGraph([x, initial], [g], clone=True)
     (reverse,) = [n for n in nodes_of(before, Scan) if n.op.layout.info.n_mit_mot]
     assert reverse.op.layout.info.mit_mot_out_slices == ((2, 1),)  # what PyTensor's gradient builds
@@ -248,7 +253,7 @@ def test_final_position_reads_give_vanilla_numbers_without_a_mit_mot(linker):
             lambda s, a2, a1: a1 * pt.cos(s) + 0.3 * a2 + s, sequences=[x],
             outputs_info=[{"initial": initial, "taps": [-2, -1]}], return_updates=False,
         )
-        return [x, a0, initial], pytensor.grad((ys**2).sum() + (zs**2).sum(), [a0, initial])
+        return [x, a0, initial], grad((ys**2).sum() + (zs**2).sum(), [a0, initial])
 
     first = [np.linspace(-1, 1, 7), 0.3, np.array([0.3, -0.2])]
     ours, theirs = compiled(build, linker, vanilla=False), compiled(build, linker, vanilla=True, first_call=first)
@@ -262,11 +267,14 @@ def test_final_position_reads_give_vanilla_numbers_without_a_mit_mot(linker):
 
 def test_final_rows_are_read_through_slices_and_reversals_only_where_provable():
     n = pt.iscalar("n")
-    buffer = pt.alloc(0.0, n + 2)[::-1]
-    assert length_offset(buffer, n) == 2 and length_offset(pt.alloc(0.0, n * 2), n) is None
+    allocated: Any = pt.alloc(0.0, n + 2)  # one tensor (pt.alloc's annotation is a union)
+    twice: Any = pt.alloc(0.0, n * 2)
+    buffer = allocated[::-1]
+    assert length_offset(buffer, n) == 2 and length_offset(twice, n) is None
     reads = [buffer[-1], buffer[-2:], buffer[:-3:-1], buffer[::-1][:1], buffer[::-1][1]]
     fg = FunctionGraph([n], reads, clone=False)
     found = final_row_reads(fg, buffer, rows=2, minimum=2)
+    assert found is not None
     assert [found[r] for r in reads] == [0, (1, 0), (0, 1), (0,), 1]
     for other in (buffer[0], buffer[-3], buffer[1:], buffer[:-1], buffer[::-1][:3]):
         assert final_row_reads(FunctionGraph([n], [other], clone=False), buffer, rows=2, minimum=2) is None
@@ -300,7 +308,7 @@ SMALL = {
 def stats_under_cvm():
     out = {}
     for name, case in SMALL.items():
-        fns = {v: compiled(lambda v=v: case.build(v), "cvm", vanilla=(v == "vanilla"), first_call=case.values)
+        fns = {v: compiled(functools.partial(case.build, v), "cvm", vanilla=(v == "vanilla"), first_call=case.values)
                for v in ("vanilla", "innergraph")}
         results = {v: fn(*case.values) for v, fn in fns.items()}
         for ours, theirs in zip(results["innergraph"], results["vanilla"], strict=True):
@@ -326,7 +334,7 @@ def test_the_filter_gradient_gives_vanilla_numbers(linker):
     case = cases.filter_loglik(12)
     if linker == "jax":
         case = dataclasses.replace(case, build=cases._with_static_shapes(case))
-    fns = {v: compiled(lambda v=v: case.build(v), linker, vanilla=(v == "vanilla"), first_call=case.values)
+    fns = {v: compiled(functools.partial(case.build, v), linker, vanilla=(v == "vanilla"), first_call=case.values)
            for v in ("vanilla", "innergraph")}
     ours, theirs = (fns[v](*case.values) for v in ("innergraph", "vanilla"))
     for a, b in zip(ours, theirs, strict=True):

@@ -7,6 +7,8 @@ gradients; the tests then assert what changed in the graph.
 
 import contextlib
 
+from typing import Any
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -40,6 +42,7 @@ from innergraph.rewriting.simplify import simplify_consumers
 from innergraph.rewriting.untrace import untrace_final_states
 from innergraph.testing.rewrites import check_rewrite
 from vanilla import vanilla_function, vanilla_values
+from typed import call, grad, ifelse as ig_ifelse
 
 x0, c = pt.dscalar("x0"), pt.dscalar("c")
 xs = pt.dvector("xs")
@@ -152,18 +155,18 @@ def test_while_condition_keeps_what_it_reads():
 
 def test_mit_mot_states_of_gradients_are_pruned():
     ys = innergraph.scan(lambda y, k: y * k, outputs_info=[x0], non_sequences=[c], n_steps=4, return_updates=False)
-    _, g_x0 = pytensor.grad(ys[-1], [c, x0])  # the backward scan also accumulates the gradient for k
+    _, g_x0 = grad(ys[-1], [c, x0])  # the backward scan also accumulates the gradient for k
     fg = check_rewrite(merged_then(remove_dead_slots), [x0, c], [g_x0])
     assert innergraph.graph_stats(fg)["unused_outputs"] == 0
 
 
 def test_dead_call_and_conditional_outputs():
-    used, _ = innergraph.call(lambda p, q, r: [pt.exp(p) * q, pt.log(r)], x0, c, xs.sum())
+    used, _ = call(lambda p, q, r: [pt.exp(p) * q, pt.log(r)], x0, c, xs.sum())
     fg = check_rewrite(remove_dead_slots, [x0, c, xs], [used])
     (node,) = nodes_of(fg, Call)
     assert len(node.outputs) == 1 and len(body_of(node.inputs[0]).param_types) == 2
 
-    a, b = innergraph.ifelse(x0 > 0, [pt.exp(c), pt.sin(xs).sum()], [c, xs.sum()])
+    a, b = ig_ifelse(x0 > 0, [pt.exp(c), pt.sin(xs).sum()], [c, xs.sum()])
     fg = check_rewrite(remove_dead_slots, [x0, c, xs], [a])
     (node,) = nodes_of(fg, IfElse)
     assert len(node.outputs) == 1
@@ -196,7 +199,7 @@ def test_constant_arguments_are_inlined():
     consts = [v for n in scope_toposort(body_of(node.inputs[0]).outputs) for v in n.inputs if isinstance(v, pt.TensorConstant)]
     assert any(np.array_equal(v.data, 2.5) for v in consts)
 
-    y = innergraph.call(lambda p, q: p * q, x0, pt.exp(pt.constant(0.0)) * 3.0)
+    y = call(lambda p, q: p * q, x0, pt.exp(pt.constant(0.0)) * 3.0)
     fg = check_rewrite(folded_then(merge_arguments), [x0], [y])
     assert [len(n.inputs) for n in nodes_of(fg, Call)] == [2]  # the function and x0
 
@@ -210,7 +213,7 @@ def test_a_sequence_of_equal_rows_becomes_a_non_sequence():
 
 def test_large_constants_become_arguments_of_call_and_branch_bodies():
     big = pt.constant(np.arange(100.0))
-    y = innergraph.ifelse(x0 > 0, (xs.sum() * big).sum(), c)
+    y = ig_ifelse(x0 > 0, (xs.sum() * big).sum(), c)
     fg = check_rewrite(pass_large_constants, [x0, xs, c], [y], values=[[0.5, np.ones(3), 2.0], [-0.5, np.ones(3), 2.0]])
     (node,) = nodes_of(fg, IfElse)
     then_body = body_of(node.inputs[1])
@@ -229,9 +232,9 @@ def test_constants_that_alone_tell_bodies_apart_become_arguments():
     """Three branches that differ only in `+ i` share one body; what differs in
     more than constants, or reads a constant as an index, stays apart."""
     slow = (xs**2).sum()
-    outs = [innergraph.ifelse(x0 > 0, xs.sum() * c * 2.5 + i, slow) for i in (1.0, 2.0, 3.0)]
-    outs.append(innergraph.ifelse(x0 > 0, xs.sum() * c, slow))  # another template: kept
-    outs += [innergraph.ifelse(x0 > 0, xs[:k].sum() * c, slow) for k in (1, 2)]  # k is an index: kept
+    outs = [ig_ifelse(x0 > 0, xs.sum() * c * 2.5 + i, slow) for i in (1.0, 2.0, 3.0)]
+    outs.append(ig_ifelse(x0 > 0, xs.sum() * c, slow))  # another template: kept
+    outs += [ig_ifelse(x0 > 0, xs[:k].sum() * c, slow) for k in (1, 2)]  # k is an index: kept
     values = [[0.5, np.arange(3.0), 2.0], [-0.5, np.arange(3.0), 2.0]]
     fg = check_rewrite(merged_then(outline_constants), [x0, xs, c], outs, values=values)
     MergeOptimizer().rewrite(fg)
@@ -248,7 +251,7 @@ def test_outlined_bodies_of_one_template_are_built_once():
     """Within the fold (`sharing_rebuilt_functions`), consumers whose bodies share a
     template get one new function object: nothing is left for MergeOptimizer."""
     big = [pt.constant(np.full(100, float(i))) for i in range(3)]
-    outs = [innergraph.ifelse(x0 > 0, xs.sum() * c + i, (big[i] * xs.sum()).sum()) for i in range(3)]
+    outs = [ig_ifelse(x0 > 0, xs.sum() * c + i, (big[i] * xs.sum()).sum()) for i in range(3)]
 
     def outline_sharing(fgraph):
         with sharing_rebuilt_functions():
@@ -262,7 +265,7 @@ def test_outlined_bodies_of_one_template_are_built_once():
 
 def test_outlining_passes_large_constants_and_folds_the_new_bodies():
     big = pt.constant(np.arange(100.0))
-    y = innergraph.ifelse(x0 > 0, (xs.sum() * big).sum(), c)
+    y = ig_ifelse(x0 > 0, (xs.sum() * big).sum(), c)
     fg = check_rewrite(outline_constants, [x0, xs, c], [y], values=[[0.5, np.ones(3), 2.0], [-0.5, np.ones(3), 2.0]])
     (node,) = nodes_of(fg, IfElse)
     assert all(isinstance(f, Constant) for f in node.inputs[1:3])
@@ -321,7 +324,7 @@ def test_traced_pass_through_states_of_while_loops_stay():
 
 def test_pass_through_mit_mot_taps_are_dropped():
     ys = innergraph.scan(lambda y: y**2, outputs_info=[x0], n_steps=4, return_updates=False)
-    g = pytensor.grad(pytensor.grad(ys[-1], x0), x0)  # its backward scan writes a tap back unchanged
+    g = grad(grad(ys[-1], x0), x0)  # its backward scan writes a tap back unchanged
     fg = check_rewrite(forward_params, [x0], [g])
     out_taps = [t for n in nodes_of(fg, Scan) for s in n.op.layout.info.mit_mot_out_slices for t in s]
     in_taps = [n.op.layout.info.mit_mot_in_slices for n in nodes_of(fg, Scan)]
@@ -329,10 +332,10 @@ def test_pass_through_mit_mot_taps_are_dropped():
 
 
 def test_call_and_conditional_outputs_that_return_an_argument():
-    a, b = innergraph.call(lambda p, q: [p * q, q], x0, c)
+    a, b = call(lambda p, q: [p * q, q], x0, c)
     fg = check_rewrite(forward_params, [x0, c], [a, b])
     assert fg.outputs[1] is fg.inputs[1]
-    y = innergraph.ifelse(x0 > 0, [c, pt.exp(c)], [c, c])
+    y = ig_ifelse(x0 > 0, [c, pt.exp(c)], [c, c])
     fg = check_rewrite(forward_params, [x0, c], y)
     assert fg.outputs[0] is fg.inputs[1] and len(nodes_of(fg, IfElse)[0].outputs) == 1
 
@@ -340,13 +343,13 @@ def test_call_and_conditional_outputs_that_return_an_argument():
 
 def test_call_and_conditional_outputs_that_return_a_constant():
     three = pt.constant(3.0)
-    a, b = innergraph.call(lambda p, q: [p * q, three], x0, c)
+    a, b = call(lambda p, q: [p * q, three], x0, c)
     fg = check_rewrite(forward_params, [x0, c], [a, b], gradients="none")  # d(3)/d(.) is disconnected
     assert fg.outputs[1] is three and len(nodes_of(fg, Call)[0].outputs) == 1
-    y = innergraph.ifelse(x0 > 0, [three, pt.exp(c)], [three, c])
+    y = ig_ifelse(x0 > 0, [three, pt.exp(c)], [three, c])
     fg = check_rewrite(forward_params, [x0, c], y, gradients="none")
     assert fg.outputs[0] is three and len(nodes_of(fg, IfElse)[0].outputs) == 1
-    y = innergraph.ifelse(x0 > 0, [three], [pt.constant(4.0)])  # different constants: the conditional stays
+    y = ig_ifelse(x0 > 0, [three], [pt.constant(4.0)])  # different constants: the conditional stays
     check_rewrite(forward_params, [x0, c], y, expect_change=False, gradients="none")
 
 
@@ -432,7 +435,7 @@ def test_branch_only_work_stays_inside():
     )
     check_rewrite(hoist_invariants, [x0, xs, c], [outs], expect_change=False)
     lazy = innergraph.scan(
-        lambda x, s, k: s + innergraph.ifelse(x > 0, pt.exp(k), x), sequences=[xs], outputs_info=[x0], non_sequences=[c], return_updates=False
+        lambda x, s, k: s + ig_ifelse(x > 0, pt.exp(k), x), sequences=[xs], outputs_info=[x0], non_sequences=[c], return_updates=False
     )
     check_rewrite(hoist_invariants, [x0, xs, c], [lazy], expect_change=False)
 
@@ -491,7 +494,7 @@ def test_a_buffer_longer_than_the_loop_keeps_zeros_in_its_last_rows():
     row = pt.dscalar("row")
     op = NativeScan(inputs=[row], outputs=[row * 2.0], info=info)
     n, size = pt.lscalar("n"), pt.lscalar("size")
-    out = op(n, xs[:n], size)
+    out = op.make_node(n, xs[:n], size).outputs[0]
     values = [[np.arange(10.0), np.array(3), np.array(7)]]
     fg = check_rewrite(lambda g: lift_native(g) + push_out_sequence_work(g), [xs, n, size], [out], values=values, gradients="none")
     assert not nodes_of(fg, Scan)
@@ -561,7 +564,7 @@ def test_dot_accumulators_become_one_dot():
 
 def test_per_step_outputs_reading_final_mit_mot_taps_move_out():
     ys = innergraph.scan(lambda y: y**2, outputs_info=[x0], n_steps=4, return_updates=False)
-    g = pytensor.grad(pytensor.grad(ys[-1], x0), x0)
+    g = grad(grad(ys[-1], x0), x0)
     fg = check_rewrite(merged_then(lambda g: forward_params(g) + merge_arguments(g) + push_out_per_step_outputs(g)), [x0], [g])
     assert sum(n.op.layout.info.n_nit_sot for n in nodes_of(fg, Scan)) == 0
 
@@ -582,11 +585,11 @@ def test_simplify_reaches_a_fixpoint():
 def test_pipeline_matches_vanilla(linker):
     from pytensor.compile.mode import Mode
 
-    def build():
+    def build() -> tuple[list, Any]:
         o1 = pytensor.scan(lambda x, s, k: s + x * pt.exp(k), sequences=[xs], outputs_info=[x0], non_sequences=[c], return_updates=False)
         o2 = pytensor.scan(lambda x, s: s * x, sequences=[xs], outputs_info=[c], return_updates=False)
         cost = o1[-1] + o2.sum()
-        return [x0, xs, c], [cost, *pytensor.grad(cost, [x0, c])]
+        return [x0, xs, c], [cost, *grad(cost, [x0, c])]
 
     mode = Mode(linker=linker, optimizer="fast_run")
     args = (0.3, np.linspace(-1, 1, 7), 0.7)
@@ -634,9 +637,9 @@ def test_a_one_row_write_of_an_expanded_value_writes_the_row():
     writes = [n for n in fg.apply_nodes if isinstance(n.op, IncSubtensor)]
     assert len(writes) == 2
     for node in writes:  # each writes its value as it is, into one row
-        value = node.inputs[1]
+        value: Any = node.inputs[1]
         assert value.ndim == 1 and not (value.owner and isinstance(value.owner.op, DimShuffle))
-        assert node.inputs[2].dtype == "uint8"  # the row index already as Numba's mode wants it
+        assert node.inputs[2].type.dtype == "uint8"  # the row index already as Numba's mode wants it
     uint_indices = optdb["local_uint_constant_indices"]
     assert uint_indices.rewrite(fg)[1] == 0  # ... so that pass finds nothing left to change
     # a slice of two rows, or a value not expanded, stays

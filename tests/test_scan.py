@@ -12,6 +12,8 @@ against vanilla PyTensor (built, compiled and run with innergraph uninstalled,
   exact to the last bit.
 """
 
+from typing import Any
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -26,6 +28,7 @@ import innergraph
 from innergraph import graph_stats, lift, lower
 from innergraph.ops.scan import Scan
 from vanilla import vanilla_function, vanilla_values
+from typed import grad
 
 #: innergraph installed, its rewrites excluded: the in-graph consumers run as they were built (not vanilla).
 IN_GRAPH = get_default_mode().excluding("innergraph")
@@ -90,7 +93,7 @@ def outputs_of(case, scan):
     x, s = inputs()
     y = case(scan, x, s)
     cost = (y**2).sum()
-    return [x, s], [y, *pytensor.grad(cost, [x, s], disconnected_inputs="ignore")]
+    return [x, s], [y, *grad(cost, [x, s], disconnected_inputs="ignore")]
 
 
 def run(inputs_, outputs_, mode):
@@ -140,7 +143,7 @@ def test_lift_then_lower_is_exact(case):
         np.testing.assert_array_equal(g, e)
 
 
-def _four_loops():
+def _four_loops() -> tuple[list, Any]:
     a, x = inputs()
     step = lambda v, acc: acc * 0.9 + pt.sin(v)  # noqa: E731
     finals = [pytensor.scan(step, sequences=[seq], outputs_info=[a], return_updates=False)[-1] for seq in (x, x[1:], x * 2)]
@@ -258,7 +261,7 @@ def test_scan_lifts_only_the_scan_it_builds():
 def test_pushforward_matches_vanilla():
     from pytensor.gradient import pushforward
 
-    def build(scan):
+    def build(scan) -> tuple[list, Any]:
         x, s = inputs()
         v = pt.dvector("v")
         y = several_outputs(scan, x, s)

@@ -21,6 +21,7 @@ from innergraph.fold import folded_bodies
 from innergraph.graph import scope_toposort
 from innergraph.ops.call import Call
 from innergraph.stats import graph_stats
+from typed import recording
 
 K = 3
 CASE = shared_step(5, K, length=20)
@@ -30,9 +31,11 @@ def compile_case(case, linker, variant="innergraph", excluding=()):
     mode = Mode(linker=linker, optimizer="fast_run").excluding(*excluding)
     if variant == "vanilla":
         with innergraph.uninstalled():  # a Scan's inner function compiles with Scan's own mode
-            fn = pytensor.function(*case.build("vanilla"), mode=mode)
+            inputs, outputs = case.build("vanilla")
+            fn = pytensor.function(inputs, outputs, mode=mode)
             return fn, fn(*case.values)
-    fn = pytensor.function(*case.build("innergraph"), mode=mode)
+    inputs, outputs = case.build("innergraph")
+    fn = pytensor.function(inputs, outputs, mode=mode)
     return fn, fn(*case.values)
 
 
@@ -112,9 +115,9 @@ def test_the_pushed_work_of_a_shared_body_converts_once_under_numba(monkeypatch)
 def test_equal_outer_nodes_convert_once(monkeypatch):
     import innergraph.backends.numba_code as code
 
-    converted = []
+    converted: list = []
     convert = code.numba_funcify_ensure_cache
-    monkeypatch.setattr(code, "numba_funcify_ensure_cache", lambda op, **kw: converted.append(op) or convert(op, **kw))
+    monkeypatch.setattr(code, "numba_funcify_ensure_cache", recording(converted, convert))
     xs = [pt.dvector(f"x{i}") for i in range(4)]
     outs = [pt.cumsum(x) for x in xs]  # four equal CumOp nodes over different inputs
     fn = pytensor.function(xs, outs, mode=Mode(linker="numba", optimizer="fast_run"))
@@ -130,9 +133,9 @@ def test_a_graph_compiled_with_innergraphs_rewrites_excluded_converts_as_pytenso
     convert every node, as PyTensor's does)."""
     import innergraph.backends.numba_code as code
 
-    converted = []
+    converted: list = []
     convert = code.numba_funcify_ensure_cache
-    monkeypatch.setattr(code, "numba_funcify_ensure_cache", lambda op, **kw: converted.append(op) or convert(op, **kw))
+    monkeypatch.setattr(code, "numba_funcify_ensure_cache", recording(converted, convert))
     xs = [pt.dvector(f"x{i}") for i in range(4)]
     mode = Mode(linker="numba", optimizer="fast_run").excluding("innergraph")
     pytensor.function(xs, [pt.cumsum(x) for x in xs], mode=mode)
@@ -142,9 +145,9 @@ def test_a_graph_compiled_with_innergraphs_rewrites_excluded_converts_as_pytenso
 def test_outer_nodes_that_differ_in_a_constant_convert_apart(monkeypatch):
     import innergraph.backends.numba_code as code
 
-    converted = []
+    converted: list = []
     convert = code.numba_funcify_ensure_cache
-    monkeypatch.setattr(code, "numba_funcify_ensure_cache", lambda op, **kw: converted.append(op) or convert(op, **kw))
+    monkeypatch.setattr(code, "numba_funcify_ensure_cache", recording(converted, convert))
     x, y = pt.dvector("x"), pt.dvector("y")
     fn = pytensor.function([x, y], [pt.cumsum(x)[:2], pt.cumsum(y)[:3]], mode=Mode(linker="numba", optimizer="fast_run"))
     slices = [n for n in fn.maker.fgraph.apply_nodes if type(n.op).__name__ == "Subtensor"]

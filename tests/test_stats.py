@@ -8,7 +8,8 @@ from pytensor.graph.fg import FunctionGraph
 from pytensor.ifelse import ifelse
 
 import innergraph
-from innergraph import call, graph_stats, inner_graph, unfold_inner_graphs
+from innergraph import graph_stats, inner_graph, unfold_inner_graphs
+from typed import call, grad
 
 x = pt.dvector("x")
 a = pt.dscalar("a")
@@ -19,8 +20,8 @@ def test_vanilla_scan_ifelse_and_opfromgraph_are_counted(mode):
     from pytensor.graph.op import HasMultipleInnerGraph
 
     ys = pytensor.scan(lambda y: y**2, outputs_info=[a], n_steps=4, return_updates=False)
-    h = pytensor.grad(pytensor.grad(ys[-1], a), a)
-    ofg = OpFromGraph([a], [a * 2, a * 3], inline=False)(a)[0]
+    h = grad(grad(ys[-1], a), a)
+    ofg = OpFromGraph([a], [a * 2, a * 3], inline=False).make_node(a).outputs[0]
     with innergraph.uninstalled():
         fn = pytensor.function([a], [h, ifelse(a > 0, a, -a), ofg], mode=mode)
     stats = graph_stats(fn)

@@ -25,7 +25,7 @@ def recording(op_class, seen):
 def test_a_member_whose_tracked_ops_are_absent_is_skipped():
     x = pt.dvector("x")
     fg = FunctionGraph([x], [pt.exp(x) + 1])
-    seen = []
+    seen: list = []
     guarded = skipping_untracked(SequentialGraphRewriter(recording(Argmax, seen), recording(Elemwise, seen)))
     assert [type(m) for m in guarded.data] == [UnlessUntracked, UnlessUntracked]
     guarded.rewrite(fg)
@@ -43,7 +43,7 @@ class IntroduceSum(GraphRewriter):
 def test_a_tracked_node_an_earlier_member_introduced_is_seen():
     x = pt.dvector("x")
     fg = FunctionGraph([x], [pt.exp(x)])
-    seen = []
+    seen: list = []
     skipping_untracked(SequentialGraphRewriter(IntroduceSum(), recording(CAReduce, seen))).rewrite(fg)
     assert len(seen) == 1 and isinstance(seen[0], CAReduce)
 
@@ -69,7 +69,7 @@ def test_guarded_late_passes_change_a_body_exactly_as_unguarded_ones():
     class Unmarked:
         cache: dict = {}
 
-    rewriter = body_rewriter(Unmarked(), "numba")
+    rewriter = body_rewriter(Unmarked(), "numba")  # type: ignore[arg-type]  # any object with a cache will do
     plain, guarded = fgraph(), fgraph()
     rewriter.rewrite(plain)
     skipping_untracked(rewriter).rewrite(guarded)

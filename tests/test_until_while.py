@@ -3,6 +3,8 @@ WhileLoop (by default under Numba and JAX, and under py and cvm with INNERGRAPH_
 values equal vanilla PyTensor's; a Scan any other way (traces read whole, JAX, the rewrite
 excluded) stays a Scan."""
 
+from typing import Any
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -19,7 +21,7 @@ from vanilla import vanilla_function
 c = pt.dvector("c")
 a, x0 = pt.dscalar("a"), pt.dscalar("x0")
 n = pt.lscalar("n")
-VALUES = [np.linspace(1.0, 50.0, 7), 0.7, 0.3, 40]
+VALUES: list[Any] = [np.linspace(1.0, 50.0, 7), 0.7, 0.3, 40]
 
 
 def newton(c):

@@ -9,6 +9,8 @@ aliases (``Scan.prepare_fgraph``, PyTensor issue #2252): innergraph now lowers
 untraced states as they are for every linker, as it always did for the JIT ones.
 """
 
+from typing import Any
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -19,14 +21,15 @@ from pytensor.link.vm import VMLinker
 from pytensor.scan.op import Scan as NativeScan
 
 import innergraph
+from typed import grad as grad_of
 
 s0, k = pt.dvector("s0"), pt.dscalar("k")
 TRACE = pytensor.scan(lambda s: s * k + 1.0, outputs_info=[s0], n_steps=3, return_updates=False)
-GRAD = pytensor.grad(TRACE[-1].sum(), [k])  # reverse loop: a mit-mot and an untraced accumulator
+GRAD = grad_of(TRACE[-1].sum(), [k])  # reverse loop: a mit-mot and an untraced accumulator
 SAMPLE = (np.array([1.0, 2.0]), 2.5)
 EXPECTED = 68.25  # d/dk of sum(s3): sum(s2) + k sum(s1) + k^2 sum(s0)
 
-LINKERS = {
+LINKERS: dict[str, Any] = {
     "py": "py",
     "cvm": "cvm",
     "vm": VMLinker(use_cloop=False, c_thunks=False),
@@ -76,7 +79,7 @@ def test_the_runtime_keeps_a_state_computed_in_place_of_an_intermediate():
     keeps the bodies of the other tests (and their cached native Scans) apart.
     """
     trace = pytensor.scan(lambda s: s * k + 2.0, outputs_info=[s0], n_steps=3, return_updates=False)
-    grad = pytensor.grad(trace[-1].sum(), [k])
+    grad = grad_of(trace[-1].sum(), [k])
     mode = Mode(linker="py", optimizer="fast_run")
     fn = pytensor.function([s0, k], grad, mode=mode)
     assert any(n.op.info.n_untraced_sit_sot for n in _native_scans(fn))
@@ -100,7 +103,7 @@ def test_nested_loops_gradient_of_a_vector_non_sequence(linker):
         return inner[-1]
 
     trace = pytensor.scan(outer, sequences=[X], outputs_info=[init], non_sequences=[v], return_updates=False)
-    grad = pytensor.grad(trace[-1], v)
+    grad = grad_of(trace[-1], v)
     values = (np.arange(12.0).reshape(3, 4) / 10, np.array([0.5, -0.2, 0.3]), 0.7)
     mode = Mode(linker=linker, optimizer="fast_run")
     got = pytensor.function([X, v, init], grad, mode=mode)(*values)

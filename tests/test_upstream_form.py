@@ -23,6 +23,7 @@ from pytensor.scan.op import Scan as NativeScan
 import innergraph
 from innergraph import patching
 from innergraph.patches import series
+from typed import call, ifelse
 
 PATCHED = patching.patched_pytensor()
 
@@ -62,7 +63,7 @@ def test_the_expected_form_is_active():
 def _load_backends():
     """Compile once with Numba so that its on-demand patches (or registrations) are made."""
     x = pt.dvector("x")
-    f = pytensor.function([x], innergraph.ifelse(x.sum() > 0, x + 1, x - 1), mode="NUMBA")
+    f = pytensor.function([x], ifelse(x.sum() > 0, x + 1, x - 1), mode="NUMBA")
     np.testing.assert_allclose(f(np.array([1.0, 2.0])), [2.0, 3.0])
     np.testing.assert_allclose(f(np.array([-1.0, -2.0])), [-2.0, -3.0])
     importlib.import_module("innergraph.patching.debugmode")  # what a DebugMode link loads
@@ -102,8 +103,8 @@ def test_no_monkey_patch_on_a_patched_pytensor_or_every_record_paired():
         # the hooks the edits call exist, with the names the series gives them
         for edit in series.EDITS:
             if isinstance(edit, series.Delegate):
-                module = importlib.import_module(edit.module.replace("pytensor.innergraph", "innergraph"))
-                assert callable(getattr(module, edit.replacement)), edit
+                delegate = importlib.import_module(edit.module.replace("pytensor.innergraph", "innergraph"))
+                assert callable(getattr(delegate, edit.replacement)), edit
 
 
 #: the names of PyTensor's conversions the series makes delegate to innergraph
@@ -159,7 +160,7 @@ def _owner_name(patch):
 
 def test_hooks_are_off_while_uninstalled_in_either_form():
     x = pt.dvector("x")
-    graph = innergraph.call(lambda u: pt.tanh(u) * 2, x)
+    graph = call(lambda u: pt.tanh(u) * 2, x)
     with innergraph.uninstalled():
         assert innergraph.form() == "not installed"
         assert not innergraph.installed()
@@ -181,7 +182,7 @@ def test_the_replacements_reach_pytensors_own_conversion_and_delegates_follow_in
     if not PATCHED:
         assert base is numba_basic_module.numba_funcify_FunctionGraph  # the record re-registers; PyTensor's function is untouched
         return
-    assert base is numba_basic_module._numba_funcify_FunctionGraph_base
+    assert base is getattr(numba_basic_module, "_numba_funcify_FunctionGraph_base")  # what patch 5 adds
     hooked = patching.hook("pytensor.innergraph.backends.numba", "funcify_fgraph_as_one_conversion", base)
     assert hooked is backend.funcify_fgraph_as_one_conversion
     with innergraph.uninstalled():

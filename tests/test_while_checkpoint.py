@@ -13,6 +13,7 @@ from pytensor.scan.utils import until
 import innergraph
 from innergraph import checkpoint
 from innergraph.checkpoint_bench import peak_bytes
+from typed import grad
 
 x0, w, lim = pt.dscalar("x0"), pt.dscalar("w"), pt.dscalar("lim")
 v0 = pt.dvector("v0")
@@ -31,7 +32,7 @@ def _gradients(policy, default=None):
     with checkpoint.checkpointing(default):
         a, v = innergraph.while_loop(lambda s: s[0] < lim, _step, (x0, v0), max_steps=MAX_STEPS, checkpoint=policy)
         cost = a**2 + (v**3).sum()
-        return [cost, *pytensor.grad(cost, [x0, v0, w])]
+        return [cost, *grad(cost, [x0, v0, w])]
 
 
 def _vanilla_gradients():
@@ -47,7 +48,7 @@ def _vanilla_gradients():
     a_f = pt.concatenate([pt.shape_padleft(x0), a])[-1]
     v_f = pt.concatenate([pt.shape_padleft(v0), v])[-1]
     cost = a_f**2 + (v_f**3).sum()
-    return [cost, *pytensor.grad(cost, [x0, v0, w])]
+    return [cost, *grad(cost, [x0, v0, w])]
 
 
 def _mode(linker):
@@ -102,7 +103,7 @@ def test_numba_checkpointed_gradient_equals_stored_trace():
 
     def build(policy, linker):
         s = innergraph.while_loop(lambda s: s < lim, lambda s: s * w + pt.sin(s) * 0.1 + 0.05, x0, max_steps=MAX_STEPS, checkpoint=policy)
-        return pytensor.function([x0, w, lim], [s, *pytensor.grad(s**2, [x0, w])], mode=_mode(linker))
+        return pytensor.function([x0, w, lim], [s, *grad(s**2, [x0, w])], mode=_mode(linker))
 
     sqrt, reference = build("sqrt", "numba"), build(None, "cvm")
     assert len(_segment_loops(sqrt)) == 1
@@ -127,7 +128,7 @@ def _long(policy, n):
     s, _ = innergraph.while_loop(
         lambda c: c[1] < n, lambda c: (c[0] * w + pt.sin(c[0]) * 0.01, c[1] + 1.0), (x0, pt.constant(0.0)), max_steps=n, checkpoint=policy
     )
-    (g,) = pytensor.grad(s, [w])
+    (g,) = grad(s, [w])
     return pytensor.function([x0, w], [s, g], mode=_mode("cvm"))
 
 

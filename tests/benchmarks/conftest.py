@@ -20,8 +20,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     session = getattr(config, "_benchmarksession", None)
     if session is None or session.disabled or not session.benchmarks:
         return
-    fastest = defaultdict(dict)
-    per_case = defaultdict(lambda: defaultdict(dict))  # case -> variant -> field -> value
+    fastest: defaultdict[str, dict] = defaultdict(dict)
+    per_case: defaultdict[str, defaultdict[str, dict]] = defaultdict(lambda: defaultdict(dict))  # case -> variant -> field -> value
     for bench in session.benchmarks:
         if bench.stats is None:
             continue
