@@ -26,24 +26,33 @@ the same programs are compared with vanilla PyTensor by `tests/test_differential
 
 import pytensor
 from hypothesis import given, settings
+from profiles import examples
 from pytensor.compile.aliasing import add_supervisor_to_fgraph
+from pytensor.compile.builders import OpFromGraph
 from pytensor.compile.io import In
 from pytensor.compile.mode import Mode
-from pytensor.compile.builders import OpFromGraph
 from pytensor.compile.sharedvalue import SharedVariable
-from pytensor.graph.traversal import graph_inputs
 from pytensor.conditional.op import IfElse as NativeIfElse
-from pytensor.scan.op import Scan as NativeScan
 from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.traversal import graph_inputs
+from pytensor.scan.op import Scan as NativeScan
 
 from innergraph.convert import lift_graph
 from innergraph.ops.call import Call
 from innergraph.rewriting.duplicates import _duplicates
 from innergraph.rewriting.signature import consumers
 from innergraph.stats import graph_stats, unread_buffers
-from innergraph.testing.programs import Cond, Leaf, Loop, Program, State, build_program, programs
+from innergraph.testing.programs import (
+    Cond,
+    Leaf,
+    Loop,
+    Program,
+    State,
+    build_program,
+    programs,
+)
 from innergraph.testing.recipes import Param, Recipe, Step
-from profiles import examples
+
 
 def _exp(static, actual) -> Recipe:
     return Recipe((Param("float64", static, actual),), (Step("exp", (0,)),), (1,), ((static, actual),) * 2)
