@@ -56,7 +56,7 @@ def test_copies_import_pytensor_innergraph_only():
 
 
 @pytest.mark.parametrize("edit", series.EDITS, ids=lambda e: e.replaces or e.file)
-def test_each_edit_finds_its_anchor_once_in_pytensor_3_0_7_or_is_there(edit):
+def test_each_edit_finds_its_anchor_once_in_the_installed_pytensor_or_is_there(edit):
     """Released PyTensor: where each edit goes is unambiguous. Patched PyTensor (up to the edit's patch): each edit is in it, once."""
     text = (Path(pytensor.__file__).parent.parent / edit.file).read_text()
     patch = next(i for i, spec in enumerate(series.SERIES) if edit in spec.edits)
@@ -72,10 +72,48 @@ def test_each_edit_finds_its_anchor_once_in_pytensor_3_0_7_or_is_there(edit):
 def test_verify_reads_the_upstream_runners_total_and_pytests_summary():
     from innergraph.patches import verify
 
-    total = "534 passed, 8 xfailed, 18 skipped, 8 deselected "
+    total = "546 passed, 8 xfailed, 19 skipped, 4 failed, 8 deselected "
     assert verify.counts(total) == verify.VANILLA
-    assert verify.counts("1 failed, 533 passed, 8 xfailed, 18 skipped, 8 deselected") != verify.VANILLA
+    assert verify.counts("5 failed, 545 passed, 8 xfailed, 19 skipped, 8 deselected") != verify.VANILLA
     assert verify.counts("= 3 passed, 1 error in 2.0s =") == {"passed": 3, "errors": 1}
+
+
+def _record(tmp_path, name, outcomes, finished=True):
+    """A record as ``.ci/outcomes.py``'s plugin writes it: one session per file, one line per test id."""
+    import json
+
+    lines = []
+    for file in sorted({test_id.split("::")[0] for test_id in outcomes}):
+        session = f"{name}-{file}"
+        lines.append({"kind": "session", "session": session, "args": [file]})
+        lines += [{"kind": "test", "session": session, "id": i, "outcome": o} for i, o in outcomes.items() if i.startswith(file)]
+        if finished:
+            lines.append({"kind": "finish", "session": session, "exitstatus": 1, "wall": 1.0, "innergraph": False, "pytensor": "3.3.8"})
+    path = tmp_path / f"{name}.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    from innergraph.patches import verify
+
+    return verify.outcomes().read_record(path, name)
+
+
+def test_verify_judges_pytensors_tests_per_id_accepting_vanillas_own_failures(tmp_path):
+    """CI's judge (``.ci/outcomes.py``) per test id: vanilla's own failures pass, a new failure or skip does not, whatever the counts."""
+    from innergraph.patches import verify
+
+    known = verify.VANILLA_FAILURES[0]
+    vanilla = _record(tmp_path, "vanilla", {known: "failed", "tests/test_ifelse.py::test_a": "passed", "tests/scan/test_basic.py::test_b": "xfailed", "tests/scan/test_basic.py::test_c": "passed"})
+    files = ["tests/test_ifelse.py", "tests/scan/test_basic.py"]
+    same = _record(tmp_path, "same", {i: t.outcome for i, t in vanilla.tests.items()})
+    assert verify.judge(vanilla, same, 5, files).failures == []  # innergraph's copy is never `import innergraph`d: no "variant"
+    swapped = _record(tmp_path, "swapped", {known: "passed", "tests/test_ifelse.py::test_a": "failed", "tests/scan/test_basic.py::test_b": "xfailed", "tests/scan/test_basic.py::test_c": "passed"})
+    assert [(f.rule, f.id) for f in verify.judge(vanilla, swapped, 2, files).failures] == [("regressed", "tests/test_ifelse.py::test_a")]  # same counts
+    skipped = _record(tmp_path, "skipped", {known: "failed", "tests/test_ifelse.py::test_a": "passed", "tests/scan/test_basic.py::test_b": "xfailed", "tests/scan/test_basic.py::test_c": "skipped"})
+    assert [f.rule for f in verify.judge(vanilla, skipped, 2, files).failures] == ["skipped"]
+    # a subset judges its own files only; a file run.sh ran that left no record fails
+    subset = _record(tmp_path, "subset", {"tests/scan/test_basic.py::test_b": "xfailed", "tests/scan/test_basic.py::test_c": "passed"})
+    assert verify.judge(vanilla, subset, 2, ["tests/scan/test_basic.py"]).failures == []
+    missing = verify.judge(vanilla, subset, 2, files).failures
+    assert {(f.rule, f.id.split("::")[0]) for f in missing} == {("missing", "tests/test_ifelse.py"), ("file-not-run", "tests/test_ifelse.py")}
 
 
 def test_verify_expects_monkey_patching_before_patch_4_a_refusal_at_4_and_the_alias_after_5():

@@ -344,7 +344,7 @@ _BACKENDS = PatchSpec(
     subject="innergraph: Numba and JAX implementations of the consumers",
     message=f"""The Numba and JAX conversions of the in-graph consumers (a body compiled
 once however many consumers read it), loaded on a linker's first link.
-Five functions of PyTensor delegate to innergraph while it is enabled,
+Four functions of PyTensor delegate to innergraph while it is enabled,
 keeping their body as _<name>_base:
 
 - numba's numba_funcify_ensure_cache: equal nodes of one conversion
@@ -354,12 +354,17 @@ keeping their body as _<name>_base:
 - JAXLinker.jit_compile: a graph with a while loop, or with a Scan whose
   trip count is not a constant, falls back to eager execution where
   jax.jit cannot trace it;
-- numba's numba_funcify_FunctionGraph: a FunctionGraph converts as one
-  conversion, in which the bodies its consumers inline convert their equal
-  nodes once;
 - JAX's jax_funcify_Scan: a while-loop Scan, or one whose mit-mot writes
   before its oldest input tap, runs as a loop of its own (scan_as_loop);
   other Scans convert as before, their mit-mot taps shifted.
+
+The rest are registrations with PyTensor's dispatchers, made while
+innergraph is enabled: the consumers' conversions, and a Numba conversion
+for FunctionGraph, which converts a graph as one conversion (the bodies
+its consumers inline convert their equal nodes once) by calling
+numba_funcify_FunctionGraph. PyTensor registers that function for
+AbstractFunctionGraph, so it stays registered, unchanged, for the frozen
+inner graphs of Scan and OpFromGraph.
 
 {_TESTED}""",
     modules=(
@@ -385,13 +390,6 @@ keeping their body as _<name>_base:
             "pytensor.innergraph.backends.numba",
             "cache_key_for_constant",
             replaces="numba_basic.cache_key_for_constant",
-        ),
-        Delegate(
-            "pytensor/link/numba/dispatch/basic.py",
-            "numba_funcify_FunctionGraph",
-            "pytensor.innergraph.backends.numba",
-            "funcify_fgraph_as_one_conversion",
-            replaces="numba_funcify_and_cache_key[FunctionGraph]",
         ),
         Delegate(
             "pytensor/link/jax/dispatch/scan.py",
