@@ -116,16 +116,24 @@ def test_verify_judges_pytensors_tests_per_id_accepting_vanillas_own_failures(tm
     assert {(f.rule, f.id.split("::")[0]) for f in missing} == {("missing", "tests/test_ifelse.py"), ("file-not-run", "tests/test_ifelse.py")}
 
 
-def test_verify_expects_monkey_patching_before_patch_4_a_refusal_at_4_and_the_alias_after_5():
+def test_verify_expects_monkey_patching_before_the_last_patch_and_the_alias_after_it():
     from innergraph.patches import verify
 
     assert [verify._expected_form(level) for level in range(1, len(series.SERIES) + 1)] == [
         "monkey-patched",
         "monkey-patched",
         "monkey-patched",
-        "refused",
+        "monkey-patched",
         "patched pytensor",
     ]
+
+
+def test_only_the_last_patch_enables_innergraph():
+    """The backends come before the rewrites, whose patch makes ``import pytensor`` import its copy: every earlier patch is inert."""
+    assert series.SERIES[-1].modules.count("rewriting/db.py") == 1
+    assert [e.file for e in series.SERIES[-1].edits] == ["pytensor/__init__.py"]
+    assert not any(e.file == "pytensor/__init__.py" for spec in series.SERIES[:-1] for e in spec.edits)
+    assert series.ASSIGNED["backends/numba.py"] < series.ASSIGNED["rewriting/db.py"]
 
 
 def test_verify_skips_pytensors_tests_only_after_patches_that_add_unimported_files(tmp_path):
@@ -133,7 +141,7 @@ def test_verify_skips_pytensors_tests_only_after_patches_that_add_unimported_fil
 
     committed = sorted((build.REPOSITORY / "patches").glob("[0-9][0-9][0-9][0-9]-*.patch"))
     skipped = [level for level, patch in enumerate(committed, start=1) if verify.untouched_reason(patch, level)]
-    assert skipped == [1, 3]  # 2 edits PyTensor's linker, printing, pickling; 4 enables the copy; 5 the backends
+    assert skipped == [1, 3]  # 2 edits PyTensor's linker, printing, pickling; 4 the backends' delegates; 5 enables the copy
     assert verify.edited_pytensor_files(committed[1])[:2] == ["pytensor/compile/debug/debugmode.py", "pytensor/graph/fg.py"]
 
     # an inert patch that edits one of PyTensor's own files is run, as is any patch once PyTensor imports its copy
@@ -143,4 +151,4 @@ def test_verify_skips_pytensors_tests_only_after_patches_that_add_unimported_fil
     adds_only = tmp_path / "add.patch"
     adds_only.write_text("--- /dev/null\n+++ b/pytensor/innergraph/new.py\n")
     assert verify.untouched_reason(adds_only, 3) is not None
-    assert verify.untouched_reason(adds_only, 4) is None
+    assert verify.untouched_reason(adds_only, len(series.SERIES)) is None  # PyTensor imports its copy
