@@ -14,13 +14,14 @@ alias
 partial series
     A PyTensor carrying the first *k* < 5 patches of the series (how ``.ci/patched``
     tests the series patch by patch, `innergraph.patches.verify`). `series_level` counts
-    the leading patches whose modules are all in ``pytensor/innergraph/``. Before patch 4
-    nothing imports ``pytensor.innergraph`` (its modules are inert code), so ``import
+    the leading patches whose modules are all in ``pytensor/innergraph/``. Only the last
+    patch makes ``import pytensor`` import ``pytensor.innergraph`` (which registers its
+    rewrites: PyTensor *enables* its copy); before it the copy is inert code, so ``import
     innergraph`` monkey-patches exactly as on a released PyTensor, from the library's own
-    files (`patched_pytensor` is false). From patch 4 on, ``import pytensor`` enables
-    PyTensor's copy (its rewrites are in ``optdb``): monkey-patching would register a
-    second copy, and aliasing would alias a half package, so `refuse_partial_series`
-    raises `ImportError` naming what is missing.
+    files (`patched_pytensor` is false). A PyTensor that enables a copy lacking modules
+    (patched from another version of the series) can be neither monkey-patched (a second
+    registration) nor aliased (a half package): `refuse_partial_series` raises
+    `ImportError` naming what is missing.
 
 `alias_upstream` replaces the ``innergraph`` package being imported by
 ``pytensor.innergraph`` and installs `UpstreamFinder` first in ``sys.meta_path``:
@@ -94,15 +95,16 @@ def patched_pytensor() -> bool:
 def refuse_partial_series() -> None:
     """Raise `ImportError` if PyTensor enables a copy of innergraph that lacks a part of the series.
 
-    PyTensor enables its copy from patch 4 on (``import pytensor`` imports
-    ``pytensor.innergraph``, which registers its rewrites): then innergraph can neither
-    monkey-patch (a second registration) nor alias (a half package). Before patch 4 the
-    copy is inert and innergraph monkey-patches as on a released PyTensor.
+    PyTensor enables its copy with the series' last patch (``import pytensor`` imports
+    ``pytensor.innergraph``, which registers its rewrites): one that enables a copy
+    lacking modules can be neither monkey-patched (a second registration) nor aliased
+    (a half package). A copy PyTensor does not enable is inert, whatever it holds, and
+    innergraph monkey-patches as on a released PyTensor.
     """
     from innergraph.patches.series import SERIES
 
     folder = _upstream_folder()
-    if folder is None or UPSTREAM + ".rewriting.db" not in sys.modules and series_level(folder) < 4:
+    if folder is None or UPSTREAM + ".rewriting.db" not in sys.modules:
         return
     missing = missing_modules(folder)
     if not missing:

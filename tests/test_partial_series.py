@@ -1,9 +1,9 @@
 """``import innergraph`` on a PyTensor carrying only the first patches of the upstream series.
 
-`innergraph._upstream` decides: patches 1-3 are inert (nothing imports ``pytensor.innergraph``),
-so innergraph monkey-patches as on a released PyTensor; from patch 4 on PyTensor enables its
-partial copy and ``import innergraph`` refuses, naming what is missing; the whole series is
-aliased. These tests build fake ``pytensor/innergraph`` folders holding the modules of the
+`innergraph._upstream` decides: patches 1-4 are inert (nothing imports ``pytensor.innergraph``),
+so innergraph monkey-patches as on a released PyTensor; the last patch makes PyTensor enable its
+copy, and the whole series is aliased; a PyTensor enabling a copy that lacks modules (patched from
+another version of the series) is refused, naming what is missing. These tests build fake ``pytensor/innergraph`` folders holding the modules of the
 first k patches; ``.ci/patched`` (`innergraph.patches.verify`) checks the same on real builds.
 """
 
@@ -44,7 +44,7 @@ def test_no_copy_is_level_zero():
     assert _upstream.missing_modules(None, 1) == [_upstream._shipped_as(m) for m in SERIES[0].modules]
 
 
-@pytest.mark.parametrize("level", [1, 2, 3])
+@pytest.mark.parametrize("level", range(1, len(SERIES)))
 def test_inert_patches_are_monkey_patched_as_a_released_pytensor(tmp_path, monkeypatch, level):
     monkeypatch.setattr(_upstream, "_upstream_folder", lambda: _fake_copy(tmp_path, level))
     monkeypatch.delitem(sys.modules, "pytensor.innergraph.rewriting.db", raising=False)
@@ -53,10 +53,14 @@ def test_inert_patches_are_monkey_patched_as_a_released_pytensor(tmp_path, monke
     assert not _upstream.patched_pytensor()
 
 
-def test_patch_four_without_the_backends_is_refused_naming_them(tmp_path, monkeypatch):
-    monkeypatch.setattr(_upstream, "_upstream_folder", lambda: _fake_copy(tmp_path, 4))
-    monkeypatch.delitem(sys.modules, "pytensor.innergraph.rewriting.db", raising=False)
-    with pytest.raises(ImportError, match=r"carries patches 1-4 of innergraph's 5-patch upstream series.*lacks backends/") as error:
+def test_a_copy_pytensor_enables_without_the_backends_is_refused_naming_them(tmp_path, monkeypatch):
+    """A copy holding everything but the backends, which PyTensor enables (no build of this series does: they come first)."""
+    folder = _fake_copy(tmp_path, len(SERIES))
+    for module in (tmp_path / "innergraph" / "backends").glob("*.py"):
+        module.unlink()
+    monkeypatch.setattr(_upstream, "_upstream_folder", lambda: folder)
+    monkeypatch.setitem(sys.modules, "pytensor.innergraph.rewriting.db", sys.modules[__name__])
+    with pytest.raises(ImportError, match=r"carries patches 1-3 of innergraph's 5-patch upstream series.*lacks backends/") as error:
         _upstream.refuse_partial_series()
     assert "install PyTensor with the whole series" in str(error.value)
 

@@ -56,7 +56,7 @@ def test_copies_import_pytensor_innergraph_only():
 
 
 @pytest.mark.parametrize("edit", series.EDITS, ids=lambda e: e.replaces or e.file)
-def test_each_edit_finds_its_anchor_once_in_pytensor_3_0_7_or_is_there(edit):
+def test_each_edit_finds_its_anchor_once_in_the_installed_pytensor_or_is_there(edit):
     """Released PyTensor: where each edit goes is unambiguous. Patched PyTensor (up to the edit's patch): each edit is in it, once."""
     text = (Path(pytensor.__file__).parent.parent / edit.file).read_text()
     patch = next(i for i, spec in enumerate(series.SERIES) if edit in spec.edits)
@@ -72,22 +72,68 @@ def test_each_edit_finds_its_anchor_once_in_pytensor_3_0_7_or_is_there(edit):
 def test_verify_reads_the_upstream_runners_total_and_pytests_summary():
     from innergraph.patches import verify
 
-    total = "534 passed, 8 xfailed, 18 skipped, 8 deselected "
+    total = "546 passed, 8 xfailed, 19 skipped, 4 failed, 8 deselected "
     assert verify.counts(total) == verify.VANILLA
-    assert verify.counts("1 failed, 533 passed, 8 xfailed, 18 skipped, 8 deselected") != verify.VANILLA
+    assert verify.counts("5 failed, 545 passed, 8 xfailed, 19 skipped, 8 deselected") != verify.VANILLA
     assert verify.counts("= 3 passed, 1 error in 2.0s =") == {"passed": 3, "errors": 1}
 
 
-def test_verify_expects_monkey_patching_before_patch_4_a_refusal_at_4_and_the_alias_after_5():
+def _record(tmp_path, name, outcomes, finished=True):
+    """A record as ``.ci/outcomes.py``'s plugin writes it: one session per file, one line per test id."""
+    import json
+
+    lines = []
+    for file in sorted({test_id.split("::")[0] for test_id in outcomes}):
+        session = f"{name}-{file}"
+        lines.append({"kind": "session", "session": session, "args": [file]})
+        lines += [{"kind": "test", "session": session, "id": i, "outcome": o} for i, o in outcomes.items() if i.startswith(file)]
+        if finished:
+            lines.append({"kind": "finish", "session": session, "exitstatus": 1, "wall": 1.0, "innergraph": False, "pytensor": "3.3.8"})
+    path = tmp_path / f"{name}.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    from innergraph.patches import verify
+
+    return verify.outcomes().read_record(path, name)
+
+
+def test_verify_judges_pytensors_tests_per_id_accepting_vanillas_own_failures(tmp_path):
+    """CI's judge (``.ci/outcomes.py``) per test id: vanilla's own failures pass, a new failure or skip does not, whatever the counts."""
+    from innergraph.patches import verify
+
+    known = verify.VANILLA_FAILURES[0]
+    vanilla = _record(tmp_path, "vanilla", {known: "failed", "tests/test_ifelse.py::test_a": "passed", "tests/scan/test_basic.py::test_b": "xfailed", "tests/scan/test_basic.py::test_c": "passed"})
+    files = ["tests/test_ifelse.py", "tests/scan/test_basic.py"]
+    same = _record(tmp_path, "same", {i: t.outcome for i, t in vanilla.tests.items()})
+    assert verify.judge(vanilla, same, 5, files).failures == []  # innergraph's copy is never `import innergraph`d: no "variant"
+    swapped = _record(tmp_path, "swapped", {known: "passed", "tests/test_ifelse.py::test_a": "failed", "tests/scan/test_basic.py::test_b": "xfailed", "tests/scan/test_basic.py::test_c": "passed"})
+    assert [(f.rule, f.id) for f in verify.judge(vanilla, swapped, 2, files).failures] == [("regressed", "tests/test_ifelse.py::test_a")]  # same counts
+    skipped = _record(tmp_path, "skipped", {known: "failed", "tests/test_ifelse.py::test_a": "passed", "tests/scan/test_basic.py::test_b": "xfailed", "tests/scan/test_basic.py::test_c": "skipped"})
+    assert [f.rule for f in verify.judge(vanilla, skipped, 2, files).failures] == ["skipped"]
+    # a subset judges its own files only; a file run.sh ran that left no record fails
+    subset = _record(tmp_path, "subset", {"tests/scan/test_basic.py::test_b": "xfailed", "tests/scan/test_basic.py::test_c": "passed"})
+    assert verify.judge(vanilla, subset, 2, ["tests/scan/test_basic.py"]).failures == []
+    missing = verify.judge(vanilla, subset, 2, files).failures
+    assert {(f.rule, f.id.split("::")[0]) for f in missing} == {("missing", "tests/test_ifelse.py"), ("file-not-run", "tests/test_ifelse.py")}
+
+
+def test_verify_expects_monkey_patching_before_the_last_patch_and_the_alias_after_it():
     from innergraph.patches import verify
 
     assert [verify._expected_form(level) for level in range(1, len(series.SERIES) + 1)] == [
         "monkey-patched",
         "monkey-patched",
         "monkey-patched",
-        "refused",
+        "monkey-patched",
         "patched pytensor",
     ]
+
+
+def test_only_the_last_patch_enables_innergraph():
+    """The backends come before the rewrites, whose patch makes ``import pytensor`` import its copy: every earlier patch is inert."""
+    assert series.SERIES[-1].modules.count("rewriting/db.py") == 1
+    assert [e.file for e in series.SERIES[-1].edits] == ["pytensor/__init__.py"]
+    assert not any(e.file == "pytensor/__init__.py" for spec in series.SERIES[:-1] for e in spec.edits)
+    assert series.ASSIGNED["backends/numba.py"] < series.ASSIGNED["rewriting/db.py"]
 
 
 def test_verify_skips_pytensors_tests_only_after_patches_that_add_unimported_files(tmp_path):
@@ -95,7 +141,7 @@ def test_verify_skips_pytensors_tests_only_after_patches_that_add_unimported_fil
 
     committed = sorted((build.REPOSITORY / "patches").glob("[0-9][0-9][0-9][0-9]-*.patch"))
     skipped = [level for level, patch in enumerate(committed, start=1) if verify.untouched_reason(patch, level)]
-    assert skipped == [1, 3]  # 2 edits PyTensor's linker, printing, pickling; 4 enables the copy; 5 the backends
+    assert skipped == [1, 3]  # 2 edits PyTensor's linker, printing, pickling; 4 the backends' delegates; 5 enables the copy
     assert verify.edited_pytensor_files(committed[1])[:2] == ["pytensor/compile/debug/debugmode.py", "pytensor/graph/fg.py"]
 
     # an inert patch that edits one of PyTensor's own files is run, as is any patch once PyTensor imports its copy
@@ -105,4 +151,4 @@ def test_verify_skips_pytensors_tests_only_after_patches_that_add_unimported_fil
     adds_only = tmp_path / "add.patch"
     adds_only.write_text("--- /dev/null\n+++ b/pytensor/innergraph/new.py\n")
     assert verify.untouched_reason(adds_only, 3) is not None
-    assert verify.untouched_reason(adds_only, 4) is None
+    assert verify.untouched_reason(adds_only, len(series.SERIES)) is None  # PyTensor imports its copy

@@ -23,7 +23,6 @@ from pytensor.scan.op import Scan as NativeScan
 import innergraph
 from innergraph import patching
 from innergraph.patches import series
-from typed import call, ifelse
 
 PATCHED = patching.patched_pytensor()
 
@@ -63,7 +62,7 @@ def test_the_expected_form_is_active():
 def _load_backends():
     """Compile once with Numba so that its on-demand patches (or registrations) are made."""
     x = pt.dvector("x")
-    f = pytensor.function([x], ifelse(x.sum() > 0, x + 1, x - 1), mode="NUMBA")
+    f = pytensor.function([x], innergraph.ifelse(x.sum() > 0, x + 1, x - 1), mode="NUMBA")
     np.testing.assert_allclose(f(np.array([1.0, 2.0])), [2.0, 3.0])
     np.testing.assert_allclose(f(np.array([-1.0, -2.0])), [-2.0, -3.0])
     importlib.import_module("innergraph.patching.debugmode")  # what a DebugMode link loads
@@ -91,20 +90,24 @@ def test_no_monkey_patch_on_a_patched_pytensor_or_every_record_paired():
             function = dispatcher.dispatch(cls)
             assert function.__module__ == defined_in and function.__name__ in _DELEGATED, (cls, function)
         assert all(not patching.replaces_pytensors_own(p) for p in patching._registered)
+        assert "numba_funcify_and_cache_key[FunctionGraph]" in {_owner_name(p) for p in patching._registered}
     else:
         records = [
             p for p in patching._applied if not isinstance(p, patching.DispatchPatch) or patching.replaces_pytensors_own(p)
         ]
         replaced = {_owner_name(p) for p in records}
-        assert {"numba_funcify_and_cache_key[FunctionGraph]", "jax_funcify[Scan]"} <= replaced
+        assert "jax_funcify[Scan]" in replaced
+        # PyTensor registers its graph conversion for AbstractFunctionGraph: innergraph's for FunctionGraph replaces nothing
+        registrations = {_owner_name(p) for p in patching._applied if isinstance(p, patching.DispatchPatch)} - replaced
+        assert "numba_funcify_and_cache_key[FunctionGraph]" in registrations
         paired = {edit.replaces for edit in series.EDITS if edit.replaces}
         assert replaced, "no monkey-patch applied on a released PyTensor"
         assert replaced <= paired, f"monkey-patches with no upstream edit in innergraph/patches/series.py: {replaced - paired}"
         # the hooks the edits call exist, with the names the series gives them
         for edit in series.EDITS:
             if isinstance(edit, series.Delegate):
-                delegate = importlib.import_module(edit.module.replace("pytensor.innergraph", "innergraph"))
-                assert callable(getattr(delegate, edit.replacement)), edit
+                module = importlib.import_module(edit.module.replace("pytensor.innergraph", "innergraph"))
+                assert callable(getattr(module, edit.replacement)), edit
 
 
 #: the names of PyTensor's conversions the series makes delegate to innergraph
@@ -112,14 +115,10 @@ _DELEGATED = {e.name for e in series.EDITS if isinstance(e, series.Delegate)}
 
 
 def _pytensors_dispatch():
-    """(dispatcher, PyTensor's class, module of PyTensor's conversion) the library re-registers on a released PyTensor."""
+    """(dispatcher, PyTensor's class, module of PyTensor's conversion) whose registered function the library replaces on a released PyTensor."""
     from pytensor.link.jax.dispatch import jax_funcify
-    from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
 
-    return [
-        (numba_funcify_and_cache_key, FunctionGraph, "pytensor.link.numba.dispatch.basic"),
-        (jax_funcify, NativeScan, "pytensor.link.jax.dispatch.scan"),
-    ]
+    return [(jax_funcify, NativeScan, "pytensor.link.jax.dispatch.scan")]
 
 
 def test_the_series_readme_lists_every_record_and_its_upstream_form():
@@ -160,7 +159,7 @@ def _owner_name(patch):
 
 def test_hooks_are_off_while_uninstalled_in_either_form():
     x = pt.dvector("x")
-    graph = call(lambda u: pt.tanh(u) * 2, x)
+    graph = innergraph.call(lambda u: pt.tanh(u) * 2, x)
     with innergraph.uninstalled():
         assert innergraph.form() == "not installed"
         assert not innergraph.installed()
@@ -172,18 +171,26 @@ def test_hooks_are_off_while_uninstalled_in_either_form():
 
 
 def test_the_replacements_reach_pytensors_own_conversion_and_delegates_follow_install():
-    """The library's one-conversion patch calls PyTensor's body; on a patched PyTensor the delegate calls it only while installed."""
+    """The library's one-conversion registration calls PyTensor's graph conversion; on a patched PyTensor a delegate calls innergraph only while installed."""
+    from pytensor.graph.fg import AbstractFunctionGraph
     from pytensor.link.numba.dispatch import basic as numba_basic_module
+    from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
 
     import innergraph.backends.numba as backend
 
+    # Both forms: a registration for FunctionGraph; PyTensor's function stays registered for AbstractFunctionGraph
     base = patching.original(numba_basic_module, "numba_funcify_FunctionGraph")
-    assert backend._fgraph_funcify is base
-    if not PATCHED:
-        assert base is numba_basic_module.numba_funcify_FunctionGraph  # the record re-registers; PyTensor's function is untouched
-        return
-    assert base is getattr(numba_basic_module, "_numba_funcify_FunctionGraph_base")  # what patch 5 adds
-    hooked = patching.hook("pytensor.innergraph.backends.numba", "funcify_fgraph_as_one_conversion", base)
-    assert hooked is backend.funcify_fgraph_as_one_conversion
+    assert backend._fgraph_funcify is base is numba_basic_module.numba_funcify_FunctionGraph
+    assert numba_funcify_and_cache_key.registry[AbstractFunctionGraph] is base
+    assert numba_funcify_and_cache_key.dispatch(FunctionGraph) is backend.funcify_fgraph_as_one_conversion
     with innergraph.uninstalled():
-        assert patching.hook("pytensor.innergraph.backends.numba", "funcify_fgraph_as_one_conversion", base) is base
+        assert numba_funcify_and_cache_key.dispatch(FunctionGraph) is base
+    assert numba_funcify_and_cache_key.dispatch(FunctionGraph) is backend.funcify_fgraph_as_one_conversion
+    # The delegates (a released PyTensor's own function is the one the record replaced: tests/test_patching.py)
+    if not PATCHED:
+        return
+    key_base = patching.original(numba_basic_module, "cache_key_for_constant")
+    assert key_base is numba_basic_module._cache_key_for_constant_base
+    assert patching.hook("pytensor.innergraph.backends.numba", "cache_key_for_constant", key_base) is backend.cache_key_for_constant
+    with innergraph.uninstalled():
+        assert patching.hook("pytensor.innergraph.backends.numba", "cache_key_for_constant", key_base) is key_base

@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
         return verify(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m innergraph.patches", description=__doc__)
     parser.add_argument("command", choices=["build", "check", "verify"])
-    parser.add_argument("--sdist", type=Path, default=None, help="PyTensor 3.0.7 sdist (default: downloaded once, cached)")
+    parser.add_argument("--sdist", type=Path, default=None, help="PyTensor's sdist (sdist.PYTENSOR_VERSION; default: downloaded once, cached)")
     parser.add_argument("--out", type=Path, default=None, help="folder of the series (default: the repository's patches/)")
     args = parser.parse_args(argv)
     if args.command == "build":

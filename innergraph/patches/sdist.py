@@ -1,4 +1,4 @@
-"""PyTensor's 3.0.7 source distribution, downloaded once with pip and cached.
+"""PyTensor's source distribution the series is built on (`PYTENSOR_VERSION`), downloaded once with pip and cached.
 
 The cache is ``$INNERGRAPH_CACHE`` or ``~/.cache/innergraph-patches``; ``--sdist`` (or
 ``$INNERGRAPH_SDIST``) names a file to use instead.
@@ -14,7 +14,8 @@ from pathlib import Path
 
 __all__ = ["PYTENSOR_VERSION", "extract", "sdist_path"]
 
-PYTENSOR_VERSION = "3.0.7"
+#: The one constant of the series' base: the sdist ``pytensor-<version>.tar.gz`` and its tree ``pytensor-<version>/``.
+PYTENSOR_VERSION = "3.3.8"
 _NAME = f"pytensor-{PYTENSOR_VERSION}.tar.gz"
 
 
@@ -39,7 +40,7 @@ def sdist_path(given: Path | None = None) -> Path:
 
 
 def extract(sdist: Path, into: Path) -> Path:
-    """Extract ``sdist`` into ``into``; return the source tree (``into/pytensor-3.0.7``)."""
+    """Extract ``sdist`` into ``into``; return the source tree (``into/pytensor-<PYTENSOR_VERSION>``)."""
     with tarfile.open(sdist) as archive:
         archive.extractall(into, filter="data")
     tree = into / f"pytensor-{PYTENSOR_VERSION}"

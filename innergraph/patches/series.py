@@ -283,7 +283,8 @@ rewriting/db.py): PyTensor's Scans are lifted into the in-graph form at
 0.04, rewritten together with the outer graph, lowered back at 1.59 before
 scan_eqopt2, and function variables are folded into constants at 48.5,
 before fusion and the in-place rewrites. `import pytensor` now imports
-pytensor.innergraph, which registers them and enables the hooks;
+pytensor.innergraph, which registers them and enables the hooks (and
+the backends, loaded on a Numba or JAX linker's first link);
 mode.excluding("innergraph") gives the previous pipeline back (the fold
 stays: graphs built with in-graph consumers must still link).
 
@@ -343,8 +344,9 @@ _BACKENDS = PatchSpec(
     slug="innergraph-backends",
     subject="innergraph: Numba and JAX implementations of the consumers",
     message=f"""The Numba and JAX conversions of the in-graph consumers (a body compiled
-once however many consumers read it), loaded on a linker's first link.
-Five functions of PyTensor delegate to innergraph while it is enabled,
+once however many consumers read it), loaded on a linker's first link
+once innergraph is enabled.
+Four functions of PyTensor delegate to innergraph while it is enabled,
 keeping their body as _<name>_base:
 
 - numba's numba_funcify_ensure_cache: equal nodes of one conversion
@@ -354,12 +356,20 @@ keeping their body as _<name>_base:
 - JAXLinker.jit_compile: a graph with a while loop, or with a Scan whose
   trip count is not a constant, falls back to eager execution where
   jax.jit cannot trace it;
-- numba's numba_funcify_FunctionGraph: a FunctionGraph converts as one
-  conversion, in which the bodies its consumers inline convert their equal
-  nodes once;
 - JAX's jax_funcify_Scan: a while-loop Scan, or one whose mit-mot writes
   before its oldest input tap, runs as a loop of its own (scan_as_loop);
   other Scans convert as before, their mit-mot taps shifted.
+
+Still inert: nothing enables innergraph yet (the next patch does), so
+each delegate calls PyTensor's own body.
+
+The rest are registrations with PyTensor's dispatchers, made while
+innergraph is enabled: the consumers' conversions, and a Numba conversion
+for FunctionGraph, which converts a graph as one conversion (the bodies
+its consumers inline convert their equal nodes once) by calling
+numba_funcify_FunctionGraph. PyTensor registers that function for
+AbstractFunctionGraph, so it stays registered, unchanged, for the frozen
+inner graphs of Scan and OpFromGraph.
 
 {_TESTED}""",
     modules=(
@@ -387,13 +397,6 @@ keeping their body as _<name>_base:
             replaces="numba_basic.cache_key_for_constant",
         ),
         Delegate(
-            "pytensor/link/numba/dispatch/basic.py",
-            "numba_funcify_FunctionGraph",
-            "pytensor.innergraph.backends.numba",
-            "funcify_fgraph_as_one_conversion",
-            replaces="numba_funcify_and_cache_key[FunctionGraph]",
-        ),
-        Delegate(
             "pytensor/link/jax/dispatch/scan.py",
             "jax_funcify_Scan",
             "pytensor.innergraph.backends.jax",
@@ -411,8 +414,10 @@ keeping their body as _<name>_base:
     ),
 )
 
-#: The series, in order: each patch applies on the previous ones.
-SERIES: tuple[PatchSpec, ...] = (_REPRESENTATION, _HOOKS, _CONSUMERS, _REWRITES, _BACKENDS)
+#: The series, in order: each patch applies on the previous ones. The backends come before the
+#: rewrites, whose patch makes `import pytensor` enable innergraph: every earlier patch is inert,
+#: and no PyTensor of the series runs innergraph's rewrites without its Numba and JAX code.
+SERIES: tuple[PatchSpec, ...] = (_REPRESENTATION, _HOOKS, _CONSUMERS, _BACKENDS, _REWRITES)
 
 #: Library module -> index in `SERIES` of the patch that ships it.
 ASSIGNED: dict[str, int] = {module: i for i, spec in enumerate(SERIES) for module in spec.modules}

@@ -70,6 +70,14 @@ class DispatchPatch:
     cls: type
     replacement: Any
     original: Any = field(default=None, init=False)
+    #: whether PyTensor defines ``cls`` and registered a function of its own for exactly that class
+    #: (read when the record is made, before innergraph registers anything for it)
+    pytensors_own: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        module = self.cls.__module__
+        defined_by_pytensor = module.split(".")[0] == "pytensor" and not module.startswith("pytensor.innergraph.")
+        self.pytensors_own = defined_by_pytensor and self.cls in self.dispatcher.registry
 
     def apply(self) -> None:
         self.original = self.dispatcher.dispatch(self.cls)
@@ -157,9 +165,10 @@ def apply_late(patch: Patch | DispatchPatch) -> None:
     On a patched PyTensor a `Patch` record is not applied (the series made it a direct
     edit), nor is a `DispatchPatch` that replaces the conversion PyTensor registers for
     one of its own classes (`replaces_pytensors_own`: the series made PyTensor's function
-    delegate to the same replacement); a `DispatchPatch` for another class (innergraph's
-    consumers, a contributor's) is a registration with PyTensor's dispatcher, as
-    PyTensor's own backend modules register theirs, made while installed.
+    delegate to the same replacement); any other `DispatchPatch` (innergraph's consumers,
+    a contributor's, a subclass PyTensor registers nothing for) is a registration with
+    PyTensor's dispatcher, as PyTensor's own backend modules register theirs, made while
+    installed.
     """
     if patched_pytensor():
         if isinstance(patch, DispatchPatch) and not replaces_pytensors_own(patch):
@@ -174,9 +183,15 @@ def apply_late(patch: Patch | DispatchPatch) -> None:
 
 
 def replaces_pytensors_own(patch: DispatchPatch) -> bool:
-    """Whether ``patch`` re-registers the conversion of a class PyTensor defines (its ``Scan``, ``FunctionGraph``)."""
-    module = patch.cls.__module__
-    return module.split(".")[0] == "pytensor" and not module.startswith("pytensor.innergraph.")
+    """Whether ``patch`` replaces a function PyTensor registered for one of its own classes (JAX's ``Scan``).
+
+    A record for a class of PyTensor's that PyTensor's dispatcher reaches only through
+    a base class adds a registration and replaces nothing: ``FunctionGraph`` under
+    Numba, whose conversion PyTensor registers for ``AbstractFunctionGraph`` (the base
+    of the frozen inner graphs too). Such a record, like one for innergraph's own Ops,
+    is a registration on a patched PyTensor, made while installed.
+    """
+    return patch.pytensors_own
 
 
 def installed() -> bool:
