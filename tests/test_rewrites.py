@@ -533,16 +533,24 @@ def test_row_wise_work_in_lazy_branches_and_while_loops_stays():
     check_rewrite(push_out_sequence_work, [x0, xs], [stops], expect_change=False, gradients="none")
 
 
-def test_a_state_accumulating_a_sequence_becomes_its_sum():
-    us = innergraph.scan(lambda r, u: u + r, sequences=[xs], outputs_info=[x0], return_updates=False)
+def test_a_state_accumulating_a_sequence_of_products_becomes_its_sum():
+    """What is left of ``u + dot(column, row)`` once canonicalized and its product pushed out (PyTensor's test_sum_dot)."""
+    us = innergraph.scan(lambda r, u: u + r, sequences=[xs * xs[::-1]], outputs_info=[x0], return_updates=False)
     fg = check_rewrite(canonicalized_then(lambda g: untrace_final_states(g) + push_out_dot_sums(g)), [x0, xs], [us[-1]], gradients="none")
     assert not nodes_of(fg, Scan)
+
+
+def test_a_state_accumulating_a_plain_sequence_stays_a_loop_as_in_vanilla():
+    """``acc + x_t`` is PyTensor's loop (rel-3.3.0's tests/scan/test_views.py builds it and inspects it); summing it at once would
+    also add its terms in another order than vanilla."""
+    us = innergraph.scan(lambda r, u: u + r, sequences=[xs], outputs_info=[x0], return_updates=False)
+    check_rewrite(canonicalized_then(lambda g: untrace_final_states(g) + push_out_dot_sums(g)), [x0, xs], [us[-1]], gradients="none", expect_change=False)
 
 
 def test_a_running_sum_another_output_reads_stays_in_the_loop():
     """The ar2 gradient's carried cotangent ``s + r`` whose new value other per-step work reads (a wrong gradient once)."""
     us, ws = innergraph.scan(
-        lambda r, u: [u + r, (u + r) * pt.sin(r)], sequences=[xs], outputs_info=[x0, None], return_updates=False
+        lambda r, u: [u + r, (u + r) * pt.sin(r)], sequences=[xs * xs[::-1]], outputs_info=[x0, None], return_updates=False
     )
     fg = check_rewrite(
         canonicalized_then(lambda g: untrace_final_states(g) + push_out_dot_sums(g)), [x0, xs], [us[-1], ws.sum()], gradients="none"

@@ -59,7 +59,7 @@ import pytensor.tensor as pt
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.replace import vectorize_graph
-from pytensor.scalar import Add
+from pytensor.scalar import Add, Mul
 from pytensor.tensor.basic import ScalarFromTensor
 from pytensor.tensor.blockwise import Blockwise
 from pytensor.tensor.elemwise import DimShuffle, Elemwise
@@ -370,15 +370,17 @@ def push_out_sequence_work(fgraph: FunctionGraph) -> int:
     return changed
 
 
-def _summed_term(out: Variable, state: Variable, rows: set[Variable]) -> Callable[[AfterLoop], Variable] | None:
+def _summed_term(out: Variable, state: Variable, rows: Collection[Variable], product_rows: Collection[Variable]) -> Callable[[AfterLoop], Variable] | None:
     """What ``state`` accumulates after the loop, when ``out`` is ``state`` plus a term of rows alone; else None.
 
     Two terms: ``dot(a, b)`` of matrix rows (the sum over steps is one ``dot`` of the
-    flattened sequences, PyTensor's ``scan_push_out_add``), and a row itself of the
-    state's rank (the sum of the sequence over steps): what is left once the
-    sequence push-out has moved a term's work out of the body (PyTensor 3.3
-    canonicalizes ``dot`` of a column and a row into their product, which the
-    push-out moves out as a sequence).
+    flattened sequences, PyTensor's ``scan_push_out_add``), and a row of the state's
+    rank of a sequence of *products* (`products`; the sum of the sequence over
+    steps): what is left of a ``dot`` once canonicalize has made a ``dot`` of a
+    column and a row their product (PyTensor 3.3) and the sequence push-out has moved
+    it out of the body. A state that accumulates a plain sequence (``acc + x_t``) is
+    left as PyTensor leaves it: vanilla keeps that loop, and summing it at once
+    would add its terms in another order than vanilla does.
     """
     node = out.owner
     if node is None or not isinstance(node.op, Elemwise) or not isinstance(node.op.scalar_op, Add) or len(node.inputs) != 2:
@@ -386,7 +388,7 @@ def _summed_term(out: Variable, state: Variable, rows: set[Variable]) -> Callabl
     if state not in node.inputs:
         return None
     term = node.inputs[1 - node.inputs.index(state)]
-    if term in rows and term is not state and term.type.ndim == state.type.ndim:
+    if term in product_rows and term is not state and term.type.ndim == state.type.ndim:
         return lambda values: cast(Any, values[term]).sum(axis=0)
     dot = term.owner
     if dot is None or not isinstance(dot.op, Dot) or not all(v in rows and v.type.ndim == 2 for v in dot.inputs):
@@ -403,6 +405,20 @@ def _summed_term(out: Variable, state: Variable, rows: set[Variable]) -> Callabl
     return dot_of_sequences
 
 
+def products(sig: Signature) -> set[Variable]:
+    """The params of ``sig``'s one-tap sequences whose outer sequence is an elementwise product (through views)."""
+    found = set()
+    for slot in sig.having(Meaning.SEQUENCE):
+        if len(slot.params) != 1:
+            continue
+        outer: Variable = slot.args[0]
+        while outer.owner is not None and isinstance(outer.owner.op, Subtensor | DimShuffle):
+            outer = outer.owner.inputs[0]
+        if outer.owner is not None and isinstance(outer.owner.op, Elemwise) and isinstance(outer.owner.op.scalar_op, Mul):
+            found.add(slot.params[0][1])
+    return found
+
+
 def _reads(outputs: list[Variable]) -> dict[Variable, int]:
     """How many times the body's nodes and outputs read each variable."""
     reads: dict[Variable, int] = {}
@@ -412,7 +428,7 @@ def _reads(outputs: list[Variable]) -> dict[Variable, int]:
 
 
 def push_out_dot_sums(fgraph: FunctionGraph) -> int:
-    """Replace untraced accumulators of a term of rows (``s + dot(a, b)``, ``s + r``) by their sum after the loop.
+    """Replace untraced accumulators of a term of rows (``s + dot(a, b)``, ``s + r`` with ``r`` a row of products) by their sum after the loop.
 
     Returns how many loops changed.
     """
@@ -421,9 +437,10 @@ def push_out_dot_sums(fgraph: FunctionGraph) -> int:
         if not _applies(sig):
             continue
         rows = {p for s in sig.having(Meaning.SEQUENCE) for _, p in s.params}
+        product_rows = products(sig)
         found: dict[Slot, Callable[[AfterLoop], Variable]] = {}
         for slot in sig.having(Meaning.CARRY):
-            summed = _summed_term(slot.outputs[0][1], slot.params[0][1], rows) if len(slot.params) == 1 else None
+            summed = _summed_term(slot.outputs[0][1], slot.params[0][1], rows, product_rows) if len(slot.params) == 1 else None
             if summed is not None:
                 found[slot] = summed
         if not found:
