@@ -148,6 +148,21 @@ def test_dprint_shows_each_folded_body_once_with_named_params():
     assert "tanh" in text.lower()
 
 
+def test_dprint_fills_the_callers_empty_used_ids_as_pytensors_does():
+    """PyTensor's `get_node_by_id` passes an empty dict and reads the ids from it (rel-3.3.0's test_get_var_by_id)."""
+    from pytensor.printing import get_node_by_id
+
+    x, y = pt.dvector("x"), pt.dvector("y")
+    out = call(lambda u, v: u * v, x, y) + x
+    ids: dict = {}
+    pytensor.dprint(out, file="str", used_ids=ids)
+    with innergraph.uninstalled():
+        vanilla: dict = {}
+        pytensor.dprint(out, file="str", used_ids=vanilla)
+    assert len(vanilla) > 3 and all(ids.get(k) == label for k, label in vanilla.items())  # the Bodies section adds its own
+    assert get_node_by_id(out, ids[y].removeprefix("[id ").removesuffix("]")) is y
+
+
 def test_dprint_of_an_unfolded_function_prints_the_body_inline():
     text = pytensor.dprint(inner_graph(lambda u: pt.tanh(u), [pt.dvector]).function, file="str")
     assert "InnerGraph" in text and "Tanh" in text and "Bodies:" not in text

@@ -31,7 +31,9 @@ def debugprint(graph_like: Any, *args: Any, file: Any = None, **kwargs: Any) -> 
     """`pytensor.printing.debugprint`, followed by a ``Bodies:`` section when needed."""
     if file == "rich":
         return _original_debugprint(graph_like, *args, **{**kwargs, "file": file})
-    ids: dict[Any, str] = kwargs.pop("used_ids", None) or {}
+    ids: dict[Any, str] | None = kwargs.pop("used_ids", None)
+    if ids is None:  # the caller's dict, even empty, is filled (PyTensor's get_node_by_id reads it)
+        ids = {}
     buffer = io.StringIO()
     _original_debugprint(graph_like, *args, **{**kwargs, "file": buffer, "used_ids": ids})
     text = buffer.getvalue() + bodies_section(graph_like, ids)
