@@ -31,7 +31,7 @@ from innergraph.build import Closure, inner_graph
 from innergraph.errors import ArityError, BodyTypeError
 from innergraph.fold import fold_function
 from innergraph.graph import body_of, is_function, params
-from innergraph.instantiate import fit_arguments, instantiate
+from innergraph.instantiate import body_output_shapes, carried_shapes, fit_arguments, instantiate, same_shape
 from innergraph.ops.runtime import CheckedFunction, body_value, compiled_function, linker_for, make_body_thunk
 from innergraph.semantics import Branch, Iterate, Once
 from innergraph.slots import Capabilities, Form, Meaning, Slot, SlotKind, form_of, register_consumer
@@ -52,7 +52,9 @@ __all__ = [
     "Slot",
     "SlotKind",
     "body_of",
+    "body_output_shapes",
     "body_value",
+    "carried_shapes",
     "compiled_function",
     "fit_arguments",
     "fold_function",
@@ -70,6 +72,7 @@ __all__ = [
     "load_on_link",
     "register_consumer",
     "register_numba",
+    "same_shape",
 ]
 
 

@@ -31,12 +31,14 @@ __all__ = [
     "LARGE_CONSTANT",
     "NodeTable",
     "body_output_shapes",
+    "carried_shapes",
     "copy_scope",
     "fit_arguments",
     "instantiate",
     "is_large_constant",
     "is_small_tensor_constant",
     "private_fgraph",
+    "same_shape",
     "small_constant_key",
     "step_output_shapes",
     "substitute",
@@ -287,6 +289,58 @@ def step_output_shapes(
             continue
         shapes.append(tuple(None if per_step and per_step.intersection(ancestors([d])) else d for d in dims))
     return shapes
+
+
+def carried_shapes(
+    function: Variable | Body, args: Sequence[Variable | None], arg_shapes: Sequence[Any], carried: Sequence[int]
+) -> list[tuple[Any, ...]]:
+    """The shapes of a loop's carried values, for its ``infer_shape``, when its step provably keeps them.
+
+    Output ``k`` of the step ``function`` is the next value of the carried param
+    ``carried[k]``, whose argument is ``None`` (it changes every step) and whose shape
+    in ``arg_shapes`` is the initial value's. When every such output has, dimension
+    by dimension, the shape of its param (`step_output_shapes`, `same_shape`), each
+    carried value keeps its initial shape through every step: those are the loop's
+    result shapes, known without running it.
+
+    Raises
+    ------
+    NotImplementedError
+        When a step may change a carried value's shape. Raised from ``infer_shape``,
+        it makes PyTensor read the shape from the computed result, which is right.
+    """
+    steps = step_output_shapes(function, args, arg_shapes)
+    result = []
+    for k, i in enumerate(carried):
+        if not same_shape(arg_shapes[i], steps[k]):
+            raise NotImplementedError(f"the step of {function} may change the shape of carried value {k}")
+        result.append(tuple(arg_shapes[i]))
+    return result
+
+
+def same_shape(a: Sequence[Any] | None, b: Sequence[Any] | None) -> bool:
+    """Whether two symbolic shapes are provably equal, dimension by dimension (None: unknown, never equal).
+
+    A dimension is the same when it is the same variable, an equal computation or an
+    equal constant.
+    """
+    if a is None or b is None or len(a) != len(b):
+        return False
+    return all(_same_dim(x, y) for x, y in zip(a, b, strict=True))
+
+
+def _same_dim(a: Any, b: Any) -> bool:
+    from pytensor.graph.basic import equal_computations
+    from pytensor.tensor.basic import get_scalar_constant_value
+    from pytensor.tensor.exceptions import NotScalarConstantError
+
+    if a is b:
+        return True
+    try:
+        return int(get_scalar_constant_value(a)) == int(get_scalar_constant_value(b))
+    except (NotScalarConstantError, TypeError):
+        pass
+    return isinstance(a, Variable) and isinstance(b, Variable) and equal_computations([a], [b])
 
 
 def _shapes_over(body: Body, arg_shapes: Sequence[Any]) -> tuple[list[Variable], list[Any], dict[Variable, Variable]]:

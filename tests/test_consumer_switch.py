@@ -246,11 +246,9 @@ CASE = OpCase(
     reference=_reference,
     sample=lambda rng: [rng.integers(-1, 4), rng.normal(size=3), 0.7],
     differentiable=[1, 2],
-    shapes_inferred=False,  # no infer_shape yet: test_the_switchs_shape_is_inferred_without_running_it
 )
 
 
-@pytest.mark.xfail(strict=True, reason="design/examples/switch.py's IndexSwitch has no infer_shape (found by the kit, issue 37)")
 def test_the_switchs_shape_is_inferred_without_running_it():
     from pytensor.graph.fg import FunctionGraph
     from pytensor.graph.traversal import ancestors

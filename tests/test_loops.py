@@ -257,12 +257,10 @@ def test_loops_pass_check_inner_graph_op(which, linker):
         reference=reference,
         sample=lambda rng: [np.array([1.0, 2.0]), 2.5],
         differentiable=(0, 1),
-        shapes_inferred=False,  # no infer_shape yet: test_a_loops_shape_is_inferred_without_running_it
     )
     check_inner_graph_op(case, mode=mode_for(linker))
 
 
-@pytest.mark.xfail(strict=True, reason="WhileLoop and ForiLoop have no infer_shape (found by the kit, issue 37)")
 @pytest.mark.parametrize("which", ["while", "fori"])
 def test_a_loops_shape_is_inferred_without_running_it(which):
     from pytensor.graph.traversal import ancestors
@@ -275,3 +273,15 @@ def test_a_loops_shape_is_inferred_without_running_it(which):
     fgraph = FunctionGraph([x, k], [out], clone=False, features=[ShapeFeature()])
     (length,) = fgraph.shape_feature.shape_tuple(out)
     assert out not in set(ancestors([length]))  # the shape does not read the loop's result
+
+
+def test_a_loop_whose_step_changes_a_shape_reads_it_from_the_result():
+    """A step that grows its carried vector: the initial shape would be wrong, so infer_shape refuses and PyTensor reads the result."""
+    from pytensor.graph.traversal import ancestors
+
+    x = pt.dvector("x")
+    out = innergraph.fori_loop(0, 3, lambda i, s: pt.concatenate([s, s[:1]]), x)
+    fgraph = FunctionGraph([x], [out], clone=False, features=[ShapeFeature()])
+    (length,) = fgraph.shape_feature.shape_tuple(out)
+    assert out in set(ancestors([length]))
+    assert pytensor.function([x], out.shape, mode=Mode(linker="py", optimizer="fast_run"))(np.ones(2)).tolist() == [5]

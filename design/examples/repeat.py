@@ -5,7 +5,7 @@ from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 
 from innergraph.consumer import (
-    Capabilities, Form, Iterate, Meaning, Slot, SlotKind, body_of, body_value, compiled_function,
+    Capabilities, Form, Iterate, Meaning, Slot, SlotKind, body_of, body_value, carried_shapes, compiled_function,
     fit_arguments, fold_function, inner_graph, linker_for, make_body_thunk, params, register_consumer,
 )
 
@@ -30,6 +30,10 @@ class Repeat(Op):
     def make_thunk(self, node, storage_map, compute_map, no_recycling, impl=None):
         fn = compiled_function(body_value(node.inputs[0]), linker_for(impl), trust_input=True)
         return make_body_thunk(node, storage_map, compute_map, lambda values: self.run(fn, *values))
+
+    def infer_shape(self, node, input_shapes):  # the initial shapes, if the step provably keeps them
+        c = self.n_carry
+        return carried_shapes(node.inputs[0], [None] * c + node.inputs[2 + c :], input_shapes[2:], range(c))
 
     def perform(self, node, inputs, output_storage):
         fn = compiled_function(body_value(node.inputs[0]), "py")

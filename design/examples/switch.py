@@ -26,9 +26,9 @@ from pytensor.graph.op import Op
 from pytensor.tensor.type import TensorType, float_dtypes, integer_dtypes
 
 from innergraph.consumer import (
-    BodyTypeError, Capabilities, Form, Meaning, Slot, SlotKind, body_of, body_value, compiled_function,
-    fit_arguments, fold_function, inner_graph, instantiate, is_function, linker_for, load_on_link,
-    make_body_thunk, params, register_consumer,
+    BodyTypeError, Capabilities, Form, Meaning, Slot, SlotKind, body_of, body_output_shapes, body_value,
+    compiled_function, fit_arguments, fold_function, inner_graph, instantiate, is_function, linker_for,
+    load_on_link, make_body_thunk, params, register_consumer, same_shape,
 )
 
 PACKAGE = __name__.rpartition(".")[0]  # the backends are modules next to this one, loaded on link
@@ -77,6 +77,17 @@ class IndexSwitch(Op):
     def make_thunk(self, node, storage_map, compute_map, no_recycling, impl=None):
         fns = [compiled_function(body_value(f), linker_for(impl), trust_input=True) for f in node.inputs[: self.n_branches]]
         return make_body_thunk(node, storage_map, compute_map, lambda values: self.run(fns, *values))
+
+    def infer_shape(self, node, input_shapes):
+        """The branches' output shapes, when every branch provably gives the same (else PyTensor reads the result's)."""
+        n, args, shapes = self.n_branches, node.inputs[self.n_branches + 1 :], input_shapes[self.n_branches + 1 :]
+        per_branch = [
+            body_output_shapes(fn, args[: self.n_operands] + self.captured_of(args, b), shapes[: self.n_operands] + self.captured_of(shapes, b))
+            for b, fn in enumerate(node.inputs[:n])
+        ]
+        if not all(same_shape(s, t) for other in per_branch[1:] for s, t in zip(per_branch[0], other, strict=True)):
+            raise NotImplementedError(f"{self}: the branches' output shapes may differ")
+        return per_branch[0]
 
     def perform(self, node, inputs, output_storage):
         fns = [compiled_function(body_value(f), "py") for f in node.inputs[: self.n_branches]]

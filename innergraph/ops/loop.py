@@ -141,6 +141,14 @@ class WhileLoop(Op):
         n_out = len(node.outputs)
         return [[False] * n_out] * self.n_header + [[True] * n_out for _ in node.inputs[self.n_header :]]
 
+    def infer_shape(self, node: Apply, input_shapes: Sequence[Any]) -> list[Any]:
+        """The initial values' shapes, when the step provably keeps them (`consumer.carried_shapes`)."""
+        c, a = self.n_carry, self.n_cond_args
+        inputs, shapes = node.inputs[self.n_header :], input_shapes[self.n_header :]
+        step_args = [*[None] * c, *inputs[c + a :]]
+        step_shapes = [*shapes[:c], *shapes[c + a :]]
+        return api.carried_shapes(node.inputs[1], step_args, step_shapes, range(c))
+
     def pushforward(self, inputs: Sequence[Variable], outputs: Sequence[Variable], tangents: Sequence[Variable]) -> list[Variable]:
         from innergraph.loops import while_pushforward
 
@@ -210,6 +218,13 @@ class ForiLoop(Op):
     def connection_pattern(self, node: Apply) -> list[list[bool]]:
         n_out = len(node.outputs)
         return [[False] * n_out] * 2 + [[True] * n_out for _ in node.inputs[2:]]
+
+    def infer_shape(self, node: Apply, input_shapes: Sequence[Any]) -> list[Any]:
+        """The initial values' shapes, when the step provably keeps them (`consumer.carried_shapes`)."""
+        s, c = self.n_seqs, self.n_carry
+        rows = [None if shape is None else tuple(shape[1:]) for shape in input_shapes[2 : 2 + s]]
+        args = [*[None] * (s + c), *node.inputs[2 + s + c :]]
+        return api.carried_shapes(node.inputs[0], args, [*rows, *input_shapes[2 + s :]], range(s, s + c))
 
     def pushforward(self, inputs: Sequence[Variable], outputs: Sequence[Variable], tangents: Sequence[Variable]) -> list[Variable]:
         from innergraph.loops import fori_pushforward
