@@ -87,9 +87,9 @@ def compiled(request):
 
 @pytest.fixture(scope="module", params=[
     "numba",
-    # found when this case got its assertion (issue 37): design/examples/repeat.py's Repeat.run returns
-    # its input arrays as its outputs when it runs no step, with no view_map (py and cvm)
-    pytest.param("py", marks=pytest.mark.xfail(strict=True, reason="the worked example returns its inputs at zero steps")),
+    # "py" found, when this case got its assertion (issue 37), that design/examples/repeat.py's Repeat.run
+    # returned its input arrays as its outputs when it ran no step, with no view_map (py and cvm)
+    "py",
 ])
 def compiled_mutable(request):
     """The backends whose results are mutable arrays (JAX arrays are immutable: nothing to alias)."""

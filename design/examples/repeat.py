@@ -22,7 +22,7 @@ class Repeat(Op):
         return Apply(self, [fn, pt.as_tensor(n, dtype="int64"), *inputs], [x.type() for x in inputs[: self.n_carry]])
 
     def run(self, fn, n, *values):
-        carry, args = list(values[: self.n_carry]), values[self.n_carry :]
+        carry, args = [x.copy() for x in values[: self.n_carry]], values[self.n_carry :]  # never the inputs
         for _ in range(int(n)):
             carry = list(fn(*carry, *args))
         return carry
