@@ -277,9 +277,9 @@ TARGETS = (
     Target("compile ratio <= 0.15 on the 50-op shared step at K = 16", "compile_s", 0.15, lambda c: c.id == "shared-50ops-K16"),
     Target("compile ratio <= 0.08 on the 50-op shared step at K = 64", "compile_s", 0.08, lambda c: c.id == "shared-50ops-K64"),
     Target("compile ratio <= 0.9 on case 6 (ifelse)", "compile_s", 0.9, lambda c: c.id == "ifelse"),
-    Target("steady ratio <= 1.05 (all but case 6)", "steady_s", 1.05, lambda c: c.group != "6"),
-    Target("steady ratio far below 1 on case 6 (<= 0.1)", "steady_s", 0.1, lambda c: c.group == "6"),
-    Target("steady ratio <= 0.05 on plain pytensor.ifelse", "steady_s", 0.05, lambda c: c.id == "ifelse-plain"),
+    # PyTensor 3.3's own IfElse is lazy under Numba and JAX (LazyIfElse): vanilla's conditionals no longer
+    # run their untaken branch, so case 6 has no steady-call gap left to close (laziness: tests/test_ifelse.py)
+    Target("steady ratio <= 1.02 on every case", "steady_s", 1.02, lambda c: True),
     Target("strictly fewer total nodes on case 1", "total_nodes", 1.0, lambda c: c.group == "1", strict=True),
 )
 

@@ -6,12 +6,13 @@ check`` and applies the result. These tests need only the installed PyTensor (th
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytensor
 import pytest
 
-from innergraph.patches import build, series
 from innergraph._upstream import series_level
+from innergraph.patches import build, series
 
 REPOSITORY = build.REPOSITORY
 
@@ -82,7 +83,7 @@ def _record(tmp_path, name, outcomes, finished=True):
     """A record as ``.ci/outcomes.py``'s plugin writes it: one session per file, one line per test id."""
     import json
 
-    lines = []
+    lines: list[dict[str, Any]] = []
     for file in sorted({test_id.split("::")[0] for test_id in outcomes}):
         session = f"{name}-{file}"
         lines.append({"kind": "session", "session": session, "args": [file]})

@@ -18,6 +18,8 @@ class (``switch_class(N)``), made on first use; instances pickle as ``switch_op(
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import pytensor
 import pytensor.tensor as pt
 from pytensor.gradient import disconnected_type
@@ -26,9 +28,27 @@ from pytensor.graph.op import Op
 from pytensor.tensor.type import TensorType, float_dtypes, integer_dtypes
 
 from innergraph.consumer import (
-    BodyTypeError, Capabilities, Form, Meaning, Slot, SlotKind, body_of, body_output_shapes, body_value,
-    compiled_function, fit_arguments, fold_function, inner_graph, instantiate, is_function, linker_for,
-    load_on_link, make_body_thunk, params, register_consumer, same_shape,
+    BodyTypeError,
+    Capabilities,
+    Form,
+    Meaning,
+    Slot,
+    SlotKind,
+    body_of,
+    body_output_shapes,
+    body_value,
+    compiled_function,
+    fit_arguments,
+    fold_function,
+    inner_graph,
+    instantiate,
+    is_function,
+    linker_for,
+    load_on_link,
+    make_body_thunk,
+    params,
+    register_consumer,
+    same_shape,
 )
 
 PACKAGE = __name__.rpartition(".")[0]  # the backends are modules next to this one, loaded on link
@@ -121,10 +141,10 @@ def _pullback_branch(op, fn, b, args, wrt):
     def pullback(*values):
         xs, cts = values[: len(args)], values[len(args) :]
         outs = instantiate(fn, list(xs[: op.n_operands]) + op.captured_of(xs, b))
-        known = {o: ct for o, ct in zip(outs, cts) if o.dtype in float_dtypes}
+        known = {o: ct for o, ct in zip(outs, cts) if getattr(o, "dtype", None) in float_dtypes}
         reads = [i for i in wrt if i in mine]
         grads = pytensor.grad(None, [xs[i] for i in reads], known_grads=known, disconnected_inputs="ignore", return_disconnected="zero") if known else []
-        by_arg = dict(zip(reads, grads)) if known else {}
+        by_arg: dict[int, Any] = dict(zip(reads, cast(list, grads))) if known else {}
         return [by_arg[i].astype(xs[i].dtype) if i in by_arg else pt.zeros_like(xs[i]) for i in wrt]
 
     return pullback
@@ -208,8 +228,8 @@ def switch(index, branches, *operands):
     """
     if len(branches) < 2:
         raise ValueError(f"switch: needs at least two branches, got {len(branches)}")
-    operands = [pt.as_tensor(x) for x in operands]
-    closures = [inner_graph(f, operands, capture="leaves") for f in branches]  # lazy: work stays in its branch
-    op = switch_op(len(operands), tuple(len(c.captured) for c in closures))
-    out = op(*[fold_function(c.function) for c in closures], index, *operands, *[x for c in closures for x in c.captured])
+    tensors = [pt.as_tensor(x) for x in operands]
+    closures = [inner_graph(f, tensors, capture="leaves") for f in branches]  # lazy: work stays in its branch
+    op = switch_op(len(tensors), tuple(len(c.captured) for c in closures))
+    out = op(*[fold_function(c.function) for c in closures], index, *tensors, *[x for c in closures for x in c.captured])
     return out
