@@ -27,6 +27,9 @@ from profiles import examples
 from vanilla import vanilla_function
 from typed import call, grad
 
+#: Law 5's examples under the ``ci`` profile (its bodies compile: fewer than the other laws' 200).
+LAW5_CI_EXAMPLES = 100
+
 
 def merged(*functions):
     fg = FunctionGraph(outputs=list(functions), clone=True)
@@ -144,7 +147,7 @@ def program(recipe, kind, n_steps, flavor, inputs, nested="call"):
 
 # Each example compiles two programs and their gradients (about 0.5 s): 100 examples under
 # CI's profile (half its 200: CI's time budget); the other profiles' counts as they are.
-@settings(max_examples=examples(ci=100))
+@settings(max_examples=examples(ci=LAW5_CI_EXAMPLES))
 @given(recipes(max_steps=4, nesting=1), st.sampled_from(["loop", "conditional", "both"]), st.integers(1, 3),
        st.sampled_from(["native", "innergraph"]), st.integers(0, 2**16))
 def test_law5_lift_rewrite_lower_never_changes_results(recipe, kind, n_steps, flavor, seed):

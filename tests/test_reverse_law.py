@@ -62,7 +62,8 @@ EXP = _exp((None, 3), (4, 3))
 
 #: Programs under the ``ci`` profile (rewriting only: about a second each); the other
 #: profiles set their own count (``tests/profiles.py``: ``thorough`` 3,000, ``repeat`` 25).
-EXAMPLES = examples(ci=40)
+CI_EXAMPLES = 40
+EXAMPLES = examples(ci=CI_EXAMPLES)
 
 
 def rewritten(program: Program) -> FunctionGraph:
