@@ -196,3 +196,60 @@ def test_the_numba_dispatch_patches_are_reverted_by_uninstall(dispatched, patche
     finally:
         innergraph.install()
     assert numba_funcify_and_cache_key.dispatch(cls) is getattr(backend, patched)
+
+
+def _accepts_every_call_of(replacement, original) -> list[str]:
+    """What ``replacement`` cannot take of the calls ``original`` takes (positionally or by name); empty when all."""
+    import inspect
+
+    kinds = inspect.Parameter
+    new = list(inspect.signature(replacement).parameters.values())
+    var_positional = any(p.kind is kinds.VAR_POSITIONAL for p in new)
+    var_keyword = any(p.kind is kinds.VAR_KEYWORD for p in new)
+    positional = [p.name for p in new if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)]
+    by_name = {p.name for p in new if p.kind in (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY)}
+    problems = []
+    for i, p in enumerate(inspect.signature(original).parameters.values()):
+        if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD):
+            if not (i < len(positional) and positional[i] == p.name or i >= len(positional) and var_positional):
+                problems.append(f"positional {i} {p.name!r}")
+        if p.kind in (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY) and p.name not in by_name and not var_keyword:
+            problems.append(f"keyword {p.name!r}")
+        if p.kind is kinds.VAR_POSITIONAL and not var_positional:
+            problems.append(f"*{p.name}")
+        if p.kind is kinds.VAR_KEYWORD and not var_keyword:
+            problems.append(f"**{p.name}")
+    return problems
+
+
+@pytest.mark.monkey_patch_only  # a patched PyTensor replaces nothing
+def test_every_replacement_takes_every_call_its_original_takes():
+    """Issue 37: ``numba_funcify_ensure_cache(op, node)`` called positionally, as PyTensor's test_funcify_dispatch_interop
+    does, raised a TypeError because innergraph's replacement did not keep the original's signature."""
+    import importlib
+
+    from innergraph import patching
+
+    importlib.import_module("innergraph.backends.numba")  # what a Numba link loads (its records apply late)
+    importlib.import_module("innergraph.backends.jax")
+    checked, problems = 0, {}
+    for record in patching._applied:
+        original = getattr(record, "original", None)
+        if isinstance(record, patching.DispatchPatch) and not patching.replaces_pytensors_own(record):
+            continue  # a registration for a class PyTensor has no function of its own for
+        if not callable(original) or isinstance(original, type) or not callable(record.replacement):
+            continue
+        checked += 1
+        missing = _accepts_every_call_of(record.replacement, original)
+        if missing:
+            problems[getattr(record, "name", None) or getattr(record, "cls", None)] = missing
+    assert checked >= 5 and problems == {}, problems
+
+
+def test_the_signature_check_sees_a_dropped_parameter():
+    def original(op, node=None, **kwargs): ...
+    def dropped(op, **kwargs): ...
+    def renamed(op, fgraph=None, **kwargs): ...
+    assert _accepts_every_call_of(original, original) == []
+    assert _accepts_every_call_of(dropped, original) == ["positional 1 'node'"]
+    assert _accepts_every_call_of(renamed, original) == ["positional 1 'node'"]  # by name it would reach **kwargs

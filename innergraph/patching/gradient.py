@@ -20,9 +20,10 @@ __all__ = ["checkpointed_pullback", "patches", "pullback"]
 _original = vars(NativeScan)["pullback"]
 
 
-def pullback(self: NativeScan, inputs: Sequence[Variable], outs: Sequence[Variable], cotangents: Sequence[Variable]) -> Any:
-    grads = checkpointed_pullback(outs, cotangents)
-    return grads if grads is not None else _original(self, inputs, outs, cotangents)
+def pullback(self: NativeScan, inputs: Sequence[Variable], outs: Sequence[Variable], dC_douts: Sequence[Variable]) -> Any:
+    """`Scan.pullback` with PyTensor's signature (``dC_douts``: the cotangents), checkpointed where a policy applies."""
+    grads = checkpointed_pullback(outs, dC_douts)
+    return grads if grads is not None else _original(self, inputs, outs, dC_douts)
 
 
 def checkpointed_pullback(outs: Sequence[Variable], cotangents: Sequence[Variable]) -> Any:
