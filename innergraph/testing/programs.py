@@ -448,7 +448,8 @@ def _draw_loop(pick: Picker, sizes: Sizes, scope: list[Shape], depth: int, want:
     idx = range(len(scope))
     vectors = [i for i in idx if len(scope[i][1]) >= 1 and scope[i][1][0] >= 3]
     sequences = _draw_sequences(pick, sizes, vectors, "multi-tap sequence" in want)
-    max_steps = min([scope[v][1][0] - (max(t) - min(t)) for v, t in sequences], default=4)
+    # scan reads a sequence over the span of its taps and 0 (taps (-1,): x[:-1], one row fewer)
+    max_steps = min([scope[v][1][0] - (max(*t, 0) - min(*t, 0)) for v, t in sequences], default=4)
     n_steps = pick.integer(1, min(max_steps, 4))
     states = _draw_states(pick, sizes, scope, vectors, want, shared=top)
     n_nit_sots = pick.integer(1 if "nit-sot" in want or not states else 0, sizes.nit_sots)
