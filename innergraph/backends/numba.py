@@ -60,7 +60,7 @@ __all__ = ["funcify_fgraph_as_one_conversion", "numba_body", "numba_body_code"]
 _fgraph_funcify = original(numba_basic, "numba_funcify_FunctionGraph")
 
 
-def funcify_fgraph_as_one_conversion(fgraph: FunctionGraph, **kwargs: Any) -> Converted:
+def funcify_fgraph_as_one_conversion(fgraph: FunctionGraph, node: Any = None, *args: Any, **kwargs: Any) -> Converted:
     """PyTensor's Numba conversion of a `FunctionGraph`, as `one_conversion`.
 
     The bodies its consumers inline then share the conversion of their equal
@@ -70,10 +70,10 @@ def funcify_fgraph_as_one_conversion(fgraph: FunctionGraph, **kwargs: Any) -> Co
     Other graphs PyTensor's function converts (a ``FrozenFunctionGraph``) are
     converted as PyTensor converts them.
     """
-    if not isinstance(fgraph, FunctionGraph):
-        return _fgraph_funcify(fgraph, **kwargs)
+    if not isinstance(fgraph, FunctionGraph) or args:
+        return _fgraph_funcify(fgraph, node, *args, **kwargs)
     with one_conversion(outer_nodes=was_lifted(fgraph)):
-        return _fgraph_funcify(fgraph, **kwargs)
+        return _fgraph_funcify(fgraph, node, **kwargs)
 
 
 apply_late(DispatchPatch(numba_funcify_and_cache_key, FunctionGraph, funcify_fgraph_as_one_conversion))

@@ -132,11 +132,13 @@ def _convert(node: Apply, storage_map: dict[Variable, list[Any]], constant_keys:
 _GRAPH_WIDE = frozenset({"input_storage", "output_storage", "unique_name", "storage_map", "ofg_memo"})
 
 
-def convert_once(op: Any, node: Apply | None = None, **kwargs: Any) -> Converted:
+def convert_once(op: Any, node: Apply | None = None, *args: Any, **kwargs: Any) -> Converted:
     """PyTensor's ``numba_funcify_ensure_cache`` of a node of any graph, once per equal node in a conversion.
 
-    It has the signature of the function it replaces (``(op, node=None, **kwargs)``),
-    so a caller passing the node by position gets what PyTensor gives. What
+    It takes every call the function it replaces takes (``(op, node=None, **kwargs)``
+    on PyTensor 3.3.8, ``(op, *args, **kwargs)`` on 3.3.6), so a caller passing the
+    node by position gets what PyTensor gives; a call with more positional arguments
+    is PyTensor's, unshared. What
     `body_code` does for the nodes of bodies, for the nodes PyTensor's own
     ``fgraph_to_python`` converts (the outer function's, a native Scan's inner
     graph's): K loops over one body leave K equal Scans and K equal nodes around them
@@ -152,8 +154,8 @@ def convert_once(op: Any, node: Apply | None = None, **kwargs: Any) -> Converted
     hashable, a node is converted as PyTensor converts it.
     """
     conversion = _current.get()
-    if conversion is None or not conversion.outer_nodes or node is None:
-        return numba_funcify_ensure_cache(op, node=node, **kwargs)
+    if conversion is None or not conversion.outer_nodes or node is None or args:
+        return numba_funcify_ensure_cache(op, node, *args, **kwargs)
     try:
         signature = (
             op,
