@@ -51,6 +51,7 @@ from innergraph.instantiate import private_fgraph
 from innergraph.ops.runtime import body_value, compile_count, is_rewritten, pipeline_passes
 from innergraph.ops.scan import Scan, backend_native_scan
 from innergraph.patching import DispatchPatch, Patch, apply_late, original
+from innergraph.rewriting.lift import was_lifted
 from innergraph.types import Body
 
 __all__ = [
@@ -170,11 +171,15 @@ def jit_compile(self: JAXLinker, fn: Callable[..., Any]) -> Callable[..., Any]:
     under ``jit`` fail (``IndexError``, ``TypeError``). Then the function runs
     eagerly, op by op, with concrete shapes (each loop itself is still one compiled
     ``while_loop``/``scan``), from that call on; an error that is not about tracing
-    is raised again by the eager run. Graphs without such a loop get PyTensor's
-    ``jit`` unchanged.
+    is raised again by the eager run. So does any graph innergraph's pipeline rewrote
+    (`was_lifted`): its rewrites can leave a shape-derived index where vanilla's graph
+    had none (a loop simplified away leaves the ``IncSubtensor`` of its gradient, whose
+    stop ``ScalarFromTensor(Shape_i(x))`` is a traced value under ``jit``), which must
+    not make a function fail that vanilla runs. Other graphs get PyTensor's ``jit``
+    unchanged.
     """
     jitted = _original_jit_compile(self, fn)
-    if self.fgraph is None or not _has_dynamic_loop(self.fgraph):
+    if self.fgraph is None or not (_has_dynamic_loop(self.fgraph) or was_lifted(self.fgraph)):
         return jitted
     current = [jitted]
 
