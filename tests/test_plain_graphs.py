@@ -47,7 +47,7 @@ def _text(fn):
 
 
 # every graph under the default linker and the Python one; C compilation is slow, so one under cvm
-CASES = [(graph, linker) for graph in GRAPHS for linker in ("numba", "py")] + [("rows and slices", "cvm")]
+CASES: list = [(graph, linker) for graph in GRAPHS for linker in ("numba", "py")] + [("rows and slices", "cvm")]
 
 #: PyTensor 3.3.6's `logsumexp` differentiates through an OpFromGraph (3.3.8's does not); innergraph lifts it (a
 #: constant argument), and canonicalize then rewrites the call's body to compute the max itself instead of reading
