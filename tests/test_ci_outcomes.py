@@ -140,6 +140,8 @@ def test_listed_differences_pass_and_stale_entries_fail():
     assert [f.rule for f in result.findings if f.id == "t.py::a"] == ["expected"]
     judged(BASE, BASE, "stale", expected=listed)
     judged(BASE, BASE, "stale", expected={"t.py::gone": "renamed since"})
+    # an entry of a file this run did not take (another tier) is not judged
+    assert compare(record("vanilla", BASE), record("innergraph", BASE), expected={"u.py::x": "elsewhere"}).failures == []
 
 
 def test_differences_that_do_not_fail():
