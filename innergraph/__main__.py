@@ -155,15 +155,16 @@ def _side_by_side(result: CaseResult) -> str:
         ("first call [ms]", lambda m: f"{m.first_s * 1e3:.2f}"),
         ("steady call [us]", lambda m: f"{m.steady_s * 1e6:.1f}"),
     ]
-    lines = [f"{'':<20}{'vanilla':>12}{'innergraph':>12}{'ratio':>8}", "-" * 52]
+    width = max(12, *(len(str(get(m))) + 2 for _, get in rows for m in (result.vanilla, result.innergraph)))
+    lines = [f"{'':<20}{'vanilla':>{width}}{'innergraph':>{width}}{'ratio':>8}", "-" * (28 + 2 * width)]
     for name, get in rows:
         ours, theirs = get(result.innergraph), get(result.vanilla)
         try:
             ratio = f"{float(ours) / float(theirs):>8.2f}"  # type: ignore[arg-type]
         except (TypeError, ValueError, ZeroDivisionError):
             ratio = ""
-        lines.append(f"{name:<20}{theirs!s:>12}{ours!s:>12}{ratio}")
-    lines.append(f"{'max |difference|':<20}{result.difference:>24.2e}")
+        lines.append(f"{name:<20}{theirs!s:>{width}}{ours!s:>{width}}{ratio}")
+    lines.append(f"{'max |difference|':<20}{result.difference:>{2 * width}.2e}")
     return "\n".join(lines)
 
 
