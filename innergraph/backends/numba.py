@@ -70,10 +70,12 @@ def funcify_fgraph_as_one_conversion(fgraph: FunctionGraph, node: Any = None, *a
     Other graphs PyTensor's function converts (a ``FrozenFunctionGraph``) are
     converted as PyTensor converts them.
     """
-    if not isinstance(fgraph, FunctionGraph) or args:
+    if args:  # more positional arguments than the node: PyTensor's call
         return _fgraph_funcify(fgraph, node, *args, **kwargs)
+    if not isinstance(fgraph, FunctionGraph):
+        return _fgraph_funcify(fgraph, node=node, **kwargs)
     with one_conversion(outer_nodes=was_lifted(fgraph)):
-        return _fgraph_funcify(fgraph, node, **kwargs)
+        return _fgraph_funcify(fgraph, node=node, **kwargs)
 
 
 apply_late(DispatchPatch(numba_funcify_and_cache_key, FunctionGraph, funcify_fgraph_as_one_conversion))

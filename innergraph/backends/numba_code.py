@@ -154,8 +154,10 @@ def convert_once(op: Any, node: Apply | None = None, *args: Any, **kwargs: Any) 
     hashable, a node is converted as PyTensor converts it.
     """
     conversion = _current.get()
-    if conversion is None or not conversion.outer_nodes or node is None or args:
+    if args:  # more positional arguments than the node: PyTensor's call, unshared
         return numba_funcify_ensure_cache(op, node, *args, **kwargs)
+    if conversion is None or not conversion.outer_nodes or node is None:
+        return numba_funcify_ensure_cache(op, node=node, **kwargs)  # by name, as PyTensor passes it on
     try:
         signature = (
             op,
