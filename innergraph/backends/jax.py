@@ -179,7 +179,7 @@ def jit_compile(self: JAXLinker, fn: Callable[..., Any]) -> Callable[..., Any]:
     unchanged.
     """
     jitted = _original_jit_compile(self, fn)
-    if self.fgraph is None or not (_has_dynamic_loop(self.fgraph) or was_lifted(self.fgraph)):
+    if self.fgraph is None or not (was_lifted(self.fgraph) or _has_dynamic_loop(self.fgraph)):  # the set lookup first: the walk reads every body
         return jitted
     current = [jitted]
 
