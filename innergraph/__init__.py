@@ -3,7 +3,7 @@
 ``import innergraph`` patches PyTensor (see `innergraph.patching`) and registers
 innergraph's rewrites; `uninstall` restores PyTensor exactly. On a PyTensor built
 from the upstream series (``patches/``) it applies no patch: ``innergraph`` is
-PyTensor's own ``pytensor.innergraph`` (see `innergraph._upstream`), and `form`
+PyTensor's own ``pytensor.innergraph`` (see `innergraph.patching.upstream`), and `form`
 says which form is active. Unpickling
 innergraph's objects imports its modules without running this package, so it
 installs nothing (see `innergraph_pickle`); a later ``import innergraph`` runs
@@ -18,7 +18,7 @@ call
 scan
     `pytensor.scan`, building the in-graph Scan (``checkpoint=`` for checkpointed gradients).
 checkpointing
-    Checkpoint the gradients of the Scans differentiated in a block (`innergraph.checkpoint`).
+    Checkpoint the gradients of the Scans differentiated in a block (`innergraph.ops.checkpoint`).
 lift, lower, lift_graph, lower_graph
     Convert PyTensor's own Scans to the in-graph form and back (a FunctionGraph
     in place, or a graph by rebuilding).
@@ -35,28 +35,28 @@ graph_stats
     Node, body and consumer counts, for vanilla and in-graph graphs alike.
 """
 
-import innergraph._supported  # noqa: F401  library only (first: on an unsupported PyTensor, one ImportError and no patch)
-from innergraph._upstream import alias_upstream, patched_pytensor, refuse_partial_series  # library only
+import innergraph.core.supported  # noqa: F401  library only (first: on an unsupported PyTensor, one ImportError and no patch)
+from innergraph.patching.upstream import alias_upstream, patched_pytensor, refuse_partial_series  # library only
 
 refuse_partial_series()  # library only: a PyTensor that enables a part of the upstream series
 if patched_pytensor():  # library only
     alias_upstream()  # library only: ``innergraph`` is now ``pytensor.innergraph``, one copy of each class
-from innergraph.build import Closure, inner_graph
+from innergraph.core.build import Closure, inner_graph
 from innergraph.builders import op_from_graph, scan
-from innergraph.checkpoint import checkpointing
-from innergraph.convert import lift, lift_graph, lower, lower_graph
-from innergraph.errors import ArityError, BodyTypeError, FreeVariableError, ParamError
-from innergraph.fold import fold_function, fold_inner_graphs, unfold_inner_graphs, visible_nodes
-from innergraph.graph import InnerGraph, body_of, is_function, param, params
-from innergraph.instantiate import instantiate, substitute
-from innergraph.interning import body_table_size, clear_body_cache
+from innergraph.ops.checkpoint import checkpointing
+from innergraph.lifting.rules import lift, lift_graph, lower, lower_graph
+from innergraph.core.errors import ArityError, BodyTypeError, FreeVariableError, ParamError
+from innergraph.core.fold import fold_function, fold_inner_graphs, unfold_inner_graphs, visible_nodes
+from innergraph.core.graph import InnerGraph, body_of, is_function, param, params
+from innergraph.core.instantiate import instantiate, substitute
+from innergraph.core.interning import body_table_size, clear_body_cache
 from innergraph.ops.call import Call, call
 from innergraph.ops.ifelse import ifelse
 from innergraph.loops import do_while, fori_loop, loop, while_loop
 from innergraph import consumer  # noqa: F401  (the contributor API: innergraph.consumer)
 from innergraph.patching import form, install, installed, uninstall, uninstalled
 from innergraph.stats import graph_stats
-from innergraph.types import Body, InnerGraphType
+from innergraph.core.types import Body, InnerGraphType
 
 __all__ = [
     "ArityError",

@@ -18,7 +18,7 @@ import pytensor
 from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.traversal import ancestors
 
-from innergraph.convert import LIFTERS, lift_graph
+from innergraph.lifting.rules import LIFTERS, lift_graph
 
 __all__ = ["InGraphOpFromGraph", "op_from_graph", "scan"]
 
@@ -27,11 +27,11 @@ def scan(*args: Any, checkpoint: Any = None, **kwargs: Any) -> Any:
     """`pytensor.scan`, building the in-graph form (see the module docstring).
 
     ``checkpoint`` (``None``, ``"sqrt"`` or a segment length ``k``) is this loop's
-    checkpoint policy for its gradients (`innergraph.checkpoint`): store every
+    checkpoint policy for its gradients (`innergraph.ops.checkpoint`): store every
     k-th carry and recompute the rest in the reverse pass. ``None`` leaves the
     current default policy (`innergraph.checkpointing`) in charge.
     """
-    from innergraph import checkpoint as checkpointing
+    from innergraph.ops import checkpoint as checkpointing
 
     policy = checkpointing.checked(checkpoint)
     before = _native_nodes(_variables_in((args, kwargs)))

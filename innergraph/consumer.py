@@ -26,16 +26,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from innergraph._compat import pushforward as _pushforward
-from innergraph.build import Closure, inner_graph
-from innergraph.errors import ArityError, BodyTypeError
-from innergraph.fold import fold_function
-from innergraph.graph import body_of, is_function, params
-from innergraph.instantiate import body_output_shapes, carried_shapes, fit_arguments, instantiate, same_shape
-from innergraph.ops.runtime import CheckedFunction, body_value, compiled_function, linker_for, make_body_thunk
-from innergraph.semantics import Branch, Iterate, Once
-from innergraph.slots import Capabilities, Form, Meaning, Slot, SlotKind, form_of, register_consumer
-from innergraph.types import Body
+from innergraph.core.compat import pushforward as _pushforward
+from innergraph.core.build import Closure, inner_graph
+from innergraph.core.errors import ArityError, BodyTypeError
+from innergraph.core.fold import fold_function
+from innergraph.core.graph import body_of, is_function, params
+from innergraph.core.instantiate import body_output_shapes, carried_shapes, fit_arguments, instantiate, same_shape
+from innergraph.protocol.runtime import CheckedFunction, body_value, compiled_function, linker_for, make_body_thunk
+from innergraph.protocol.semantics import Branch, Iterate, Once
+from innergraph.protocol.slots import Capabilities, Form, Meaning, Slot, SlotKind, form_of, register_consumer
+from innergraph.core.types import Body
 
 __all__ = [
     "ArityError",

@@ -172,7 +172,7 @@ def while_loop(
         An optional integer bound: the loop stops after that many steps even if
         ``cond_fun`` still holds. Needed for reverse-mode derivatives.
     checkpoint
-        This loop's checkpoint policy for reverse mode (`innergraph.checkpoint`;
+        This loop's checkpoint policy for reverse mode (`innergraph.ops.checkpoint`;
         needs ``max_steps``): ``"sqrt"`` or a segment length ``k``. The reverse pass
         then runs ``max_steps`` steps (those after the loop ended change nothing)
         and stores ``O(max_steps / k + k)`` carries instead of one per step taken.
@@ -281,7 +281,7 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Variable, Tree], Tree]
     init_val
         The initial state: a tensor, or tuples, lists and dicts of them.
     checkpoint
-        This loop's checkpoint policy for reverse mode (`innergraph.checkpoint`):
+        This loop's checkpoint policy for reverse mode (`innergraph.ops.checkpoint`):
         ``"sqrt"`` or a segment length ``k`` stores every k-th carry and recomputes
         the rest during the reverse pass (``O(n/k + k)`` carries instead of ``O(n)``).
         ``None`` leaves the current default (`innergraph.checkpointing`,
@@ -325,8 +325,8 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable[[Variable, Tree], Tree]
 
 
 def _checked_policy(where: str, policy: Any) -> Any:
-    """``policy`` checked (`innergraph.checkpoint.checked`), or a `ValueError` naming the loop."""
-    from innergraph import checkpoint
+    """``policy`` checked (`innergraph.ops.checkpoint.checked`), or a `ValueError` naming the loop."""
+    from innergraph.ops import checkpoint
 
     try:
         return checkpoint.checked(policy)
@@ -335,15 +335,15 @@ def _checked_policy(where: str, policy: Any) -> Any:
 
 
 def _tag_policy(node: Any, policy: Any) -> None:
-    """Give a loop's node its own checkpoint policy (the tag `innergraph.checkpoint.mark` sets on a Scan)."""
-    from innergraph import checkpoint
+    """Give a loop's node its own checkpoint policy (the tag `innergraph.ops.checkpoint.mark` sets on a Scan)."""
+    from innergraph.ops import checkpoint
 
     setattr(node.tag, checkpoint.TAG, policy)
 
 
 def _carry_policy(node: Any, scan_outputs: Sequence[Variable]) -> None:
     """Pass a loop node's own checkpoint policy, if any, to the Scan its pullback re-runs it as."""
-    from innergraph import checkpoint
+    from innergraph.ops import checkpoint
 
     own = getattr(getattr(node, "tag", None), checkpoint.TAG, None)
     if own is not None:
@@ -464,7 +464,7 @@ def while_pullback(op: WhileLoop, inputs: Sequence[Variable], outputs: Sequence[
     if policy is None:
         finals = [_final(x, t) for x, t in zip(parts["init"], traces, strict=True)]
     else:
-        from innergraph import checkpoint
+        from innergraph.ops import checkpoint
 
         if checkpoint.scan_node_of(scanned[0]) is not None:  # (a constant max_steps=1 builds no Scan)
             checkpoint.mark(list(scanned), policy)
@@ -479,7 +479,7 @@ def _while_checkpoint_policy(node: Any) -> Any:
     checkpointed, the reverse pass runs all ``max_steps`` steps, however few the loop
     took, a cost only the loop's author can judge.
     """
-    from innergraph import checkpoint
+    from innergraph.ops import checkpoint
 
     own = getattr(getattr(node, "tag", None), checkpoint.TAG, None)
     return None if own in (None, "none") else own
@@ -530,7 +530,7 @@ def _last_row(init: Variable, trace: Variable) -> Variable:
     The buffer starts with the initial value, so its last row is the final value
     (the initial one when no step ran). Its cotangent is then zero except at the
     last position, which a checkpointed gradient recognises (it asks the segmented
-    form for the final value only and never builds the trace, `innergraph.checkpoint`).
+    form for the final value only and never builds the trace, `innergraph.ops.checkpoint`).
     """
     from pytensor.scan.op import Scan as NativeScan
     from pytensor.tensor.subtensor import Subtensor, get_idx_list

@@ -34,9 +34,9 @@ from typing import Any, cast
 from pytensor.graph.basic import Apply, Constant, NominalVariable, Variable
 from pytensor.graph.fg import AbstractFunctionGraph, FunctionGraph
 
-from innergraph.fold import visible_nodes
-from innergraph.graph import InnerGraph, is_function, scope_leaves, scope_toposort
-from innergraph.types import Body
+from innergraph.core.fold import visible_nodes
+from innergraph.core.graph import InnerGraph, is_function, scope_leaves, scope_toposort
+from innergraph.core.types import Body
 
 __all__ = ["CONSUMER_KINDS", "consumer_kind", "graph_stats", "unread_buffers"]
 
@@ -47,7 +47,7 @@ CONSUMER_KINDS = ("scan", "ifelse", "call", "loop")
 def consumer_kind(op: Any) -> str | None:
     """The consumer kind of an Op (``"scan"``, ``"ifelse"``, ``"call"``...) or None.
 
-    A consumer registered with `innergraph.slots.register_consumer` whose class sets
+    A consumer registered with `innergraph.protocol.slots.register_consumer` whose class sets
     no ``kind`` is ``"other"``: its bodies are counted like any consumer's.
     """
     kind = getattr(type(op), "kind", None)
@@ -57,7 +57,7 @@ def consumer_kind(op: Any) -> str | None:
     from pytensor.conditional.op import IfElse, LazyIfElse
     from pytensor.scan.op import Scan
 
-    from innergraph.slots import form_of
+    from innergraph.protocol.slots import form_of
 
     for cls, name in ((Scan, "scan"), (IfElse, "ifelse"), (LazyIfElse, "ifelse"), (OpFromGraph, "call")):
         if isinstance(op, cls):

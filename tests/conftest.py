@@ -13,7 +13,7 @@ from innergraph.rewriting.db import unregister
 
 # Property-based tests: deterministic in CI; `--hypothesis-profile=thorough` runs thousands.
 # `repeat` is for a second run of the whole suite on the same innergraph code in another form
-# (the patched PyTensor, `innergraph.patches.verify`): the ci profile's examples already ran once.
+# (the patched PyTensor, `innergraph_patches.verify`): the ci profile's examples already ran once.
 _common: dict[str, Any] = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 settings.register_profile("ci", max_examples=200, derandomize=True, print_blob=True, **_common)
 settings.register_profile("repeat", max_examples=25, derandomize=True, print_blob=True, **_common)
@@ -58,7 +58,7 @@ def rng():
 def fresh_body_table():
     """An empty body table (`innergraph.clear_body_cache`): for tests that count the work of one compilation.
 
-    Bodies are interned across compilations (`innergraph.interning`), so an equal body
+    Bodies are interned across compilations (`innergraph.core.interning`), so an equal body
     an earlier test compiled would otherwise bring its compiled forms along.
     """
     import innergraph

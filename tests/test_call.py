@@ -8,7 +8,7 @@ from pytensor.compile.mode import Mode
 from pytensor.gradient import verify_grad
 
 from innergraph import body_of, graph_stats, inner_graph, unfold_inner_graphs
-from innergraph.graph import scope_toposort
+from innergraph.core.graph import scope_toposort
 from innergraph.ops import runtime
 from typed import call, grad, pushforward
 
@@ -151,7 +151,7 @@ def test_nested_gradient_matches_numpy(rng):
 
 
 def _folded_bodies(fn):
-    from innergraph.fold import folded_bodies
+    from innergraph.core.fold import folded_bodies
 
     return [body for _, body in folded_bodies(fn.maker.fgraph.outputs)]
 
@@ -198,7 +198,7 @@ def test_body_output_shapes_never_leave_a_placeholder_free():
     """With an argument's shape unknown, no placeholder dimension of the shape template leaks."""
     from pytensor.graph.traversal import graph_inputs
 
-    from innergraph.instantiate import body_output_shapes
+    from innergraph.core.instantiate import body_output_shapes
 
     v = pt.dvector("v")
     y = call(lambda u: pt.exp(u) + 1, v)

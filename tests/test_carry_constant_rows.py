@@ -24,9 +24,9 @@ import innergraph  # noqa: F401  (installs the rewrites)
 from innergraph.rewriting import carry
 from innergraph.rewriting.args import merge_arguments
 from innergraph.rewriting.carry import carry_cotangents
-from innergraph.rewriting.signature import consumers
+from innergraph.protocol.signature import consumers
 from innergraph.rewriting.simplify import simplify_consumers
-from innergraph.slots import Meaning
+from innergraph.protocol.slots import Meaning
 from vanilla import vanilla_values
 from typed import grad
 

@@ -1,4 +1,4 @@
-"""Checkpointed reverse mode (`innergraph.checkpoint`): values, structure, memory, policy."""
+"""Checkpointed reverse mode (`innergraph.ops.checkpoint`): values, structure, memory, policy."""
 
 
 import numpy as np
@@ -10,8 +10,8 @@ from pytensor.scan.op import Scan as NativeScan
 from pytensor.scan.utils import until
 
 import innergraph
-from innergraph import checkpoint
-from innergraph.checkpoint_bench import peak_bytes
+from innergraph.ops import checkpoint
+from innergraph_bench.checkpoint_bench import peak_bytes
 from typed import grad as grad_of
 from filters import filter_loglik
 

@@ -18,7 +18,7 @@ from pytensor.compile.mode import Mode
 from pytensor.graph.basic import NominalVariable
 from pytensor.scan.op import Scan as NativeScan
 
-from innergraph import checkpoint
+from innergraph.ops import checkpoint
 from innergraph.rewriting.lengths import length_offset
 from typed import grad
 from filters import filter_loglik

@@ -1,4 +1,4 @@
-"""Code generated from step semantics (innergraph.semantics): the loops and the worked example under
+"""Code generated from step semantics (innergraph.protocol.semantics): the loops and the worked example under
 Numba and JAX, against NumPy and the py linker; the generated source; declarations that cannot run."""
 
 import dataclasses
@@ -13,8 +13,8 @@ from pytensor.compile.mode import Mode, get_mode
 import innergraph
 from innergraph.consumer import Capabilities, Iterate, register_consumer
 from innergraph.ops.loop import ForiLoop, WhileLoop
-from innergraph.semantics import loop_plan
-from innergraph.slots import FORMS
+from innergraph.protocol.semantics import loop_plan
+from innergraph.protocol.slots import FORMS
 from typed import grad, pushforward
 
 from test_consumer_api import example
@@ -126,7 +126,7 @@ def test_results_do_not_alias_inputs(compiled_mutable):
 def _source(node):
     from innergraph.backends.numba import numba_body_code
     from innergraph.backends.numba_generated import generated_source
-    from innergraph.ops.runtime import body_value
+    from innergraph.protocol.runtime import body_value
 
     plan = loop_plan(node.op, node)
     codes = {b: numba_body_code(body_value(node.inputs[plan.functions[b]])) for b in plan.bodies_run}
@@ -321,7 +321,7 @@ def test_a_body_output_read_by_two_slots_gives_two_arrays():
     from pytensor.scan.op import Scan as NativeScan
 
     from innergraph.ops.ifelse import IfElse
-    from innergraph.semantics import branch_plan
+    from innergraph.protocol.semantics import branch_plan
 
     lim = pt.dscalar("lim")
     s = innergraph.while_loop(lambda s: s < lim, lambda s: s * a + pt.sin(s) * 0.1 + 0.05, x, max_steps=12)

@@ -1,4 +1,4 @@
-"""Calls on the generated path (innergraph.semantics.Once): `Call`'s Numba and JAX code comes from its
+"""Calls on the generated path (innergraph.protocol.semantics.Once): `Call`'s Numba and JAX code comes from its
 declaration, like the loops' and the conditional's. Values under py, cvm, numba and jax against NumPy for
 plain, multi-output, nested and overridden calls (a lifted OpFromGraph whose gradient-override functions are
 inputs the call never runs) and calls inside loop bodies, with gradients; the Numba cache key; no object mode."""
@@ -13,9 +13,9 @@ from pytensor.compile.builders import OpFromGraph
 from pytensor.compile.mode import Mode, get_mode
 
 import innergraph
-from innergraph.convert import lift_graph
+from innergraph.lifting.rules import lift_graph
 from innergraph.ops.call import Call
-from innergraph.semantics import once_plan
+from innergraph.protocol.semantics import once_plan
 from typed import call, grad, pushforward
 
 x, a = pt.dvector("x"), pt.dscalar("a")
@@ -125,7 +125,7 @@ def test_call_conversions_are_the_generated_ones():
 
 
 def test_a_call_whose_slots_do_not_bind_every_param_is_an_error_naming_it():
-    from innergraph.slots import FORMS
+    from innergraph.protocol.slots import FORMS
 
     node = call(lambda v, w: v + w, x, x).owner
     split = FORMS[Call].split(node)
@@ -134,7 +134,7 @@ def test_a_call_whose_slots_do_not_bind_every_param_is_an_error_naming_it():
     with pytest.MonkeyPatch.context() as mp:
         import dataclasses
 
-        from innergraph.semantics import Once
+        from innergraph.protocol.semantics import Once
 
         mp.setitem(FORMS, Call, dataclasses.replace(FORMS[Call], semantics=Once(slots=lambda n: (header, slots[1:]))))
         with pytest.raises(ValueError, match=r"Call.*body 0's params and outputs must each be bound by one slot"):

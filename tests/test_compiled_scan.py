@@ -7,7 +7,7 @@ PyMC reused such a Scan (an AR's support point, then ``model["x"].eval()``); lif
 it made a body that the lowering could not turn back into a Scan
 (``InconsistencyError: Inner-graphs must not contain in-place operations``). On 3.3 a
 baked Op reaches a new graph only when one is built from a compiled function's nodes,
-as here; it is left native there too (`innergraph.convert._compiled_in_place`).
+as here; it is left native there too (`innergraph.lifting.rules._compiled_in_place`).
 """
 
 from copy import copy
@@ -20,7 +20,7 @@ from pytensor.compile.mode import Mode
 from pytensor.scan.op import Scan as NativeScan
 
 import innergraph
-from innergraph.convert import _compiled_in_place
+from innergraph.lifting.rules import _compiled_in_place
 
 
 def _baked_scan_applied_anew():

@@ -16,8 +16,8 @@ from pytensor.compile.mode import Mode, get_mode
 
 import innergraph
 from innergraph.consumer import Capabilities, Form, Meaning, Slot, SlotKind, compiled_function, register_consumer
-from innergraph.graph import body_of, scope_toposort
-from innergraph.slots import FORMS
+from innergraph.core.graph import body_of, scope_toposort
+from innergraph.protocol.slots import FORMS
 from innergraph.testing import check_inner_graph_op
 from innergraph.testing.kit import OpCase
 
@@ -127,7 +127,7 @@ def test_no_generic_rewrite_reads_a_consumer_class_or_kind_name():
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module:
-                assert not node.module.startswith(("innergraph.ops", "innergraph.convert", "innergraph.builders")), (name, node.module)
+                assert not node.module.startswith(("innergraph.ops", "innergraph.lifting.rules", "innergraph.builders")), (name, node.module)
         names = {"scan", "call", "ifelse", "loop", "seq", "non_seq", "sit_sot", "mit_sot", "nit_sot", "untraced", "mit_mot", "arg", "then_arg", "else_arg", "out", "until"}
         for node in ast.walk(tree):  # no comparison with a consumer's or a kind's name
             if isinstance(node, ast.Compare):
@@ -148,13 +148,13 @@ def _imported_modules(path):
 
 def test_no_consumer_imports_convert_and_the_conversion_engine_knows_no_consumer():
     """The convert.py <-> ops/scan.py cycle (issue 23 item 1) stays split: consumers lift graphs through
-    innergraph.conversion, which imports no consumer, builder or convert."""
+    innergraph.protocol.conversion, which imports no consumer, builder or convert."""
     for path in sorted((ROOT / "innergraph" / "ops").glob("*.py")):
-        assert "innergraph.convert" not in _imported_modules(path), path.name
+        assert "innergraph.lifting.rules" not in _imported_modules(path), path.name
     engine = _imported_modules(ROOT / "innergraph" / "conversion.py")
-    assert not {m for m in engine if m.startswith(("innergraph.ops", "innergraph.convert", "innergraph.builders"))}
+    assert not {m for m in engine if m.startswith(("innergraph.ops", "innergraph.lifting.rules", "innergraph.builders"))}
     signature = _imported_modules(ROOT / "innergraph" / "rewriting" / "signature.py")
-    assert not {m for m in signature if m.startswith(("innergraph.ops", "innergraph.convert", "innergraph.builders", "innergraph.loops"))}
+    assert not {m for m in signature if m.startswith(("innergraph.ops", "innergraph.lifting.rules", "innergraph.builders", "innergraph.loops"))}
 
 
 # --- the worked example of design/contributing.md -----------------------------------------------

@@ -29,8 +29,8 @@ from pytensor.tensor.elemwise import Elemwise
 
 import innergraph
 from innergraph import cases, graph_stats
-from innergraph.debugmode import forget_hidden
-from innergraph.graph import InnerGraph
+from innergraph.rewriting.debugmode import forget_hidden
+from innergraph.core.graph import InnerGraph
 from innergraph.ops.ifelse import IfElse
 from innergraph.rewriting.db import unregister
 from typed import grad as grad_of
@@ -234,7 +234,7 @@ def test_debugmode_lowers_for_pytensors_own_runtime_whatever_the_default_mode():
     run correctly (`tests/test_untraced_runtime.py`: PyTensor's own Scan runtime loses an
     uncopied untraced state). DebugMode then evaluated that form with PyTensor's
     runtime and returned a wrong gradient (pymc-extras' structural time series: -0.33
-    against -0.77). `innergraph.dispatch.linker_being_compiled` now recognises
+    against -0.77). `innergraph.core.dispatch.linker_being_compiled` now recognises
     DebugMode's graph by its equivalence tracker.
     """
     from pytensor.scan.op import Scan as NativeScan

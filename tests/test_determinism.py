@@ -7,7 +7,7 @@ same order: a *fingerprint* lists the nodes of ``fn.maker.fgraph.toposort()`` wi
 their Op, where each input comes from (a graph input by position, a node output by
 position, a constant by type and value) and their output types; an inner graph
 (a native Scan's, an OpFromGraph's) is fingerprinted the same way, and a folded
-body by the bytes of its canonical encoding (`innergraph.canonical`, which is what
+body by the bytes of its canonical encoding (`innergraph.core.canonical`, which is what
 a `Body` pickles to).
 
 The rewrite itself is compared too, as DebugMode's stability check does: the
@@ -39,9 +39,9 @@ from pytensor.graph.fg import AbstractFunctionGraph, FunctionGraph
 from pytensor.graph.op import Op
 from pytensor.graph.type import Type
 
-from innergraph import cases
-from innergraph.fold import folded_bodies
-from innergraph.types import Body
+from innergraph_bench import cases
+from innergraph.core.fold import folded_bodies
+from innergraph.core.types import Body
 
 #: The default pipeline with a linker that compiles quickly (the structure is the rewriter's).
 MODE = Mode(linker="cvm", optimizer=get_default_mode().provided_optimizer)

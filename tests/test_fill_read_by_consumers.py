@@ -25,7 +25,7 @@ from pytensor.tensor.rewriting.shape import ShapeFeature
 
 import innergraph  # noqa: F401  (installs the rewrites)
 from innergraph.rewriting.outer import local_fill_read_by_consumers
-from innergraph.slots import form_of
+from innergraph.protocol.slots import form_of
 from vanilla import vanilla_values
 from typed import grad as grad_of
 

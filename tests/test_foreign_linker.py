@@ -26,13 +26,13 @@ from pytensor.link.numba.linker import NumbaLinker
 from pytensor.scan.op import Scan as NativeScan
 
 import innergraph
-from innergraph.dispatch import conversion_dispatches, implements, register_conversion_dispatch, runs
-from innergraph.graph import scope_toposort
-from innergraph.handover import hand_over, unsupported_consumers
+from innergraph.core.dispatch import conversion_dispatches, implements, register_conversion_dispatch, runs
+from innergraph.core.graph import scope_toposort
+from innergraph.lifting.handover import hand_over, unsupported_consumers
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse
 from innergraph.ops.scan import Scan
-from innergraph.types import Body
+from innergraph.core.types import Body
 from typed import call, ifelse
 
 CONSUMERS = (Call, IfElse, Scan)

@@ -14,7 +14,7 @@ from pytensor.compile.mode import Mode
 from pytensor.tensor.basic import AllocEmpty
 
 import innergraph
-from innergraph.cases import garch
+from innergraph_bench.cases import garch
 
 
 @pytest.fixture(scope="module", params=["cvm", "py"])

@@ -19,8 +19,8 @@ from innergraph import (
     body_of,
     inner_graph,
 )
-from innergraph.fold import always_computed, visible_nodes
-from innergraph.graph import scope_leaves, scope_toposort, used_params
+from innergraph.core.fold import always_computed, visible_nodes
+from innergraph.core.graph import scope_leaves, scope_toposort, used_params
 from typed import call, param
 
 dscalar = pt.dscalar().type
@@ -153,7 +153,7 @@ def test_types_and_functions_pickle():
 
 
 def test_a_body_pickles_through_its_cached_canonical_encoding(monkeypatch):
-    import innergraph.canonical
+    import innergraph.core.canonical
 
     body = body_of(inner_graph(lambda u: u * 2 + 1, [dscalar]).function)
     key = body.key()
@@ -161,7 +161,7 @@ def test_a_body_pickles_through_its_cached_canonical_encoding(monkeypatch):
     def encode_again(_):
         raise AssertionError("pickling a Body encoded it again")
 
-    monkeypatch.setattr(innergraph.canonical, "encode", encode_again)
+    monkeypatch.setattr(innergraph.core.canonical, "encode", encode_again)
     data = pickle.dumps(body)
     monkeypatch.undo()
     again = pickle.loads(data)

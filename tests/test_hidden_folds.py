@@ -1,4 +1,4 @@
-"""Bodies with a hidden fold are compiled with canonicalize and stabilize (`innergraph.hidden_folds`).
+"""Bodies with a hidden fold are compiled with canonicalize and stabilize (`innergraph.core.hidden_folds`).
 
 VARMAX's Kalman filter (issue 21): its forward body and its gradient body compute
 the same zero matrix (``dot(diag(mask), obs_cov)`` with a zero ``obs_cov``), which
@@ -27,9 +27,9 @@ from pytensor.graph.basic import Constant
 from pytensor.scan.op import Scan
 from pytensor.tensor.basic import Alloc
 
-from innergraph.graph import param
-from innergraph.hidden_folds import hidden_folds
-from innergraph.types import Body
+from innergraph.core.graph import param
+from innergraph.core.hidden_folds import hidden_folds
+from innergraph.core.types import Body
 from vanilla import vanilla_function
 
 M = pt.TensorType("float64", shape=(2, 2))
@@ -108,7 +108,7 @@ def test_values_equal_vanillas(compiled):
 
 
 def _body(outputs):
-    from innergraph.types import InnerGraphType
+    from innergraph.core.types import InnerGraphType
 
     return Body(InnerGraphType((V,), tuple(o.type for o in outputs)), outputs)
 
@@ -116,7 +116,7 @@ def _body(outputs):
 def test_one_conversion_gives_a_hidden_fold_the_whole_rewriter_whatever_body_came_first():
     """`prepared_body` shares late passes within a conversion by `body_rewriter`'s own kinds."""
     from innergraph.backends.numba_code import one_conversion, prepared_body
-    from innergraph.ops.runtime import mark_rewritten
+    from innergraph.protocol.runtime import mark_rewritten
 
     p = param(0, V)
     plain = mark_rewritten(_body([pt.exp(p)]))

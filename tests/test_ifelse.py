@@ -16,8 +16,8 @@ from pytensor.raise_op import Assert
 
 import innergraph
 from innergraph import graph_stats, lift, lower
-from innergraph.fold import folded_bodies
-from innergraph.graph import scope_toposort
+from innergraph.core.fold import folded_bodies
+from innergraph.core.graph import scope_toposort
 from innergraph.ops.ifelse import IfElse
 from vanilla import vanilla_function
 from typed import grad, ifelse

@@ -13,7 +13,7 @@ from pytensor.ifelse import ifelse
 
 import innergraph
 import innergraph.ops.ifelse as ig_ifelse
-from innergraph.errors import BodyTypeError
+from innergraph.core.errors import BodyTypeError
 from innergraph.ops.ifelse import IfElse
 
 c = pt.scalar("c", dtype="bool")

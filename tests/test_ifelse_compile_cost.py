@@ -11,10 +11,10 @@ from pytensor.graph.basic import Constant
 from pytensor.tensor.variable import TensorConstant
 
 import innergraph
-from innergraph.cases import ifelse_heavy
-from innergraph.fold import folded_bodies
-from innergraph.graph import scope_toposort
-from innergraph.instantiate import is_large_constant
+from innergraph_bench.cases import ifelse_heavy
+from innergraph.core.fold import folded_bodies
+from innergraph.core.graph import scope_toposort
+from innergraph.core.instantiate import is_large_constant
 from innergraph.ops.ifelse import IfElse
 from typed import recording
 

@@ -1,4 +1,4 @@
-"""Final bodies interned across compilations (`innergraph.interning`).
+"""Final bodies interned across compilations (`innergraph.core.interning`).
 
 Two separately built, equal graphs compiled one after the other share their folded
 bodies (the same `Body` object) and the second compilation prepares, converts and
@@ -21,9 +21,9 @@ from pytensor.ifelse import ifelse as vanilla_ifelse
 import innergraph
 import innergraph.backends.numba as numba_backend
 import innergraph.rewriting.fusion as fusion
-from innergraph.interning import body_table_size, interned_bodies
+from innergraph.core.interning import body_table_size, interned_bodies
 from innergraph.ops import runtime
-from innergraph.types import Body
+from innergraph.core.types import Body
 from vanilla import vanilla_function
 
 NUMBA = Mode(linker="numba", optimizer="fast_run")
@@ -212,8 +212,8 @@ def test_a_user_built_body_is_not_interned():
 
 @pytest.mark.parametrize("fresh", [False, True])
 def test_the_bench_empties_the_table_before_each_timed_innergraph_compile_only_when_asked(fresh, monkeypatch):
-    import innergraph.bench as bench
-    from innergraph.cases import select
+    import innergraph_bench.bench as bench
+    from innergraph_bench.cases import select
 
     calls = []
     monkeypatch.setattr(bench, "clear_body_cache", lambda: calls.append(len(interned_bodies())))

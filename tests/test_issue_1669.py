@@ -20,7 +20,7 @@ from pytensor.scan.op import Scan as NativeScan
 
 import innergraph
 from innergraph import graph_stats
-from innergraph.fold import unfold_inner_graphs, visible_nodes
+from innergraph.core.fold import unfold_inner_graphs, visible_nodes
 from typed import grad
 
 

@@ -15,7 +15,7 @@ from pytensor.graph.op import Op
 from pytensor.ifelse import ifelse as vanilla_ifelse
 
 import innergraph
-from innergraph.ops.runtime import body_value, compiled_function, linker_for, make_body_thunk
+from innergraph.protocol.runtime import body_value, compiled_function, linker_for, make_body_thunk
 from innergraph.testing import OpCase, check_inner_graph_op
 from typed import call, grad
 

@@ -17,11 +17,11 @@ from pytensor.scan.op import Scan as NativeScan
 
 import innergraph
 from innergraph import graph_stats
-from innergraph.graph import body_of
+from innergraph.core.graph import body_of
 from innergraph.ops import runtime
 from innergraph.ops.call import Call
 from innergraph.rewriting.lift_ofg import lift_op_from_graphs
-from innergraph.types import Body
+from innergraph.core.types import Body
 from typed import grad, pushforward
 
 x, y = pt.dvector("x"), pt.dvector("y")

@@ -10,8 +10,8 @@ from pytensor.graph.traversal import ancestors
 from pytensor.scan.op import Scan as NativeScan
 
 import innergraph
-from innergraph import checkpoint
-from innergraph.checkpoint_bench import peak_bytes
+from innergraph.ops import checkpoint
+from innergraph_bench.checkpoint_bench import peak_bytes
 from typed import grad
 
 x0, w = pt.dscalar("x0"), pt.dscalar("w")

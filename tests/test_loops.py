@@ -11,7 +11,7 @@ from pytensor.graph.fg import FunctionGraph
 from pytensor.tensor.rewriting.shape import ShapeFeature
 
 import innergraph
-from innergraph.graph import body_of
+from innergraph.core.graph import body_of
 from innergraph.ops.loop import ForiLoop, WhileLoop
 from typed import grad, pushforward
 
@@ -27,7 +27,7 @@ def loops(fn, cls=(WhileLoop, ForiLoop)):
 
 
 def body_ops(node, b):
-    from innergraph.graph import scope_toposort
+    from innergraph.core.graph import scope_toposort
 
     return [type(n.op.scalar_op if hasattr(n.op, "scalar_op") else n.op).__name__ for n in scope_toposort(body_of(node.inputs[b]).outputs)]
 

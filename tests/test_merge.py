@@ -15,8 +15,8 @@ from pytensor.tensor.variable import TensorConstant
 
 from innergraph import body_of, graph_stats, inner_graph, param, unfold_inner_graphs
 from innergraph import ifelse as innergraph_ifelse
-from innergraph.graph import scope_toposort, verify_closed
-from innergraph.fold import folded_bodies
+from innergraph.core.graph import scope_toposort, verify_closed
+from innergraph.core.fold import folded_bodies
 from typed import call, grad as grad_of
 
 dvector = pt.dvector().type

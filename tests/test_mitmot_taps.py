@@ -17,7 +17,7 @@ from pytensor.scan.op import Scan as NativeScan
 from pytensor.scan.op import ScanInfo
 
 import innergraph
-from innergraph.rewriting.signature import mit_mot_taps_from_zero
+from innergraph.protocol.signature import mit_mot_taps_from_zero
 from typed import grad
 
 

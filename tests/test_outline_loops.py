@@ -19,7 +19,7 @@ from pytensor.graph.fg import FunctionGraph
 from pytensor.scan.op import Scan as NativeScan
 
 import innergraph
-from innergraph.graph import scope_toposort
+from innergraph.core.graph import scope_toposort
 from innergraph.ops.call import Call
 from innergraph.rewriting.outline_loops import loop_groups, outline_loops
 from typed import grad

@@ -1,18 +1,18 @@
 """``import innergraph`` on a PyTensor carrying only the first patches of the upstream series.
 
-`innergraph._upstream` decides: patches 1-4 are inert (nothing imports ``pytensor.innergraph``),
+`innergraph.patching.upstream` decides: patches 1-4 are inert (nothing imports ``pytensor.innergraph``),
 so innergraph monkey-patches as on a released PyTensor; the last patch makes PyTensor enable its
 copy, and the whole series is aliased; a PyTensor enabling a copy that lacks modules (patched from
 another version of the series) is refused, naming what is missing. These tests build fake ``pytensor/innergraph`` folders holding the modules of the
-first k patches; ``.ci/patched`` (`innergraph.patches.verify`) checks the same on real builds.
+first k patches; ``.ci/patched`` (`innergraph_patches.verify`) checks the same on real builds.
 """
 
 import sys
 
 import pytest
 
-from innergraph import _upstream
-from innergraph.patches.series import SERIES
+from innergraph.patching import upstream as _upstream
+from innergraph_patches.series import SERIES
 
 
 def _fake_copy(root, level):

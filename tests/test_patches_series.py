@@ -1,6 +1,6 @@
-"""The generator of the upstream series (`innergraph.patches`): module table, import rewriting, anchors.
+"""The generator of the upstream series (`innergraph_patches`): module table, import rewriting, anchors.
 
-Building the series needs PyTensor's sdist; ``.ci/patched`` runs ``python -m innergraph.patches
+Building the series needs PyTensor's sdist; ``.ci/patched`` runs ``python -m innergraph_patches
 check`` and applies the result. These tests need only the installed PyTensor (the same files).
 """
 
@@ -11,8 +11,8 @@ from typing import Any
 import pytensor
 import pytest
 
-from innergraph._upstream import series_level
-from innergraph.patches import build, series
+from innergraph.patching.upstream import series_level
+from innergraph_patches import build, series
 
 REPOSITORY = build.REPOSITORY
 
@@ -30,20 +30,20 @@ def test_an_unassigned_module_stops_the_build_and_says_what_to_add(tmp_path, mon
     (copy / "innergraph" / "rewriting" / "brand_new.py").write_text('"""A module nobody assigned."""\n')
     assert series.unassigned(copy) == ["rewriting/brand_new.py"]
     monkeypatch.setattr(build, "REPOSITORY", copy)
-    with pytest.raises(SystemExit, match=r"(?s)PatchSpec in innergraph/patches/series.py.*innergraph/rewriting/brand_new.py"):
+    with pytest.raises(SystemExit, match=r"(?s)PatchSpec in innergraph_patches/series.py.*innergraph/rewriting/brand_new.py"):
         build.build_series(out=tmp_path / "out", sdist=tmp_path / "never-read.tar.gz")
 
 
 def test_copies_import_pytensor_innergraph_only():
     source = (
         "import innergraph_pickle\n"
-        "from innergraph.fold import fold_inner_graphs\n"
+        "from innergraph.core.fold import fold_inner_graphs\n"
         "from innergraph import consumer as api\n"
         "    import innergraph.backends.numba  # noqa: F401\n"
         'ON_DEMAND = ("innergraph.backends.numba",)\n'
         'mode.excluding("innergraph")\n'
         'fgraph.replace_all(pairs, reason="innergraph.lift")\n'
-        "import innergraph._supported  # noqa: F401  library only\n"
+        "import innergraph.core.supported  # noqa: F401  library only\n"
     )
     assert build.rewrite_imports(source, "x.py") == (
         "from pytensor.innergraph import _pickle as innergraph_pickle\n"
@@ -71,7 +71,7 @@ def test_each_edit_finds_its_anchor_once_in_the_installed_pytensor_or_is_there(e
 
 
 def test_verify_reads_the_upstream_runners_total_and_pytests_summary():
-    from innergraph.patches import verify
+    from innergraph_patches import verify
 
     total = "546 passed, 8 xfailed, 19 skipped, 4 failed, 8 deselected "
     assert verify.counts(total) == verify.VANILLA
@@ -92,14 +92,14 @@ def _record(tmp_path, name, outcomes, finished=True):
             lines.append({"kind": "finish", "session": session, "exitstatus": 1, "wall": 1.0, "innergraph": False, "pytensor": "3.3.8"})
     path = tmp_path / f"{name}.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    from innergraph.patches import verify
+    from innergraph_patches import verify
 
     return verify.outcomes().read_record(path, name)
 
 
 def test_verify_judges_pytensors_tests_per_id_accepting_vanillas_own_failures(tmp_path):
     """CI's judge (``.ci/outcomes.py``) per test id: vanilla's own failures pass, a new failure or skip does not, whatever the counts."""
-    from innergraph.patches import verify
+    from innergraph_patches import verify
 
     known = verify.VANILLA_FAILURES[0]
     vanilla = _record(tmp_path, "vanilla", {known: "failed", "tests/test_ifelse.py::test_a": "passed", "tests/scan/test_basic.py::test_b": "xfailed", "tests/scan/test_basic.py::test_c": "passed"})
@@ -118,7 +118,7 @@ def test_verify_judges_pytensors_tests_per_id_accepting_vanillas_own_failures(tm
 
 
 def test_verify_expects_monkey_patching_before_the_last_patch_and_the_alias_after_it():
-    from innergraph.patches import verify
+    from innergraph_patches import verify
 
     assert [verify._expected_form(level) for level in range(1, len(series.SERIES) + 1)] == [
         "monkey-patched",
@@ -138,7 +138,7 @@ def test_only_the_last_patch_enables_innergraph():
 
 
 def test_verify_skips_pytensors_tests_only_after_patches_that_add_unimported_files(tmp_path):
-    from innergraph.patches import verify
+    from innergraph_patches import verify
 
     committed = sorted((build.REPOSITORY / "patches").glob("[0-9][0-9][0-9][0-9]-*.patch"))
     skipped = [level for level, patch in enumerate(committed, start=1) if verify.untouched_reason(patch, level)]

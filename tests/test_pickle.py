@@ -25,7 +25,7 @@ from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse
 from innergraph.ops.loop import WhileLoop
 from innergraph.ops.scan import Scan
-from innergraph.pickling import forget_innergraph
+from innergraph.patching.pickles import forget_innergraph
 from typed import call, ifelse
 
 x, a = pt.dvector("x"), pt.dscalar("a")

@@ -22,7 +22,7 @@ from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.tensor.rewriting.shape import ShapeFeature
 
 import innergraph
-from innergraph import cases
+from innergraph_bench import cases
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse
 from innergraph.ops.scan import Scan

@@ -37,10 +37,10 @@ from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.traversal import graph_inputs
 from pytensor.scan.op import Scan as NativeScan
 
-from innergraph.convert import lift_graph
+from innergraph.lifting.rules import lift_graph
 from innergraph.ops.call import Call
 from innergraph.rewriting.duplicates import _duplicates
-from innergraph.rewriting.signature import consumers
+from innergraph.protocol.signature import consumers
 from innergraph.stats import graph_stats, unread_buffers
 from innergraph.testing.programs import (
     Cond,

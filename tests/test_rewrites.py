@@ -25,7 +25,7 @@ from pytensor.tensor.subtensor import IncSubtensor
 from pytensor.ifelse import ifelse as native_ifelse
 
 import innergraph
-from innergraph.graph import InnerGraph, body_of, scope_toposort
+from innergraph.core.graph import InnerGraph, body_of, scope_toposort
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse
 from innergraph.ops.scan import Scan
@@ -37,7 +37,7 @@ from innergraph.rewriting.licm import hoist_invariants
 from innergraph.rewriting.merge_loops import merge_loops
 from innergraph.rewriting.lift import lift_native
 from innergraph.rewriting.push_out import push_out_dot_sums, push_out_per_step_outputs, push_out_sequence_work
-from innergraph.rewriting.signature import sharing_rebuilt_functions
+from innergraph.protocol.signature import sharing_rebuilt_functions
 from innergraph.rewriting.simplify import simplify_consumers
 from innergraph.rewriting.untrace import untrace_final_states
 from innergraph.testing.rewrites import check_rewrite
@@ -276,7 +276,7 @@ def test_outlining_passes_large_constants_and_folds_the_new_bodies():
 
 
 def test_body_fusion_queries_the_fusion_database_once_per_state(registered_nothing):
-    from innergraph._compat import scope_safe_fusion
+    from innergraph.core.compat import scope_safe_fusion
 
     assert scope_safe_fusion() is scope_safe_fusion()
     db, before = optdb["elemwise_fusion"], scope_safe_fusion()

@@ -167,7 +167,7 @@ def test_shapes_match_the_native_scan(case):
     from pytensor.graph.basic import equal_computations
     from pytensor.tensor.rewriting.shape import ShapeFeature
 
-    from innergraph.instantiate import substitute_shapes
+    from innergraph.core.instantiate import substitute_shapes
     from innergraph.ops.scan import _repoint_map
 
     build, _ = case
@@ -236,7 +236,7 @@ def test_scan_with_updates_returns_pytensor_structure():
 
 
 def test_consumer_checks_its_inputs():
-    from innergraph.errors import BodyTypeError
+    from innergraph.core.errors import BodyTypeError
 
     x = pt.dscalar("x")
     ys = innergraph.scan(lambda y: y * 2, outputs_info=[x], n_steps=3, return_updates=False)
@@ -383,7 +383,7 @@ def test_a_lowered_scan_carries_the_compiled_mode_without_the_passes_its_body_we
 
     from pytensor.compile.mode import Mode
 
-    from innergraph.convert import LoweredScanMode, already_rewritten
+    from innergraph.lifting.rules import LoweredScanMode, already_rewritten
 
     x0 = pt.dscalar("x0")
     ys = pytensor.scan(lambda y: y + 1, outputs_info=[x0], n_steps=4, return_updates=False)

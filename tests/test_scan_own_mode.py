@@ -16,7 +16,7 @@ from pytensor.compile.mode import Mode, get_default_mode
 from pytensor.scan.op import Scan as NativeScan
 
 import innergraph
-from innergraph.convert import _rewritten_by_its_own_mode
+from innergraph.lifting.rules import _rewritten_by_its_own_mode
 
 NO_SOFTPLUS = get_default_mode().excluding("local_log1p_plusminus_exp", "local_exp_log1p_softplus")
 X = np.array([1.0, -2.0, 10_000.0])  # the last step's log(1 + exp(acc * x)) overflows without softplus

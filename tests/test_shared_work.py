@@ -16,9 +16,9 @@ from pytensor.scalar import Composite
 from pytensor.tensor.elemwise import Elemwise
 
 import innergraph
-from innergraph.cases import shared_step
-from innergraph.fold import folded_bodies
-from innergraph.graph import scope_toposort
+from innergraph_bench.cases import shared_step
+from innergraph.core.fold import folded_bodies
+from innergraph.core.graph import scope_toposort
 from innergraph.ops.call import Call
 from innergraph.stats import graph_stats
 from typed import recording

@@ -54,7 +54,7 @@ def test_in_place_passes_track_their_op_class():
 
 
 def test_guarded_late_passes_change_a_body_exactly_as_unguarded_ones():
-    from innergraph.ops.runtime import body_rewriter
+    from innergraph.protocol.runtime import body_rewriter
 
     a, b = pt.dmatrix("a"), pt.dvector("b")
 

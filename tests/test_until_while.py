@@ -127,7 +127,7 @@ def test_traces_read_otherwise_and_exclusion_keep_the_scan(numba_others):
 
 
 def test_under_jax_the_until_scan_runs_as_a_while_loop():
-    from innergraph.dispatch import runs
+    from innergraph.core.dispatch import runs
     from innergraph.patching.linker import load_on_demand
     from pytensor.link.jax.linker import JAXLinker
 

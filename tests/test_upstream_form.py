@@ -3,7 +3,7 @@
 On a patched PyTensor no monkey-patch may be applied: every patch target must be PyTensor's
 own object and ``innergraph`` must be ``pytensor.innergraph`` (one copy of each class). On a
 released PyTensor each monkey-patch record must be paired with its upstream edit in
-`innergraph.patches.series`. ``INNERGRAPH_EXPECT_FORM`` (set by ``.ci/patched``) pins the
+`innergraph_patches.series`. ``INNERGRAPH_EXPECT_FORM`` (set by ``.ci/patched``) pins the
 form, so a run in the wrong environment fails instead of checking the other branch.
 """
 
@@ -22,7 +22,7 @@ from pytensor.scan.op import Scan as NativeScan
 
 import innergraph
 from innergraph import patching
-from innergraph.patches import series
+from innergraph_patches import series
 
 PATCHED = patching.patched_pytensor()
 
@@ -34,7 +34,7 @@ TARGETS = [
     ("pytensor.scan.op", "Scan.pullback", "pytensor.scan.op"),
 ]
 
-#: how `innergraph.patches.series` names a record's owner
+#: how `innergraph_patches.series` names a record's owner
 _OWNER_LABELS = {"pytensor.link.numba.dispatch.basic": "numba_basic", "pytensor.compile.debug.debugmode": "debugmode", "pytensor.printing": "printing"}
 
 
@@ -54,7 +54,7 @@ def test_the_expected_form_is_active():
         assert form == expected
     level = os.environ.get("INNERGRAPH_EXPECT_SERIES_LEVEL")  # .ci/patched, patch by patch
     if level is not None:
-        from innergraph import _upstream
+        from innergraph.patching import upstream as _upstream
 
         assert _upstream.series_level() == int(level)
 
@@ -76,7 +76,7 @@ def test_no_monkey_patch_on_a_patched_pytensor_or_every_record_paired():
     if PATCHED:
         assert patching._applied == [] and patching._late == []
         assert innergraph is sys.modules["pytensor.innergraph"]
-        assert innergraph.types is importlib.import_module("pytensor.innergraph.types")
+        assert innergraph.core.types is importlib.import_module("pytensor.innergraph.types")
         for module, path, defined_in in TARGETS:
             assert _resolve(module, path).__module__ == defined_in, path
         assert pytensor.dprint is pytensor.printing.debugprint
@@ -102,7 +102,7 @@ def test_no_monkey_patch_on_a_patched_pytensor_or_every_record_paired():
         assert "numba_funcify_and_cache_key[FunctionGraph]" in registrations
         paired = {edit.replaces for edit in series.EDITS if edit.replaces}
         assert replaced, "no monkey-patch applied on a released PyTensor"
-        assert replaced <= paired, f"monkey-patches with no upstream edit in innergraph/patches/series.py: {replaced - paired}"
+        assert replaced <= paired, f"monkey-patches with no upstream edit in innergraph_patches/series.py: {replaced - paired}"
         # the hooks the edits call exist, with the names the series gives them
         for edit in series.EDITS:
             if isinstance(edit, series.Delegate):
@@ -123,7 +123,7 @@ def _pytensors_dispatch():
 
 def test_the_series_readme_lists_every_record_and_its_upstream_form():
     """``patches/README.md``'s table of records names each record innergraph applies (here, or would apply on a released PyTensor)."""
-    from innergraph.patches.build import REPOSITORY
+    from innergraph_patches.build import REPOSITORY
 
     _load_backends()
     importlib.import_module("innergraph.backends.jax_generated")  # its registrations (a JAX link loads it)

@@ -11,8 +11,8 @@ from pytensor.scan.op import Scan as NativeScan
 from pytensor.scan.utils import until
 
 import innergraph
-from innergraph import checkpoint
-from innergraph.checkpoint_bench import peak_bytes
+from innergraph.ops import checkpoint
+from innergraph_bench.checkpoint_bench import peak_bytes
 from typed import grad
 
 x0, w, lim = pt.dscalar("x0"), pt.dscalar("w"), pt.dscalar("lim")

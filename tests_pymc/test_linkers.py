@@ -1,6 +1,6 @@
 """innergraph with PyMC off the default path: the JAX linker, and PyMC's parameter checks inside a scan.
 
-* The NUTS functions of the GARCH models of `innergraph.pymc_models`, compiled for JAX
+* The NUTS functions of the GARCH models of `innergraph_bench.pymc_models`, compiled for JAX
   (the linker PyMC's ``nuts_sampler="numpyro"``/``"blackjax"`` use), give vanilla's numbers.
 * PyMC compiles logp graphs with ``local_check_parameter_to_ninf_switch``: a parameter
   check (``CheckParameterValue``) becomes ``switch(cond, logp, -inf)``. Vanilla applies it
@@ -19,8 +19,8 @@ import pytest
 from pytensor.compile.mode import Mode
 
 import innergraph
-from innergraph.bench import as_variant
-from innergraph.pymc_models import MODELS, nuts_graph
+from innergraph_bench.bench import as_variant
+from innergraph_bench.pymc_models import MODELS, nuts_graph
 
 
 def _compiled(graph, mode):

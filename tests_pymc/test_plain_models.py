@@ -1,7 +1,7 @@
 """PyMC models without control flow: innergraph stays out of the way.
 
 Most PyMC models have no loop and no conditional. For them ``import innergraph`` must
-change nothing: the NUTS function (`innergraph.pymc_models.PLAIN_MODELS`, compiled by
+change nothing: the NUTS function (`innergraph_bench.pymc_models.PLAIN_MODELS`, compiled by
 PyMC's own compile) is the graph PyTensor alone compiles, with and without innergraph,
 and gives the same numbers. The reference is compiled inside `innergraph.uninstalled`
 (no patch, no rewrite of innergraph's), not with ``excluding("innergraph")``. Each model
@@ -16,8 +16,8 @@ import pytensor
 import pytest
 
 import innergraph
-from innergraph.bench import compile_graph
-from innergraph.pymc_models import PLAIN_MODELS, nuts_case
+from innergraph_bench.bench import compile_graph
+from innergraph_bench.pymc_models import PLAIN_MODELS, nuts_case
 
 
 @functools.cache

@@ -1,6 +1,6 @@
 """innergraph with PyMC 6.0.1 and pymc-extras 0.12.1 (run in the ``pymc`` environment: ``.ci/pymc``).
 
-* the NUTS functions of the five models of `innergraph.pymc_models` give vanilla's numbers,
+* the NUTS functions of the five models of `innergraph_bench.pymc_models` give vanilla's numbers,
   and compile to the same graph with and without lazy shapes for hidden nodes
   (`innergraph.rewriting.hidden_shapes`);
 * importing innergraph before or after PyMC gives the same compiled graph and the same
@@ -22,8 +22,8 @@ import pytensor
 import pytest
 from pytensor.scan.op import Scan
 
-from innergraph.bench import as_variant, compile_graph
-from innergraph.pymc_models import MODELS, nuts_case
+from innergraph_bench.bench import as_variant, compile_graph
+from innergraph_bench.pymc_models import MODELS, nuts_case
 
 SCRIPTS = Path(__file__).parent / "scripts"
 
@@ -50,7 +50,7 @@ def _ops_per_step(fn):
 @functools.cache
 def _compiled(case_id, variant):
     """The model's NUTS function, compiled once per module: ``vanilla`` (built, compiled and first called with
-    innergraph uninstalled, `innergraph.bench.as_variant`) or ``innergraph``."""
+    innergraph uninstalled, `innergraph_bench.bench.as_variant`) or ``innergraph``."""
     case = nuts_case(case_id)
     with as_variant(variant):
         fn = compile_graph(case, variant, case.build(variant))
@@ -63,7 +63,7 @@ def test_nuts_function_gives_vanillas_numbers_and_runs_no_more_ops_per_step(case
     """Values as vanilla's; every loop (forward and gradient) runs at most vanilla's Ops per step.
 
     VARMAX's forward loop ran 40 Ops per step against vanilla's 38, its gradient loop
-    81 against 80, before bodies with a hidden fold (`innergraph.hidden_folds`) were
+    81 against 80, before bodies with a hidden fold (`innergraph.core.hidden_folds`) were
     compiled with canonicalize.
     """
     case = nuts_case(case_id)

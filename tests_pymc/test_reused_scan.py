@@ -4,7 +4,7 @@ The AR's Scan is compiled for the initial point (``Scan.fn`` rewrites its own in
 graph in place), then ``model["x"].eval()`` compiles a graph holding the same Scan.
 With innergraph the second compilation raised ``InconsistencyError: Inner-graphs
 must not contain in-place operations`` until compiled Scans were left native
-(`innergraph.convert`; plain-PyTensor test: ``tests/test_compiled_scan.py``).
+(`innergraph.lifting.rules`; plain-PyTensor test: ``tests/test_compiled_scan.py``).
 """
 
 import numpy as np

@@ -44,15 +44,15 @@ from pytensor.link.jax.linker import JAXLinker
 from pytensor.scan.op import Scan as NativeScan
 
 from innergraph.backends.jax_loop import DynamicTraceLength, needs_loop, scan_as_loop
-from innergraph.dispatch import register_conversion_dispatch
-from innergraph.fold import fold_inner_graphs
-from innergraph.graph import body_of, is_function, scope_toposort
-from innergraph.instantiate import private_fgraph
-from innergraph.ops.runtime import body_value, compile_count, is_rewritten, pipeline_passes
+from innergraph.core.dispatch import register_conversion_dispatch
+from innergraph.core.fold import fold_inner_graphs
+from innergraph.core.graph import body_of, is_function, scope_toposort
+from innergraph.core.instantiate import private_fgraph
+from innergraph.protocol.runtime import body_value, compile_count, is_rewritten, pipeline_passes
 from innergraph.ops.scan import Scan, backend_native_scan
 from innergraph.patching import DispatchPatch, Patch, apply_late, original
 from innergraph.rewriting.lift import was_lifted
-from innergraph.types import Body
+from innergraph.core.types import Body
 
 __all__ = [
     "jax_body",
@@ -68,7 +68,7 @@ def _body_rewriter(body: Body) -> Any:
     """The JAX mode's rewriter for a body, without the pipeline's passes if it went through them (queried once)."""
     from pytensor.compile.mode import Mode, get_mode
 
-    from innergraph._compat import queried_once
+    from innergraph.core.compat import queried_once
 
     query = get_mode("JAX").provided_optimizer
     rewritten = is_rewritten(body)
@@ -226,5 +226,5 @@ for _cls, _funcify in (
 ):
     apply_late(DispatchPatch(jax_funcify, _cls, _funcify))
 apply_late(Patch(JAXLinker, "jit_compile", jit_compile))
-# said, not discovered from the linker's bytecode (`innergraph.dispatch`)
+# said, not discovered from the linker's bytecode (`innergraph.core.dispatch`)
 register_conversion_dispatch(JAXLinker, lambda: jax_funcify)

@@ -1,9 +1,9 @@
 """JAX code generated from a consumer's declaration: a loop as ``lax.while_loop`` or ``lax.fori_loop``.
 
 Loaded on the first JAX link. Every registered consumer whose form declares step
-semantics (`innergraph.semantics`) gets `jax_funcify_generated` as its JAX
+semantics (`innergraph.protocol.semantics`) gets `jax_funcify_generated` as its JAX
 conversion, unless its class has one of its own; consumers registered later get it
-at registration (`innergraph.slots.ON_REGISTER`).
+at registration (`innergraph.protocol.slots.ON_REGISTER`).
 
 A call (`Once`) is its body's JAX function, traced inline where the call is
 (`jax_once`). A conditional (`Branch`) is ``lax.cond`` over its two bodies (`jax_branch`). A
@@ -31,10 +31,10 @@ from pytensor.link.jax.dispatch import jax_funcify
 
 from innergraph.backends.jax import jax_body
 from innergraph.backends.jax_loop import is_traced
-from innergraph.ops.runtime import body_value
+from innergraph.protocol.runtime import body_value
 from innergraph.patching import DispatchPatch, apply_late
-from innergraph.semantics import Branch, BranchPlan, LoopPlan, Once, OncePlan, branch_plan, loop_plan, once_plan, semantics_of
-from innergraph.slots import FORMS, ON_REGISTER, Form, form_of
+from innergraph.protocol.semantics import Branch, BranchPlan, LoopPlan, Once, OncePlan, branch_plan, loop_plan, once_plan, semantics_of
+from innergraph.protocol.slots import FORMS, ON_REGISTER, Form, form_of
 
 __all__ = ["jax_branch", "jax_funcify_generated", "jax_loop", "jax_once", "register_generated"]
 

@@ -48,12 +48,12 @@ from innergraph.backends.numba_code import (
     one_conversion,
     prepared_body,
 )
-from innergraph.dispatch import register_conversion_dispatch
+from innergraph.core.dispatch import register_conversion_dispatch
 from innergraph.patching import DispatchPatch, Patch, apply_late, original
 from innergraph.rewriting.lift import was_lifted
 from innergraph.ops.scan import Scan, backend_native_scan
-from innergraph.ops.runtime import body_value, compile_count
-from innergraph.types import Body
+from innergraph.protocol.runtime import body_value, compile_count
+from innergraph.core.types import Body
 
 __all__ = ["funcify_fgraph_as_one_conversion", "numba_body", "numba_body_code"]
 
@@ -121,7 +121,7 @@ def _numba_dispatches() -> tuple[Any, ...]:
 
 
 # The consumers this module implements run under Numba: said, not discovered from the
-# linker's bytecode (`innergraph.dispatch`), so no Python version's bytecode can hide it.
+# linker's bytecode (`innergraph.core.dispatch`), so no Python version's bytecode can hide it.
 register_conversion_dispatch(NumbaLinker, _numba_dispatches)
 
 

@@ -47,12 +47,12 @@ from pytensor.graph.fg import FunctionGraph
 from pytensor.link.numba.dispatch import basic as numba_basic
 from pytensor.link.numba.dispatch.basic import cache_key_for_constant, numba_typify
 
-from innergraph.errors import FreeVariableError
-from innergraph.fold import fold_inner_graphs
-from innergraph.instantiate import is_large_constant, private_fgraph
-from innergraph.ops.runtime import body_rewriter, skips_pipeline_passes
+from innergraph.core.errors import FreeVariableError
+from innergraph.core.fold import fold_inner_graphs
+from innergraph.core.instantiate import is_large_constant, private_fgraph
+from innergraph.protocol.runtime import body_rewriter, skips_pipeline_passes
 from innergraph.rewriting.tracks import skipping_untracked
-from innergraph.types import Body
+from innergraph.core.types import Body
 from innergraph.patching import original
 
 # PyTensor's own conversion of a node, which `convert_once` replaces (a patched PyTensor keeps it under another name)
@@ -180,7 +180,7 @@ def convert_once(op: Any, node: Apply | None = None, *args: Any, **kwargs: Any) 
 def _constant_key(var: Variable) -> Any:
     """What `convert_once` compares of a node input: a small constant's value, a large constant itself, else nothing.
 
-    A large constant (`innergraph.instantiate.LARGE_CONSTANT`) is compared by
+    A large constant (`innergraph.core.instantiate.LARGE_CONSTANT`) is compared by
     identity: hashing its value (PyTensor's constant signature sums the array and
     masks its NaNs, anew for every signature) cost about 0.15 ms per 500 x 500
     constant and node, and after merging equal constants of a graph are one
@@ -206,9 +206,9 @@ def code_key(body: Body, linker: str = "numba") -> tuple[Any, bool]:
 
     The rewriter is `body_rewriter`'s object, the same while the default mode, the
     registered rewrites and the kind of body stay the same
-    (`innergraph._compat.queried_once`); ``config.numba__fastmath`` is read by every
+    (`innergraph.core.compat.queried_once`); ``config.numba__fastmath`` is read by every
     node's conversion (PyTensor keys its own cache with it too). A body interned
-    across compilations (`innergraph.interning`) can meet a change of either.
+    across compilations (`innergraph.core.interning`) can meet a change of either.
     """
     from pytensor import config
 

@@ -1,9 +1,9 @@
 """Numba code generated from a consumer's declaration: one function per loop or conditional, its bodies inline.
 
 Loaded on the first Numba link. Every registered consumer whose form declares step
-semantics (`innergraph.semantics`) gets `numba_funcify_generated` as its Numba
+semantics (`innergraph.protocol.semantics`) gets `numba_funcify_generated` as its Numba
 conversion, unless its class has a conversion of its own; consumers registered
-later get it at registration (`innergraph.slots.ON_REGISTER`). A consumer declaring
+later get it at registration (`innergraph.protocol.slots.ON_REGISTER`). A consumer declaring
 no semantics keeps PyTensor's fallback (``perform`` in object mode, with its warning).
 
 The generated function takes the node's inputs (a function input arrives as
@@ -36,9 +36,9 @@ from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, regi
 
 from innergraph.backends.numba import _jitted, numba_body_code
 from innergraph.backends.numba_code import Converted, code_key
-from innergraph.ops.runtime import body_value
-from innergraph.semantics import Branch, BranchPlan, LoopPlan, Once, OncePlan, Role, branch_plan, loop_plan, once_plan, semantics_of
-from innergraph.slots import FORMS, ON_REGISTER, Form, form_of
+from innergraph.protocol.runtime import body_value
+from innergraph.protocol.semantics import Branch, BranchPlan, LoopPlan, Once, OncePlan, Role, branch_plan, loop_plan, once_plan, semantics_of
+from innergraph.protocol.slots import FORMS, ON_REGISTER, Form, form_of
 
 __all__ = ["branch_source", "generated_source", "numba_funcify_generated", "once_source", "register_generated"]
 
@@ -140,7 +140,7 @@ def _wiring(node: Any) -> tuple[Any, ...]:
     """What a plan reads of ``node`` besides its Op and bodies: which inputs are one variable, and the types.
 
     A form splits a node by its Op's props, its bodies and the identity of its
-    inputs (`innergraph.semantics` finds a slot's argument at the first input that
+    inputs (`innergraph.protocol.semantics` finds a slot's argument at the first input that
     is that variable), so nodes of an equal Op over the same bodies with equal
     wiring have equal plans: `_branch` and `_once` plan such nodes once, where K
     equal consumers (four conditionals over two bodies, K calls a push-out left)
@@ -159,7 +159,7 @@ def _branch(op: Any, node: Any, form: Form) -> Converted:
     then_body, else_body = (body_value(f) for f in form.functions(node))
 
     def make() -> Converted:
-        plan = branch_plan(op, node)  # its bodies are the form's functions (`innergraph.semantics._declared`)
+        plan = branch_plan(op, node)  # its bodies are the form's functions (`innergraph.protocol.semantics._declared`)
         codes = [numba_body_code(then_body), numba_body_code(else_body)]
         params, lines, env = branch_source(plan, codes)
         return _jitted(f"innergraph_{type(op).__name__.lower()}", params, lines, env, [c.key for c in codes])

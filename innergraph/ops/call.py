@@ -20,15 +20,15 @@ from typing import Any
 from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.op import Op
 
-from innergraph import _compat
-from innergraph.build import Capture, Closure, inner_graph
-from innergraph.errors import ArityError, BodyTypeError
-from innergraph.fold import fold_function
-from innergraph.graph import body_of, is_function, params
-from innergraph.instantiate import body_output_shapes, fit_arguments, instantiate
-from innergraph.ops.runtime import body_value, compiled_function, linker_for, make_body_thunk
-from innergraph.semantics import Once
-from innergraph.slots import Form, Meaning, Slot, SlotKind, register_consumer
+from innergraph.core import compat as _compat
+from innergraph.core.build import Capture, Closure, inner_graph
+from innergraph.core.errors import ArityError, BodyTypeError
+from innergraph.core.fold import fold_function
+from innergraph.core.graph import body_of, is_function, params
+from innergraph.core.instantiate import body_output_shapes, fit_arguments, instantiate
+from innergraph.protocol.runtime import body_value, compiled_function, linker_for, make_body_thunk
+from innergraph.protocol.semantics import Once
+from innergraph.protocol.slots import Form, Meaning, Slot, SlotKind, register_consumer
 
 __all__ = ["Call", "call"]
 
@@ -272,7 +272,7 @@ def call(
 
 
 # --- declared as a consumer: one argument (invariant) and one output slot per param and output;
-# the code of every backend but the thunk linkers' is generated from ``Once`` (innergraph.semantics)
+# the code of every backend but the thunk linkers' is generated from ``Once`` (innergraph.protocol.semantics)
 
 
 def _call_slots(node: Apply) -> tuple[tuple[Variable, ...], list[Slot]]:

@@ -22,15 +22,15 @@ import pytensor.tensor as pt
 from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.op import Op
 
-from innergraph import _compat
-from innergraph.build import inner_graph
-from innergraph.errors import BodyTypeError
-from innergraph.fold import fold_function
-from innergraph.graph import body_of, is_function, params
-from innergraph.instantiate import body_output_shapes, fit_arguments, instantiate
-from innergraph.ops.runtime import body_value, compiled_function, linker_for, make_body_thunk
-from innergraph.semantics import Branch
-from innergraph.slots import Capabilities, Form, Meaning, Slot, SlotKind, register_consumer
+from innergraph.core import compat as _compat
+from innergraph.core.build import inner_graph
+from innergraph.core.errors import BodyTypeError
+from innergraph.core.fold import fold_function
+from innergraph.core.graph import body_of, is_function, params
+from innergraph.core.instantiate import body_output_shapes, fit_arguments, instantiate
+from innergraph.protocol.runtime import body_value, compiled_function, linker_for, make_body_thunk
+from innergraph.protocol.semantics import Branch
+from innergraph.protocol.slots import Capabilities, Form, Meaning, Slot, SlotKind, register_consumer
 
 __all__ = ["IfElse", "ifelse"]
 

@@ -25,13 +25,13 @@ from pytensor.graph.op import Op
 from pytensor.scan.op import Scan as NativeScan
 from pytensor.scan.op import ScanInfo
 
-from innergraph.conversion import lift_graph
-from innergraph.errors import ArityError, BodyTypeError
-from innergraph.graph import body_of, is_function
-from innergraph.instantiate import instantiate, step_output_shapes, substitute
-from innergraph.fold import fold_scope
-from innergraph.ops.runtime import body_value
-from innergraph.types import Body
+from innergraph.protocol.conversion import lift_graph
+from innergraph.core.errors import ArityError, BodyTypeError
+from innergraph.core.graph import body_of, is_function
+from innergraph.core.instantiate import instantiate, step_output_shapes, substitute
+from innergraph.core.fold import fold_scope
+from innergraph.protocol.runtime import body_value
+from innergraph.core.types import Body
 
 __all__ = ["Scan", "ScanLayout", "build_native_scan", "native_scan"]
 
@@ -321,8 +321,8 @@ class Scan(Op):
 
 
 def _carry_policy(node: Apply | None, native: Apply) -> None:
-    """Give the native node this consumer's checkpoint policy tag (`innergraph.checkpoint`)."""
-    from innergraph.checkpoint import TAG
+    """Give the native node this consumer's checkpoint policy tag (`innergraph.ops.checkpoint`)."""
+    from innergraph.ops.checkpoint import TAG
 
     if node is not None and hasattr(node.tag, TAG):
         setattr(native.tag, TAG, getattr(node.tag, TAG))
@@ -382,7 +382,7 @@ def backend_native_scan(
     from pytensor.compile.mode import Mode, get_default_mode
     from pytensor.scan.rewriting.inner_graph import rewrite_scan_inner_graph
 
-    from innergraph.ops.runtime import pipeline_passes, skips_pipeline_passes
+    from innergraph.protocol.runtime import pipeline_passes, skips_pipeline_passes
 
     native = native_scan(body, op)
     types = tuple(v.type for v in outer_inputs)

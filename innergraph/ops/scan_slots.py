@@ -13,10 +13,10 @@ from typing import Any
 
 from pytensor.graph.basic import Apply, Variable
 
-from innergraph.graph import body_of, params
+from innergraph.core.graph import body_of, params
 from innergraph.ops.scan import Scan, ScanLayout
-from innergraph.rewriting.signature import SCAN_STATES, Signature, mit_mot_taps_from_zero
-from innergraph.slots import Capabilities, Form, Meaning, Slot, SlotKind, register_consumer
+from innergraph.protocol.signature import SCAN_STATES, Signature, mit_mot_taps_from_zero
+from innergraph.protocol.slots import Capabilities, Form, Meaning, Slot, SlotKind, register_consumer
 
 __all__ = ["SCAN_FORM", "SCAN_STATES", "mit_mot_taps_from_zero"]
 

@@ -13,9 +13,9 @@ Two forms
 monkey-patched
     PyTensor as released: `install` applies the `Patch` records above.
 patched pytensor
-    A PyTensor built from the upstream series (``patches/``, `innergraph.patches`): its own
+    A PyTensor built from the upstream series (``patches/``, `innergraph_patches`): its own
     files call the same hook functions these records install (each record's upstream edit,
-    `innergraph.patches.series.EDITS`), so `install` applies *no* record. It registers the
+    `innergraph_patches.series.EDITS`), so `install` applies *no* record. It registers the
     rewrites and turns the hooks on (`installed`); `uninstall` turns them off again, which
     is how PyTensor behaves without innergraph. `form` says which form is active.
 """
@@ -126,7 +126,7 @@ def patched_pytensor() -> bool:
     and monkey-patches it as a released one.
     """
     upstream = __name__.startswith("pytensor.")
-    from innergraph._upstream import patched_pytensor as whole_series  # library only
+    from innergraph.patching.upstream import patched_pytensor as whole_series  # library only
 
     upstream = upstream or whole_series()  # library only
     return upstream
@@ -242,7 +242,7 @@ def uninstall() -> None:
         for registration in reversed(_registered):
             registration.revert()
     db.unregister_all()
-    from innergraph.interning import clear_body_cache
+    from innergraph.core.interning import clear_body_cache
 
     clear_body_cache()  # interned bodies were compiled by the rewrites just removed
 
@@ -256,7 +256,7 @@ def uninstalled() -> Iterator[None]:
     its own mode). Comparing with vanilla PyTensor means compiling, and for a native
     OpFromGraph first calling, the reference inside this block.
 
-    Innergraph's table of interned bodies (`innergraph.interning`), which `uninstall`
+    Innergraph's table of interned bodies (`innergraph.core.interning`), which `uninstall`
     clears, is back as it was after the block when innergraph is installed again.
 
     Examples
@@ -264,7 +264,7 @@ def uninstalled() -> Iterator[None]:
     >>> with innergraph.uninstalled():
     ...     reference = pytensor.function(inputs, outputs)
     """
-    from innergraph.interning import table_kept
+    from innergraph.core.interning import table_kept
 
     was = installed()
     with table_kept():

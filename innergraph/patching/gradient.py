@@ -1,7 +1,7 @@
-"""Gradient patch: a Scan's pullback goes through `innergraph.checkpoint` when a policy applies.
+"""Gradient patch: a Scan's pullback goes through `innergraph.ops.checkpoint` when a policy applies.
 
 Replaces PyTensor's ``Scan.pullback`` by a function that asks the node's checkpoint
-policy (`innergraph.checkpoint.policy_of`) first: with no policy, or for a Scan the
+policy (`innergraph.ops.checkpoint.policy_of`) first: with no policy, or for a Scan the
 segmented form does not handle, it is PyTensor's own pullback, unchanged.
 """
 
@@ -36,7 +36,7 @@ def checkpointed_pullback(outs: Sequence[Variable], cotangents: Sequence[Variabl
     node = outs[0].owner
     if node is None or not installed():
         return None
-    from innergraph import checkpoint
+    from innergraph.ops import checkpoint
 
     policy = checkpoint.policy_of(node)
     if policy is not None:

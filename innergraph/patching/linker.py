@@ -3,7 +3,7 @@
 Every PyTensor linker (``py``, ``c|py``, ``c``, ``vm``, ``cvm``, ``numba`` and the
 other JIT linkers) asks `Linker.schedule` for the nodes to run before it
 allocates storage or makes thunks. The patched schedule first folds the function
-variables that visible consumers read (`innergraph.fold`); the hidden subgraphs
+variables that visible consumers read (`innergraph.core.fold`); the hidden subgraphs
 then are unreachable, `FunctionGraph` prunes them, and no linker allocates
 storage or makes a thunk for them. For a graph compiled through PyTensor's
 rewrite database the fold has already run (before the in-place rewrites) and this
@@ -13,7 +13,7 @@ Before that it loads what innergraph needs for this kind of linker and PyTensor
 itself loads only on demand (`ON_DEMAND`): the Numba and JAX implementations of the
 consumers, and the patch of DebugMode's check of reverted rewrites. Last, it hands
 PyTensor's native Ops to a linker that cannot run innergraph's consumers
-(`innergraph.handover`: decided from the linker's conversion dispatch, once
+(`innergraph.lifting.handover`: decided from the linker's conversion dispatch, once
 innergraph's own implementations for it have loaded).
 """
 
@@ -55,8 +55,8 @@ def prepare_schedule(linker: Linker, fgraph: FunctionGraph) -> None:
 
     if not installed():
         return
-    from innergraph.fold import fold_inner_graphs
-    from innergraph.handover import hand_over
+    from innergraph.core.fold import fold_inner_graphs
+    from innergraph.lifting.handover import hand_over
 
     load_on_demand(type(linker))
     fold_inner_graphs(fgraph, reason="Linker.schedule")

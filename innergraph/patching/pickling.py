@@ -1,6 +1,6 @@
 """Pickling patch: a pickled `FunctionGraph` forgets the in-graph forms it went through.
 
-Registers `innergraph.pickling.reduce_function_graph` for `FunctionGraph` in
+Registers `innergraph.patching.pickles.reduce_function_graph` for `FunctionGraph` in
 ``copyreg.dispatch_table`` (PyTensor's own class, which pickles its ``__dict__``),
 so a compiled function whose graph holds only PyTensor's Ops pickles without
 any reference to innergraph and loads in a process that never imports it.
@@ -13,7 +13,7 @@ import copyreg
 from pytensor.graph.fg import FunctionGraph
 
 from innergraph.patching import ItemPatch
-from innergraph.pickling import forget_innergraph, reduce_function_graph
+from innergraph.patching.pickles import forget_innergraph, reduce_function_graph
 
 __all__ = ["before_pickle", "patches"]
 

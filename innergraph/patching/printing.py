@@ -18,8 +18,8 @@ import pytensor.printing
 from pytensor.graph.basic import Variable
 from pytensor.graph.fg import FunctionGraph
 
-from innergraph.fold import folded_bodies
-from innergraph.instantiate import instantiate
+from innergraph.core.fold import folded_bodies
+from innergraph.core.instantiate import instantiate
 from innergraph.patching import Patch
 
 __all__ = ["bodies_section", "debugprint", "patches"]

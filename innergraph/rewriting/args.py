@@ -26,13 +26,13 @@ from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.subtensor import Subtensor
 from pytensor.tensor.variable import TensorConstant
 
-from innergraph.canonical import template
-from innergraph.fold import visible_nodes
-from innergraph.graph import body_of, scope_toposort
-from innergraph.instantiate import LARGE_CONSTANT, is_large_constant, is_small_tensor_constant, small_constant_key
-from innergraph.rewriting.signature import Signature, Slot, consumers, replace_consumer
-from innergraph.slots import INPUT_MEANINGS, Meaning
-from innergraph.types import Body
+from innergraph.core.canonical import template
+from innergraph.core.fold import visible_nodes
+from innergraph.core.graph import body_of, scope_toposort
+from innergraph.core.instantiate import LARGE_CONSTANT, is_large_constant, is_small_tensor_constant, small_constant_key
+from innergraph.protocol.signature import Signature, Slot, consumers, replace_consumer
+from innergraph.protocol.slots import INPUT_MEANINGS, Meaning
+from innergraph.core.types import Body
 
 __all__ = [
     "LARGE_CONSTANT",
@@ -260,7 +260,7 @@ def outline_constants(fgraph: FunctionGraph) -> int:
 
     * large ones (`LARGE_CONSTANT`), as `pass_large_constants` does;
     * small ones only elementwise nodes read, when they are all that tells bodies
-      apart. Bodies whose templates (`innergraph.canonical.template`, with holes at
+      apart. Bodies whose templates (`innergraph.core.canonical.template`, with holes at
       those constants) are equal get a param for each hole whose value differs
       among them, and are then one body: ``ifelse(c, x.sum() + i, ...)`` for
       ``i = 1, 2, 3`` becomes three conditionals over one ``then`` body. Equal

@@ -44,7 +44,7 @@ unread buffer
     one: it costs one value, not one per step.
 
 Taps are compared after shifting them so the oldest input tap is 0
-(`innergraph.rewriting.signature.mit_mot_taps_from_zero`), the form the loops
+(`innergraph.protocol.signature.mit_mot_taps_from_zero`), the form the loops
 are built in. While loops are left alone (no gradient builds one).
 """
 
@@ -57,12 +57,12 @@ from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.scan.utils import expand_empty
 
-from innergraph.graph import body_of, scope_toposort
+from innergraph.core.graph import body_of, scope_toposort
 from innergraph.rewriting.args import inlined_row
 from innergraph.rewriting.lengths import final_row_reads, length_offset
 from innergraph.rewriting.outer import rows_of
-from innergraph.rewriting.signature import Signature, Slot, consumers, mit_mot_taps_from_zero, replace_consumer
-from innergraph.slots import Meaning
+from innergraph.protocol.signature import Signature, Slot, consumers, mit_mot_taps_from_zero, replace_consumer
+from innergraph.protocol.slots import Meaning
 
 __all__ = ["carried_form", "carry_cotangents", "enclosing_bindings"]
 
@@ -129,7 +129,7 @@ def carried_form(sig: Signature, slot: Slot, n_steps: Variable) -> list[Slot] | 
     save-memory pass shrinks it when nothing reads it). Their results are fresh
     variables. Then one sequence per input tap ``i >= k``. The slots are of the
     kinds ``sig``'s consumer declares for a carry, a trace and a sequence
-    (`innergraph.slots.Form.kind_for`); None if it declares none.
+    (`innergraph.protocol.slots.Form.kind_for`); None if it declares none.
     """
     form = sig.form
     carry, trace_kind, sequence = (form.kind_for(m, slot.bodies) for m in (Meaning.CARRY, Meaning.TRACE, Meaning.SEQUENCE))

@@ -44,9 +44,9 @@ from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.subtensor import Subtensor, get_constant_idx
 from pytensor.tensor.exceptions import NotScalarConstantError
 
-from innergraph.graph import scope_toposort
-from innergraph.rewriting.signature import Signature, Slot, consumers, replace_consumer
-from innergraph.slots import Meaning
+from innergraph.core.graph import scope_toposort
+from innergraph.protocol.signature import Signature, Slot, consumers, replace_consumer
+from innergraph.protocol.slots import Meaning
 
 __all__ = ["carry_from_zero"]
 

@@ -31,7 +31,7 @@ over every node, 3 % of a trivial loop's compilation).
 
 ``innergraph_read_of_written_region`` (`innergraph.rewriting.read_back`, canonicalize,
 fast_run, innergraph) reads back what a set/inc-subtensor wrote; it lets the
-checkpointed gradients of `innergraph.checkpoint` drop buffer-sized zeros.
+checkpointed gradients of `innergraph.ops.checkpoint` drop buffer-sized zeros.
 
 ``innergraph_lift`` converts PyTensor's own Scans (nested ones and those gradients
 created included) into the in-graph form right before PyTensor's first Scan pass

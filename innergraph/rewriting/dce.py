@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pytensor.graph.fg import FunctionGraph
 
-from innergraph.graph import scope_leaves
-from innergraph.rewriting.signature import Signature, Slot, consumers, replace_consumer
+from innergraph.core.graph import scope_leaves
+from innergraph.protocol.signature import Signature, Slot, consumers, replace_consumer
 
 __all__ = ["live_slots", "remove_dead_slots"]
 

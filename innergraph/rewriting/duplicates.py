@@ -16,7 +16,7 @@ duplicate states
     merged side by side over one sequence and one initial value (the issue-24
     example) leave exactly this.
 
-Equality of updates is decided on the canonical encoding (`innergraph.canonical`)
+Equality of updates is decided on the canonical encoding (`innergraph.core.canonical`)
 of the two updates after the substitution, which is exact for closed bodies and
 linear in their size.
 """
@@ -26,11 +26,11 @@ from __future__ import annotations
 from pytensor.graph.basic import Variable
 from pytensor.graph.fg import FunctionGraph
 
-from innergraph.canonical import encode
-from innergraph.instantiate import substitute
-from innergraph.rewriting.signature import Signature, Slot, consumers, replace_consumer
-from innergraph.slots import Meaning
-from innergraph.types import Body, InnerGraphType
+from innergraph.core.canonical import encode
+from innergraph.core.instantiate import substitute
+from innergraph.protocol.signature import Signature, Slot, consumers, replace_consumer
+from innergraph.protocol.slots import Meaning
+from innergraph.core.types import Body, InnerGraphType
 
 __all__ = ["STATE_MEANINGS", "merge_duplicate_slots", "same_update"]
 

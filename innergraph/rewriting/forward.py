@@ -20,8 +20,8 @@ from typing import Any
 from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 
-from innergraph.rewriting.signature import Signature, Slot, consumers, replace_consumer
-from innergraph.slots import Meaning
+from innergraph.protocol.signature import Signature, Slot, consumers, replace_consumer
+from innergraph.protocol.slots import Meaning
 
 __all__ = ["forward_params"]
 

@@ -18,13 +18,13 @@ from pytensor.graph.fg import FunctionGraph
 from pytensor.scalar import Composite
 from pytensor.tensor.elemwise import CAReduce, Elemwise
 
-from innergraph import _compat
-from innergraph.fold import fold_inner_graphs, folded_in_order
-from innergraph.graph import is_function, params, scope_toposort
-from innergraph.instantiate import private_fgraph, substitute
-from innergraph.interning import intern_body
-from innergraph.ops.runtime import is_rewritten, mark_rewritten
-from innergraph.types import Body
+from innergraph.core import compat as _compat
+from innergraph.core.fold import fold_inner_graphs, folded_in_order
+from innergraph.core.graph import is_function, params, scope_toposort
+from innergraph.core.instantiate import private_fgraph, substitute
+from innergraph.core.interning import intern_body
+from innergraph.protocol.runtime import is_rewritten, mark_rewritten
+from innergraph.core.types import Body
 
 __all__ = ["fuse_bodies", "fuse_body"]
 
@@ -33,7 +33,7 @@ def fuse_body(body: Body, memo: dict[Body, Body] | None = None) -> Body:
     """A copy of ``body`` with elemwise fusion applied inside it (and its nested bodies).
 
     Cached on ``body`` per fusion rewriter: a body interned across compilations
-    (`innergraph.interning`) is fused once per process, and a fused copy of a
+    (`innergraph.core.interning`) is fused once per process, and a fused copy of a
     rewritten body is itself interned.
     """
     memo = {} if memo is None else memo

@@ -7,7 +7,7 @@ canonicalize and stabilize rewrite included — when the Scan compiles it. Lifti
 happens at 0.04, so without this pass a body reached canonicalize with such a
 constant still a param, and `innergraph.rewriting.args.merge_arguments` inlined it
 only at 1.56, after the last pass that could use its value: lowered bodies skip
-canonicalize and stabilize (`innergraph.convert.already_rewritten`).
+canonicalize and stabilize (`innergraph.lifting.rules.already_rewritten`).
 
 What that lost, found on pymc-extras' Kalman filters (`design/benchmarks.md`):
 rewrites that read a constant's *value* through PyTensor's assumption system. A
@@ -29,7 +29,7 @@ from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import MergeOptimizer
 
 from innergraph.rewriting.args import merge_arguments
-from innergraph.rewriting.signature import FORMS, sharing_rebuilt_functions
+from innergraph.protocol.signature import FORMS, sharing_rebuilt_functions
 
 __all__ = ["inline_lifted_arguments"]
 

@@ -40,7 +40,7 @@ from pytensor.tensor.basic import Alloc, AllocEmpty, get_underlying_scalar_const
 from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.subtensor import IncSubtensor, Subtensor, get_idx_list
 
-from innergraph.slots import Meaning
+from innergraph.protocol.slots import Meaning
 
 __all__ = ["final_row_reads", "length_offset"]
 
@@ -178,7 +178,7 @@ def _length(buffer: Variable, bound: Bound = _NONE) -> tuple[Variable, Variable 
 
 def _state_buffer(result: Variable) -> Variable | None:
     """The buffer a loop state's result was made from (the two have one length), or None."""
-    from innergraph.rewriting.signature import signature
+    from innergraph.protocol.signature import signature
 
     sig = signature(result.owner) if result.owner is not None else None
     if sig is None:

@@ -16,18 +16,18 @@ from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.ifelse import IfElse as NativeIfElse
 
-from innergraph.fold import always_computed
-from innergraph.graph import is_function, scope_toposort
-from innergraph.instantiate import substitute
+from innergraph.core.fold import always_computed
+from innergraph.core.graph import is_function, scope_toposort
+from innergraph.core.instantiate import substitute
 from innergraph.rewriting.push_out import fold_constant_work
-from innergraph.rewriting.signature import Signature, Slot, consumers, replace_consumer
-from innergraph.slots import Meaning
+from innergraph.protocol.signature import Signature, Slot, consumers, replace_consumer
+from innergraph.protocol.slots import Meaning
 
 __all__ = ["applies", "hoist_invariants"]
 
 
 def applies(sig: Signature) -> bool:
-    """Whether work may move out of ``sig``'s bodies: an eager loop (`innergraph.slots.Capabilities`)."""
+    """Whether work may move out of ``sig``'s bodies: an eager loop (`innergraph.protocol.slots.Capabilities`)."""
     return sig.capabilities.loop and not sig.capabilities.lazy
 
 

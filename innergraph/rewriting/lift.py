@@ -1,4 +1,4 @@
-"""The lift, lower and fold passes of the rewrite pipeline (see `innergraph.convert`)."""
+"""The lift, lower and fold passes of the rewrite pipeline (see `innergraph.lifting.rules`)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ import weakref
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import MergeOptimizer
 
-from innergraph.convert import PIPELINE_LIFTS, PIPELINE_LOWERS, lift, lower
-from innergraph.debugmode import forget_hidden
-from innergraph.fold import fold_inner_graphs, folded_bodies, unfold_inner_graphs
-from innergraph.graph import is_function
-from innergraph.interning import intern_folded
-from innergraph.ops.runtime import mark_rewritten
+from innergraph.lifting.rules import PIPELINE_LIFTS, PIPELINE_LOWERS, lift, lower
+from innergraph.rewriting.debugmode import forget_hidden
+from innergraph.core.fold import fold_inner_graphs, folded_bodies, unfold_inner_graphs
+from innergraph.core.graph import is_function
+from innergraph.core.interning import intern_folded
+from innergraph.protocol.runtime import mark_rewritten
 from innergraph.rewriting.args import outline_constants
 from innergraph.rewriting.remerge import merge_fully
-from innergraph.rewriting.signature import sharing_rebuilt_functions
+from innergraph.protocol.signature import sharing_rebuilt_functions
 
 __all__ = ["fold_bodies", "lift_native", "lower_consumers", "mark_lifted", "was_lifted"]
 
@@ -60,7 +60,7 @@ def fold_bodies(fgraph: FunctionGraph) -> int:
 
     The bodies of a graph ``lift_native`` ran on went through every pass between
     lifting and folding with the outer graph, so compiling them later leaves those
-    passes out (`innergraph.ops.runtime.pipeline_passes`). In such a graph the large
+    passes out (`innergraph.protocol.runtime.pipeline_passes`). In such a graph the large
     constants of call and branch bodies become arguments as their bodies are folded,
     and so do the small constants that alone tell bodies apart
     (`innergraph.rewriting.args`): no later pass could use their values.

@@ -48,14 +48,14 @@ from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import MergeOptimizer
 
-from innergraph._compat import inner_graph_outputs
-from innergraph.convert import PIPELINE_LIFTS, lift, lift_graph
-from innergraph.fold import unfold_inner_graphs
-from innergraph.graph import InnerGraph
-from innergraph.instantiate import is_small_tensor_constant
+from innergraph.core.compat import inner_graph_outputs
+from innergraph.lifting.rules import PIPELINE_LIFTS, lift, lift_graph
+from innergraph.core.fold import unfold_inner_graphs
+from innergraph.core.graph import InnerGraph
+from innergraph.core.instantiate import is_small_tensor_constant
 from innergraph.ops.call import Call
 from innergraph.rewriting.lift import mark_lifted, was_lifted
-from innergraph.types import InnerGraphType, pickles
+from innergraph.core.types import InnerGraphType, pickles
 
 __all__ = ["gains", "helpful_lifts", "is_plain", "lift_op_from_graphs", "lift_plain_ofg"]
 

@@ -1,7 +1,7 @@
 """Merge independent loops that run the same steps into one loop.
 
 Two loops of the outer function merge when their consumer's form gives them
-equal keys (`innergraph.slots.Form.loop_key`: for a Scan, the same ``n_steps``
+equal keys (`innergraph.protocol.slots.Form.loop_key`: for a Scan, the same ``n_steps``
 variable, equal flags and no ``until`` condition) and neither reads the other's
 results. (Loops inside bodies are not merged: equal constants are one object in
 every scope, so equal ``n_steps`` does not mean the same scope.) Equality is identity
@@ -26,10 +26,10 @@ from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import MergeFeature, MergeOptimizer
 from pytensor.graph.traversal import apply_ancestors
 
-from innergraph.fold import visible_nodes
-from innergraph.graph import params
-from innergraph.instantiate import instantiate
-from innergraph.rewriting.signature import Signature, Slot, consumers, replace_consumer
+from innergraph.core.fold import visible_nodes
+from innergraph.core.graph import params
+from innergraph.core.instantiate import instantiate
+from innergraph.protocol.signature import Signature, Slot, consumers, replace_consumer
 
 __all__ = ["merge_equal_consumers", "merge_loops"]
 

@@ -55,7 +55,7 @@ from pytensor.tensor.math import Sum
 from pytensor.tensor.subtensor import IncSubtensor, Subtensor, get_constant_idx, inc_subtensor, set_subtensor
 
 from innergraph.patching import installed
-from innergraph.slots import form_of
+from innergraph.protocol.slots import form_of
 
 __all__ = [
     "first_row",

@@ -56,13 +56,13 @@ from pytensor.tensor.basic import ScalarFromTensor, TensorFromScalar
 from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.shape import Shape, Shape_i
 
-from innergraph.build import inner_graph
-from innergraph.dispatch import compiling_for_numba
-from innergraph.graph import InnerGraph, body_of, is_function, scope_toposort
-from innergraph.instantiate import instantiate
+from innergraph.core.build import inner_graph
+from innergraph.core.dispatch import compiling_for_numba
+from innergraph.core.graph import InnerGraph, body_of, is_function, scope_toposort
+from innergraph.core.instantiate import instantiate
 from innergraph.ops.call import Call
-from innergraph.rewriting.signature import signature
-from innergraph.slots import form_of
+from innergraph.protocol.signature import signature
+from innergraph.protocol.slots import form_of
 
 __all__ = ["inline_outlined_loops", "loop_groups", "outline_loops"]
 

@@ -35,10 +35,10 @@ from typing import Any
 from pytensor.graph.basic import Variable
 from pytensor.graph.fg import FunctionGraph
 
-from innergraph.build import inner_graph
-from innergraph.graph import scope_leaves
+from innergraph.core.build import inner_graph
+from innergraph.core.graph import scope_leaves
 from innergraph.ops.call import Call
-from innergraph.slots import form_of
+from innergraph.protocol.slots import form_of
 
 __all__ = ["Outline", "outline", "readers"]
 

@@ -66,13 +66,13 @@ from pytensor.tensor.elemwise import DimShuffle, Elemwise
 from pytensor.tensor.math import Dot
 from pytensor.tensor.subtensor import Subtensor, set_subtensor
 
-from innergraph.fold import always_computed
-from innergraph.graph import is_function, scope_leaves, scope_toposort
-from innergraph.instantiate import substitute
+from innergraph.core.fold import always_computed
+from innergraph.core.graph import is_function, scope_leaves, scope_toposort
+from innergraph.core.instantiate import substitute
 from innergraph.rewriting.outer import rows_of
 from innergraph.rewriting.outlined import outline, readers
-from innergraph.rewriting.signature import Signature, Slot, consumers, replace_consumer
-from innergraph.slots import Meaning
+from innergraph.protocol.signature import Signature, Slot, consumers, replace_consumer
+from innergraph.protocol.slots import Meaning
 
 __all__ = ["fold_constant_work", "push_out_dot_sums", "push_out_per_step_outputs", "push_out_sequence_work"]
 

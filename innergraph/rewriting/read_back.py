@@ -4,7 +4,7 @@ A gradient of a state buffer built by ``pytensor.scan``
 (``set_subtensor(empty(n + 1)[:1], x0)``) is a cotangent for the whole buffer of
 which only the initial rows matter: the gradient of ``x0`` is ``g_buffer[:1]``.
 When ``g_buffer`` is itself ``inc_subtensor(zeros(n + 1)[:1], g0)`` (what
-`innergraph.checkpoint` returns, so that no O(n) array is needed), the read
+`innergraph.ops.checkpoint` returns, so that no O(n) array is needed), the read
 gives ``g0`` back and the ``zeros(n + 1)`` go away with it.
 
 `local_read_of_written_region`: ``Subtensor(IncSubtensor(x, y, idx), idx)`` with

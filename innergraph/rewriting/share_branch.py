@@ -4,7 +4,7 @@ A branch body is built with leaf-only capture, so it recomputes everything it ne
 When the outer graph computes some of that anyway, the branch should receive the
 value instead. A body node has an *outer twin* when its op applied to its inputs'
 twins (params twin with their arguments, constants with themselves) is a node the
-outer function computes on every call (`innergraph.fold.always_computed`: visible,
+outer function computes on every call (`innergraph.core.fold.always_computed`: visible,
 and not inside a branch of PyTensor's own lazy ``IfElse``). The largest twinned
 subexpressions the body uses become new params, their twins new arguments, so
 nothing the outer function would not compute anyway is moved out of a branch.
@@ -17,10 +17,10 @@ from typing import Any
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 
-from innergraph.build import inner_graph
-from innergraph.fold import always_computed, visible_in_order
-from innergraph.graph import body_of, params, scope_toposort
-from innergraph.instantiate import substitute
+from innergraph.core.build import inner_graph
+from innergraph.core.fold import always_computed, visible_in_order
+from innergraph.core.graph import body_of, params, scope_toposort
+from innergraph.core.instantiate import substitute
 from innergraph.ops.ifelse import IfElse
 
 __all__ = ["share_branch_work"]

@@ -26,7 +26,7 @@ from innergraph.rewriting.forward import forward_params
 from innergraph.rewriting.licm import hoist_invariants
 from innergraph.rewriting.merge_loops import merge_loops
 from innergraph.rewriting.push_out import push_out_dot_sums, push_out_per_step_outputs, push_out_sequence_work
-from innergraph.rewriting.signature import FORMS, remembering_consumer_order, sharing_rebuilt_functions
+from innergraph.protocol.signature import FORMS, remembering_consumer_order, sharing_rebuilt_functions
 from innergraph.rewriting.untrace import untrace_final_states
 
 __all__ = ["CONSUMER_REWRITES", "simplify_consumers"]

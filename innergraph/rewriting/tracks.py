@@ -30,7 +30,7 @@ from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.op import Op
 from pytensor.graph.rewriting.basic import GraphRewriter, SequentialGraphRewriter, WalkingGraphRewriter
 
-from innergraph._compat import InplaceGraphOptimizer
+from innergraph.core.compat import InplaceGraphOptimizer
 
 __all__ = ["UnlessUntracked", "skipping_untracked", "tracked_classes"]
 

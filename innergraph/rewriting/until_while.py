@@ -23,7 +23,7 @@ with its params renumbered (states then arguments) and ``invert(until)`` as its
 last output: nothing is copied.
 
 *And back where a backend needs it*: the rewrite runs only when the linker being
-compiled runs a `WhileLoop` as it is (`innergraph.dispatch.runs`: a JIT linker
+compiled runs a `WhileLoop` as it is (`innergraph.core.dispatch.runs`: a JIT linker
 with a conversion registered for it). Under a linker without one (JAX today)
 the Scan is left alone and the lowering pass turns it into PyTensor's own Scan,
 as before. Under PyTensor's thunk linkers (``py``, ``cvm``, ``vm``, ``c|py``) it
@@ -51,18 +51,18 @@ from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.tensor.type import TensorType
 
-from innergraph.dispatch import linker_being_compiled, runs
-from innergraph.fold import fold_function
-from innergraph.graph import InnerGraph, param
-from innergraph.instantiate import substitute
+from innergraph.core.dispatch import linker_being_compiled, runs
+from innergraph.core.fold import fold_function
+from innergraph.core.graph import InnerGraph, param
+from innergraph.core.instantiate import substitute
 from innergraph.ops.loop import WhileLoop
 from innergraph.ops.scan import Scan
 from innergraph.patching.linker import load_on_demand
 from innergraph.rewriting.outer import first_row
-from innergraph.rewriting.signature import Signature, Slot, consumers
+from innergraph.protocol.signature import Signature, Slot, consumers
 from innergraph.rewriting.untrace import _last_step_reads as last_step_reads
-from innergraph.slots import Meaning
-from innergraph.types import InnerGraphType
+from innergraph.protocol.slots import Meaning
+from innergraph.core.types import InnerGraphType
 
 __all__ = ["ENV_FLAG", "until_scans_to_while_loops", "while_loop_of"]
 

@@ -14,10 +14,10 @@ PyTensor does the same after lowering, node by node: ``scan_reduce_trace`` first
 shrinks the buffer to one row, then ``scan_sit_sot_to_untraced`` rebuilds the
 Scan, and each rebuild constructs a new native Op. Here the consumer is rebuilt
 over a function shared by every consumer of the same body
-(`innergraph.rewriting.signature.sharing_rebuilt_functions`), so K loops over
+(`innergraph.protocol.signature.sharing_rebuilt_functions`), so K loops over
 one body cost one new body, and the native passes find nothing left to do.
 
-Only counted loops (`innergraph.slots.Capabilities.counted`) with no
+Only counted loops (`innergraph.protocol.slots.Capabilities.counted`) with no
 condition change. While loops are left alone: their traces end where the loop stopped, and the
 last row is the last step's value only when the buffer was not over-allocated.
 """
@@ -31,8 +31,8 @@ from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.subtensor import Subtensor
 
 from innergraph.rewriting.outer import first_row
-from innergraph.rewriting.signature import Slot, consumers, replace_consumer
-from innergraph.slots import Meaning
+from innergraph.protocol.signature import Slot, consumers, replace_consumer
+from innergraph.protocol.slots import Meaning
 
 __all__ = ["untrace_final_states"]
 

@@ -10,10 +10,10 @@ from typing import Any
 
 from pytensor.graph.basic import Variable
 
-from innergraph.build import Closure
-from innergraph.graph import body_of
-from innergraph.instantiate import instantiate
-from innergraph.types import Body
+from innergraph.core.build import Closure
+from innergraph.core.graph import body_of
+from innergraph.core.instantiate import instantiate
+from innergraph.core.types import Body
 
 __all__ = ["alpha_equivalent", "assert_alpha_equivalent", "assert_not_alpha_equivalent"]
 

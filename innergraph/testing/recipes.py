@@ -24,7 +24,7 @@ import numpy as np
 import pytensor.tensor as pt
 from pytensor.graph.basic import Variable
 
-from innergraph.build import Closure, inner_graph
+from innergraph.core.build import Closure, inner_graph
 from innergraph.ops.call import call
 
 __all__ = [

@@ -22,7 +22,7 @@ __all__ = ["check_rewrite", "rewritten"]
 
 def rewritten(rewrite: Callable[[FunctionGraph], int], inputs: Sequence[Variable], outputs: Sequence[Variable]) -> tuple[FunctionGraph, int]:
     """A copy of the graph with functions unfolded, ``rewrite`` applied; and what it returned."""
-    from innergraph.fold import unfold_inner_graphs
+    from innergraph.core.fold import unfold_inner_graphs
 
     fgraph = FunctionGraph(list(inputs), list(outputs), clone=True)
     unfold_inner_graphs(fgraph)

@@ -2,7 +2,7 @@
 
 Every case is measured for vanilla PyTensor and for innergraph in the same run;
 ``pytest tests/benchmarks --benchmark-enable`` measures, and the summary prints
-``innergraph / vanilla`` (fastest rounds, as `innergraph.bench` does) per group, and for the cases of
+``innergraph / vanilla`` (fastest rounds, as `innergraph_bench.bench` does) per group, and for the cases of
 ``test_cases.py`` (tagged with ``case`` and ``metric``) the same ratio table as
 ``python -m innergraph bench``. In the ordinary test run benchmarks are disabled
 (run once, as smoke tests) and nothing is printed.
@@ -10,8 +10,8 @@ Every case is measured for vanilla PyTensor and for innergraph in the same run;
 
 from collections import defaultdict
 
-from innergraph.bench import CaseResult, Measurement, ratio_table
-from innergraph.cases import CASES
+from innergraph_bench.bench import CaseResult, Measurement, ratio_table
+from innergraph_bench.cases import CASES
 
 _FIELDS = {"compile": "compile_s", "first": "first_s", "steady": "steady_s"}
 

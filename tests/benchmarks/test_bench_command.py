@@ -2,9 +2,9 @@
 
 import pytest
 
-from innergraph.__main__ import main
-from innergraph.bench import CaseResult, Measurement, markdown_report, splice, write_chart
-from innergraph.cases import CASES, select
+from innergraph_bench.__main__ import main
+from innergraph_bench.bench import CaseResult, Measurement, markdown_report, splice, write_chart
+from innergraph_bench.cases import CASES, select
 
 
 def fake_result(case, compile_ratio, nodes=(10, 8)):
@@ -91,8 +91,8 @@ def test_help_explains_every_option(argv, capsys):
 
 
 def test_the_k_family_is_selected_on_request_and_reported_with_its_slope():
-    from innergraph.bench import family_slopes
-    from innergraph.cases import FAMILY_CASES
+    from innergraph_bench.bench import family_slopes
+    from innergraph_bench.cases import FAMILY_CASES
 
     assert not any(c.group == "shared" for c in select(None))  # not in the default run
     family = select(["shared-50ops-*"])

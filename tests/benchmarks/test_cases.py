@@ -1,4 +1,4 @@
-"""Issue 7's benchmark cases (`innergraph.cases`): vanilla PyTensor vs innergraph, same run.
+"""Issue 7's benchmark cases (`innergraph_bench.cases`): vanilla PyTensor vs innergraph, same run.
 
 Every case is compiled once per variant per module (`compiled`); the benchmarks
 time a fresh compilation (``compile``), the first call of a fresh function
@@ -15,8 +15,8 @@ import pytensor
 import pytest
 
 from innergraph import graph_stats
-from innergraph.bench import compile_case, compile_graph, fresh_graph
-from innergraph.cases import CASES, VARIANTS, ifelse_heavy
+from innergraph_bench.bench import compile_case, compile_graph, fresh_graph
+from innergraph_bench.cases import CASES, VARIANTS, ifelse_heavy
 
 MEASURED = [c for c in CASES if c.group != "7"]
 BY_ID = {c.id: c for c in MEASURED}

@@ -3,9 +3,9 @@
 Variants, compiled in the same run, for each linker (numba, cvm, py):
 
 * ``vanilla``: PyTensor alone (built, compiled and first called with innergraph
-  uninstalled, `innergraph.bench.as_variant`);
+  uninstalled, `innergraph_bench.bench.as_variant`);
 * ``pipeline``: the default mode with innergraph (lift, rewrite, lower) — the
-  ``innergraph`` variant of `innergraph.cases.trivial_scan`;
+  ``innergraph`` variant of `innergraph_bench.cases.trivial_scan`;
 * ``in_graph``: the in-graph Scan built by `innergraph.scan`, run by the consumer
   itself (innergraph installed, its rewrites excluded: no lifting, no lowering), which
   delegates to PyTensor's runtime.
@@ -20,8 +20,8 @@ import pytensor
 import pytest
 
 import innergraph
-from innergraph.bench import as_variant, compile_case, mode_for
-from innergraph.cases import trivial_scan
+from innergraph_bench.bench import as_variant, compile_case, mode_for
+from innergraph_bench.cases import trivial_scan
 
 STEPS = 10_000
 LINKERS = ["numba", "cvm", "py"]

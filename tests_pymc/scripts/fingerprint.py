@@ -3,7 +3,7 @@
 Usage: ``fingerprint.py ORDER MODEL`` with ORDER one of ``innergraph-first``,
 ``pymc-first``, ``innergraph-first-uninstalled`` (``import innergraph; import pymc;
 innergraph.uninstall()``) or ``vanilla`` (innergraph never imported), and MODEL a case
-id of `innergraph.pymc_models.MODELS`. Prints three lines, ``<name> <sha256>``:
+id of `innergraph_bench.pymc_models.MODELS`. Prints three lines, ``<name> <sha256>``:
 
 * ``logp``: the text of ``model.logp()`` (what PyMC's logprob derivation built);
 * ``compiled``: the text of the compiled NUTS function's graph, inner graphs included;

@@ -1,6 +1,6 @@
 """Compile and call one PyMC model's NUTS function with innergraph; print the number of Numba compilations.
 
-Usage: ``nuts_compilations.py MODEL`` (a case id of `innergraph.pymc_models.MODELS`).
+Usage: ``nuts_compilations.py MODEL`` (a case id of `innergraph_bench.pymc_models.MODELS`).
 A Numba compilation is a ``numba:compile`` event, emitted only when Numba compiles
 (never when it loads from its disk cache).
 """
@@ -9,8 +9,8 @@ import sys
 
 from numba.core import event
 
-from innergraph.bench import compile_graph
-from innergraph.pymc_models import nuts_case
+from innergraph_bench.bench import compile_graph
+from innergraph_bench.pymc_models import nuts_case
 
 case = nuts_case(sys.argv[1])
 graph = case.build("innergraph")

@@ -1,0 +1,260 @@
+"""``python -m innergraph``: real graphs compiled with vanilla PyTensor and with innergraph.
+
+Commands
+--------
+(none)
+    The demonstration: PyTensor issue #1669 (2nd and 3rd derivatives of a 4-step
+    scan), an AR(2) log-likelihood with its gradient, and a Student-t helper
+    applied to K data sets (`OpFromGraph` vs `innergraph.call`), each printed
+    side by side with a short print of the bodies innergraph rewrote.
+``bench``
+    The benchmark suite (`innergraph_bench.cases`, measured by `innergraph_bench.bench`):
+    writes ``benchmarks.md`` and, with matplotlib, ``ratios.png``.
+
+Both compile every case twice in one process, with innergraph and with innergraph
+uninstalled (vanilla: PyTensor as released), and time them warm (see
+`innergraph_bench.bench`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import os
+import platform
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytensor
+
+from innergraph_bench.bench import CaseResult, Measurement, measure_case, mode_for
+from innergraph_bench.cases import Case, ar2, issue_1669, student_t
+
+__all__ = ["main"]
+
+LINKERS = ["numba", "cvm", "vm", "py", "c|py"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m innergraph",
+        description=(
+            "Compile real graphs with vanilla PyTensor (innergraph uninstalled) and with "
+            "innergraph in one process and print both side by side: PyTensor issue #1669 (2nd "
+            "and 3rd derivatives of a 4-step scan), an AR(2) log-likelihood over 1,000 points "
+            "with its gradient, and a Student-t helper applied to K data sets. Times are warm: "
+            "each function is compiled and called once before the timed compilation."
+        ),
+        epilog="`python -m innergraph bench --help` describes the benchmark suite.",
+    )
+    parser.add_argument("-k", type=int, default=8, help="data sets (call sites) of the Student-t case (default: 8)")
+    parser.add_argument(
+        "--linker",
+        default="numba",
+        choices=LINKERS,
+        help="PyTensor linker for every compilation (default: numba, PyTensor 3.0's default)",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="timed compilations per variant; the fastest is shown (default: 1)"
+    )
+    parser.add_argument("--no-dprint", action="store_true", help="do not print the innergraph bodies")
+    commands = parser.add_subparsers(dest="command", title="commands", metavar="{bench}")
+    bench = commands.add_parser(
+        "bench",
+        help="run the benchmark suite and write benchmarks.md (and ratios.png)",
+        description=(
+            "Run the benchmark suite (design/benchmarks.md lists the cases): each case is compiled "
+            "and run with innergraph and with vanilla PyTensor in this process, warm, and the "
+            "ratios innergraph / vanilla of compile time, first-call time, steady-state call time "
+            "and total node count are written to DIR/benchmarks.md, with the targets met or "
+            "missed, and charted in DIR/ratios.png when matplotlib is installed (the 'bench' extra). "
+            "Prints one progress line per case."
+        ),
+    )
+    bench.add_argument("--out", type=Path, default=Path("."), metavar="DIR", help="output directory (default: .)")
+    bench.add_argument(
+        "--cases",
+        nargs="+",
+        metavar="CASE",
+        help="run only these cases: a case number ('1'..'7', 'ofg', 'jax', 'demo'), a family ('shared': issue 22's "
+        "K family, not in the default run), a case id or an id pattern such as 'seqs-*' or 'shared-50ops-*' "
+        "(default: all but the families; --list shows the ids)",
+    )
+    bench.add_argument("--list", action="store_true", help="list the cases and exit")
+    bench.add_argument(
+        "--suite",
+        choices=("default", "pymc"),
+        default="default",
+        help="'pymc': the NUTS functions of five PyMC models (needs the 'pymc' extra; innergraph_bench.pymc_models)",
+    )
+    bench.add_argument(
+        "--rounds", type=int, default=5, help="timed compilations and first calls per variant, fastest kept (default: 5)"
+    )
+    bench.add_argument(
+        "--steady-budget",
+        type=float,
+        default=0.5,
+        metavar="SECONDS",
+        help="time spent on steady-state calls per variant (default: 0.5)",
+    )
+    bench.add_argument(
+        "--quick", action="store_true", help="one round and a 0.05 s steady budget: checks the machinery, not speed"
+    )
+    bench.add_argument(
+        "--update",
+        type=Path,
+        metavar="FILE",
+        help="also replace the section between <!-- bench:begin --> and <!-- bench:end --> of FILE with the report",
+    )
+    bench.add_argument(
+        "--fresh-bodies",
+        action="store_true",
+        help="empty innergraph's body table before each timed compilation: first-compilation figures, not repeated ones",
+    )
+    bench.add_argument("--no-chart", action="store_true", help="do not write ratios.png")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "bench":
+        return _bench(args, parser)
+    return _demo(args, parser)
+
+
+# Demonstration ------------------------------------------------------------------------
+
+
+def _demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if args.k < 1 or args.repeats < 1:
+        parser.error("-k and --repeats must be at least 1")
+    for case in (issue_1669(2), issue_1669(3), ar2(), student_t(args.k)):
+        show_bodies = not args.no_dprint and case.id != "1669-d3"  # the 3rd derivative's: the 2nd's and more
+        case = dataclasses.replace(case, linker=args.linker)
+        print(f"\n== {case.title} (linker={case.linker})", flush=True)
+        result = measure_case(case, rounds=args.repeats, steady_budget=0.2)
+        print(_side_by_side(result))
+        if show_bodies:
+            print(_bodies(case))
+    return 0
+
+
+def _side_by_side(result: CaseResult) -> str:
+    rows: list[tuple[str, Callable[[Measurement], object]]] = [
+        ("consumers", lambda m: ", ".join(f"{n} {k}" for k, n in m.stats["consumers"].items() if n) or "-"),
+        ("outer nodes", lambda m: m.stats["outer_nodes"]),
+        ("hidden nodes", lambda m: m.stats["hidden_nodes"]),
+        ("distinct bodies", lambda m: m.stats["bodies"]),
+        ("dead outputs", lambda m: m.stats["dead_outputs"]),
+        ("unread buffers", lambda m: m.stats["unread_buffers"]),
+        ("compile time [ms]", lambda m: f"{m.compile_s * 1e3:.1f}"),
+        ("first call [ms]", lambda m: f"{m.first_s * 1e3:.2f}"),
+        ("steady call [us]", lambda m: f"{m.steady_s * 1e6:.1f}"),
+    ]
+    width = max(12, *(len(str(get(m))) + 2 for _, get in rows for m in (result.vanilla, result.innergraph)))
+    lines = [f"{'':<20}{'vanilla':>{width}}{'innergraph':>{width}}{'ratio':>8}", "-" * (28 + 2 * width)]
+    for name, get in rows:
+        ours, theirs = get(result.innergraph), get(result.vanilla)
+        try:
+            ratio = f"{float(ours) / float(theirs):>8.2f}"  # type: ignore[arg-type]
+        except (TypeError, ValueError, ZeroDivisionError):
+            ratio = ""
+        lines.append(f"{name:<20}{theirs!s:>{width}}{ours!s:>{width}}{ratio}")
+    lines.append(f"{'max |difference|':<20}{result.difference:>{2 * width}.2e}")
+    return "\n".join(lines)
+
+
+def _bodies(case: Case, max_lines: int = 30) -> str:
+    """The bodies innergraph rewrote, in the in-graph form (compiled without lowering), trimmed."""
+    inputs, outputs = case.build("innergraph")
+    fn = pytensor.function(inputs, outputs, mode=mode_for(case, "innergraph").excluding("innergraph_lower"))
+    text = str(pytensor.dprint(fn, file="str"))
+    lines = _without_composite_graphs(text[text.index("\nBodies:") + 1 :]) if "\nBodies:" in text else []
+    if len(lines) > max_lines:
+        lines = [*lines[:max_lines], f"   ... ({len(lines) - max_lines} more lines: pytensor.dprint(fn))"]
+    note = (
+        "\nThe bodies as innergraph rewrote them (the in-graph form, compiled without the final "
+        "lowering to native Ops; each distinct body listed once, however many consumers share it):"
+    )
+    return note + "\n" + "\n".join(lines)
+
+
+def _without_composite_graphs(text: str) -> list[str]:
+    """The lines of a dprint's "Bodies:" section without the "Inner graphs:" of fused Composites."""
+    kept, skipping = [], False
+    for line in text.rstrip().splitlines():
+        if line.strip() == "Inner graphs:":
+            skipping = True
+        elif line.startswith("Body "):
+            skipping = False
+        if not skipping:
+            kept.append(line)
+    return kept
+
+
+# Benchmark suite ----------------------------------------------------------------------
+
+
+def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from innergraph_bench import bench
+    from innergraph_bench import cases
+
+    try:
+        if args.suite == "pymc":
+            from innergraph_bench.pymc_models import pymc_cases
+
+            chosen = pymc_cases(args.cases)
+        else:
+            chosen = cases.select(args.cases)
+    except ValueError as error:
+        parser.error(str(error))
+    if args.list:
+        for case in chosen:
+            print(f"{case.id:<14} case {case.group:<5} {case.title} [{case.linker}]")
+        return 0
+    rounds, budget = (1, 0.05) if args.quick else (args.rounds, args.steady_budget)
+    if rounds < 1 or budget <= 0:
+        parser.error("--rounds must be at least 1 and --steady-budget positive")
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for i, case in enumerate(chosen, 1):
+        print(f"[{i}/{len(chosen)}] {case.id}: {case.title} ...", end=" ", flush=True)
+        result = bench.measure_case(case, rounds=rounds, steady_budget=budget, fresh_bodies=args.fresh_bodies)
+        results.append(result)
+        ratios = ", ".join(f"{title} {result.ratio(attr):.2f}" for attr, title in bench.METRICS)
+        print(f"{ratios}, nodes {result.ratio('total_nodes'):.2f}", flush=True)
+    for (family, ops), row in bench.family_slopes(results).items():
+        slope = row["slope"]
+        print(f"{family} {ops} ops: compile ms per extra loop, vanilla {slope['vanilla'] * 1e3:.1f}, innergraph {slope['innergraph'] * 1e3:.1f}")
+    report = bench.markdown_report(results, header=_header(rounds, budget))
+    path = args.out / "benchmarks.md"
+    path.write_text(report)
+    print(f"wrote {path}")
+    if not args.no_chart:
+        try:
+            print(f"wrote {bench.write_chart(results, args.out / 'ratios.png')}")
+        except ImportError:
+            print("matplotlib is not installed (pip install 'innergraph[bench]'): no chart written")
+    if args.update is not None:
+        args.update.write_text(bench.splice(args.update.read_text(), report))
+        print(f"updated {args.update}")
+    return 0
+
+
+def _header(rounds: int, budget: float) -> str:
+    import numba
+
+    command = "python -m innergraph " + " ".join(sys.argv[1:]) if sys.argv[1:] else "python -m innergraph bench"
+    return (
+        f"Measured {datetime.date.today().isoformat()} on {platform.machine()} with {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, PyTensor {pytensor.__version__}, Numba {numba.__version__}; "
+        f"warm, {rounds} round(s), steady budget {budget} s per variant. Command: `{command}`."
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,35 @@
+"""``python -m innergraph_patches build|check [--sdist PATH]``: write or compare ``patches/``; ``verify [--each]``: test it (`innergraph_patches.verify`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from innergraph_patches.build import build_series, check_series
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["verify"]:
+        from innergraph_patches.verify import main as verify
+
+        return verify(argv[1:])
+    parser = argparse.ArgumentParser(prog="python -m innergraph_patches", description=__doc__)
+    parser.add_argument("command", choices=["build", "check", "verify"])
+    parser.add_argument("--sdist", type=Path, default=None, help="PyTensor's sdist (sdist.PYTENSOR_VERSION; default: downloaded once, cached)")
+    parser.add_argument("--out", type=Path, default=None, help="folder of the series (default: the repository's patches/)")
+    args = parser.parse_args(argv)
+    if args.command == "build":
+        written = build_series(out=args.out, sdist=args.sdist)
+        print(f"wrote {len(written)} files to {written[0].parent}")
+        return 0
+    problems = check_series(out=args.out, sdist=args.sdist)
+    for line in problems:
+        print(line)
+    print("patches/: up to date" if not problems else "patches/ differs from the generated series: run `python -m innergraph_patches build`")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

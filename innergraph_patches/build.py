@@ -1,0 +1,198 @@
+"""Build the series: a scratch git repository of PyTensor's sdist, one commit per patch, format-patch.
+
+The output is deterministic: fixed author and dates (`AUTHOR`, `DATE`), no signature
+(``--no-signature``: the git version), zero commit ids in the ``From`` lines, files
+written in sorted order. ``patches/README.md`` is generated with the series (its size
+table comes from the commits; its prose from ``README.in`` next to the series).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+from innergraph_patches.sdist import PYTENSOR_VERSION, extract, sdist_path
+from innergraph_patches.series import SERIES, Delegate, Edit, PatchSpec, unassigned
+
+__all__ = ["AUTHOR", "DATE", "REPOSITORY", "build_series", "check_series", "rewrite_imports"]
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+AUTHOR = ("innergraph developers", "innergraph@users.noreply.github.com")
+DATE = "2026-01-01T00:00:00+00:00"
+_UNASSIGNED_HELP = """the upstream series cannot be built: every module of innergraph/ must be in exactly one patch.
+Add each module below to the `modules` of one PatchSpec in innergraph_patches/series.py
+(representation, hooks, consumers, rewrites or backends), or to LIBRARY_ONLY if it is not
+part of PyTensor's change (benchmarks, test kit):
+"""
+
+
+_LIBRARY_ONLY_LINE = re.compile(r"#.*\blibrary only\b")  # a line the series leaves out (see innergraph/__init__.py)
+
+
+def _module_name_in_string(match: re.Match[str]) -> str:
+    """``"innergraph.backends.numba"`` -> ``"pytensor.innergraph.backends.numba"``: only names of modules (not ``reason="innergraph.lift"``)."""
+    quote, rest = match.group(1), match.group(2)
+    path = REPOSITORY / "innergraph" / Path(*rest.lstrip(".").split("."))
+    if path.with_suffix(".py").is_file() or (path / "__init__.py").is_file():
+        return f"{quote}pytensor.innergraph{rest}{quote}"
+    return match.group(0)
+
+
+def rewrite_imports(source: str, path: str) -> str:
+    """A library module's text as ``pytensor/innergraph/<path>``: every import of innergraph made PyTensor's."""
+    source = re.sub(r"^(\s*)import innergraph_pickle\b", r"\1from pytensor.innergraph import _pickle as innergraph_pickle", source, flags=re.M)
+    source = re.sub(r"^(\s*)from innergraph(?=[\s.])", r"\1from pytensor.innergraph", source, flags=re.M)
+    source = re.sub(r"^(\s*)import innergraph(?=[\s.])", r"\1import pytensor.innergraph", source, flags=re.M)
+    source = re.sub(r"([\"'])innergraph((?:\.\w+)+)\1", _module_name_in_string, source)  # importlib.import_module("innergraph.x")
+    source = "".join(line for line in source.splitlines(keepends=True) if not _LIBRARY_ONLY_LINE.search(line))
+    source = source.rstrip("\n") + "\n" if source.strip() else ""  # git apply warns of blank lines at the end of a new file
+    if path == "innergraph_pickle/__init__.py":
+        source = source.replace('PACKAGE = "innergraph"', 'PACKAGE = "pytensor.innergraph"')
+    return source
+
+
+def _target(module: str) -> str:
+    if module == "innergraph_pickle/__init__.py":
+        return "pytensor/innergraph/_pickle.py"
+    return f"pytensor/innergraph/{module}"
+
+
+def _apply_edit(tree: Path, edit: Edit | Delegate) -> None:
+    path = tree / edit.file
+    text = path.read_text()
+    if isinstance(edit, Edit):
+        anchor = edit.before + edit.after
+        count = text.count(anchor)
+        if count != 1:
+            raise RuntimeError(f"{edit.file}: the anchor of the edit for {edit.replaces or 'registration'} occurs {count} times (want 1):\n{anchor}")
+        path.write_text(text.replace(anchor, edit.before + edit.text + edit.after))
+        return
+    pattern = re.compile(rf"^([ \t]*)def {edit.name}\(", re.M)
+    found = pattern.findall(text)
+    if len(found) != 1:
+        raise RuntimeError(f"{edit.file}: `def {edit.name}(` occurs {len(found)} times (want 1)")
+    indent = found[0]
+    base = f"_{edit.name}_base"
+    owner = f"{edit.cls}.{base}" if edit.cls else base
+    delegate = (
+        f"{indent}def {edit.name}(*args, **kwargs):\n"
+        f'{indent}    """`{edit.module}.{edit.replacement}` while innergraph is enabled, else `{base}`."""\n'
+        f"{indent}    from pytensor.innergraph.patching import hook\n\n"
+        f'{indent}    return hook("{edit.module}", "{edit.replacement}", {owner})(*args, **kwargs)\n\n'
+        + ("\n" if not edit.cls else "")
+    )
+    text = pattern.sub(lambda m: delegate + f"{indent}def {base}(", text, count=1)
+    path.write_text(text)
+
+
+def _git(tree: Path, *args: str) -> str:
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": AUTHOR[0],
+        "GIT_AUTHOR_EMAIL": AUTHOR[1],
+        "GIT_COMMITTER_NAME": AUTHOR[0],
+        "GIT_COMMITTER_EMAIL": AUTHOR[1],
+        "GIT_AUTHOR_DATE": DATE,
+        "GIT_COMMITTER_DATE": DATE,
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "HOME": str(tree.parent),  # no user configuration (signing, hooks, diff options)
+    }
+    result = subprocess.run(["git", *args], cwd=tree, env=env, check=True, capture_output=True, text=True)
+    return result.stdout
+
+
+def _stub_init() -> str:
+    return '"""innergraph: control-flow bodies as graph inputs (the package is completed by the series\' later patches)."""\n'
+
+
+def _commit(tree: Path, spec: PatchSpec, index: int) -> None:
+    if index == 0:
+        (tree / "pytensor/innergraph").mkdir(parents=True, exist_ok=True)
+        (tree / "pytensor/innergraph/__init__.py").write_text(_stub_init())
+    for module in sorted(spec.modules):
+        target = tree / _target(module)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        source = (REPOSITORY / "innergraph" / module) if not module.startswith("innergraph_pickle/") else (REPOSITORY / module)
+        target.write_text(rewrite_imports(source.read_text(), module))
+    for sub in sorted({Path(_target(m)).parent for m in spec.modules}):
+        init = tree / sub / "__init__.py"
+        if not init.exists():
+            init.write_text('"""Part of pytensor.innergraph."""\n')
+    for edit in spec.edits:
+        _apply_edit(tree, edit)
+    _git(tree, "add", "-A")
+    _git(tree, "commit", "-q", "--no-verify", "-m", f"{spec.subject}\n\n{spec.message}\n")
+
+
+def _sizes(tree: Path, count: int) -> list[tuple[int, int, int]]:
+    sizes = []
+    for i in range(count, 0, -1):
+        rows = [line.split("\t") for line in _git(tree, "diff", "--numstat", f"HEAD~{i}", f"HEAD~{i - 1}").splitlines()]
+        sizes.append((len(rows), sum(int(r[0]) for r in rows), sum(int(r[1]) for r in rows)))
+    return sizes
+
+
+def _readme(names: list[str], sizes: list[tuple[int, int, int]]) -> str:
+    template = (REPOSITORY / "patches" / "README.in").read_text()
+    rows = ["| patch | what | files | + | − |", "|---|---|---:|---:|---:|"]
+    for name, spec, (files, added, removed) in zip(names, SERIES, sizes, strict=True):
+        rows.append(f"| `{name}` | {spec.subject} | {files} | {added} | {removed} |")
+    total = [sum(s[k] for s in sizes) for k in range(3)]
+    rows.append(f"| total | | {total[0]} | {total[1]} | {total[2]} |")
+    edits = ["| PyTensor file | edit | stands for the monkey-patch |", "|---|---|---|"]
+    for spec in SERIES:
+        for edit in spec.edits:
+            what = f"`{edit.name}` delegates (body kept as `_{edit.name}_base`)" if isinstance(edit, Delegate) else "calls a hook" if edit.replaces else "imports pytensor.innergraph"
+            edits.append(f"| `{edit.file}` | {what} | {f'`{edit.replaces}`' if edit.replaces else '—'} |")
+    banner = "<!-- generated by `python -m innergraph_patches build` from patches/README.in: do not edit -->\n"
+    return banner + template.replace("{{SIZES}}", "\n".join(rows)).replace("{{EDITS}}", "\n".join(edits)).replace("{{VERSION}}", PYTENSOR_VERSION)
+
+
+def _generate(out: Path, sdist: Path | None) -> list[Path]:
+    problems = unassigned(REPOSITORY)
+    if problems:
+        raise SystemExit(_UNASSIGNED_HELP + "\n".join(f"  innergraph/{p}" if p.endswith(".py") and " " not in p else f"  {p}" for p in problems))
+    with tempfile.TemporaryDirectory() as scratch:
+        tree = extract(sdist_path(sdist), Path(scratch))
+        _git(tree, "init", "-q")
+        _git(tree, "add", "-A")
+        _git(tree, "commit", "-q", "--no-verify", "-m", f"PyTensor {PYTENSOR_VERSION} (sdist)")
+        for index, spec in enumerate(SERIES):
+            _commit(tree, spec, index)
+        out.mkdir(parents=True, exist_ok=True)
+        for old in out.glob("[0-9][0-9][0-9][0-9]-*.patch"):
+            old.unlink()
+        listed = _git(tree, "format-patch", "-q", "--no-signature", "--zero-commit", "--no-numbered", "-o", str(out), f"HEAD~{len(SERIES)}")
+        written = sorted(Path(line) for line in listed.splitlines() if line)
+        names = [p.name for p in written] or sorted(p.name for p in out.glob("[0-9][0-9][0-9][0-9]-*.patch"))
+        readme = out / "README.md"
+        readme.write_text(_readme(names, _sizes(tree, len(SERIES))))
+        return sorted(out.glob("[0-9][0-9][0-9][0-9]-*.patch")) + [readme]
+
+
+def build_series(out: Path | None = None, sdist: Path | None = None) -> list[Path]:
+    """Generate the series (and its README) into ``out`` (default: the repository's ``patches/``)."""
+    return _generate(out or REPOSITORY / "patches", sdist)
+
+
+def check_series(out: Path | None = None, sdist: Path | None = None) -> list[str]:
+    """Differences between the committed series in ``out`` and a fresh build (empty: up to date)."""
+    committed = out or REPOSITORY / "patches"
+    with tempfile.TemporaryDirectory() as scratch:
+        fresh = Path(scratch) / "patches"
+        _generate(fresh, sdist)
+        names = sorted({p.name for p in committed.glob("[0-9][0-9][0-9][0-9]-*.patch")} | {p.name for p in fresh.glob("*.patch")}) + ["README.md"]
+        problems = []
+        for name in names:
+            old, new = committed / name, fresh / name
+            if not old.exists() or not new.exists():
+                problems.append(f"{name}: {'missing from' if not old.exists() else 'not generated, but in'} {committed}")
+                continue
+            if old.read_text() != new.read_text():
+                diff = difflib.unified_diff(old.read_text().splitlines(), new.read_text().splitlines(), f"committed/{name}", f"generated/{name}", lineterm="", n=1)
+                problems.append(f"{name} differs:\n" + "\n".join(list(diff)[:40]))
+        return problems

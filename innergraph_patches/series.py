@@ -1,0 +1,435 @@
+"""What goes into which patch of the upstream series: module copies, direct edits, messages.
+
+`SERIES` lists the five patches in order. Each library module (a path under
+``innergraph/``, plus the top-level ``innergraph_pickle``) is either in exactly one
+patch's ``modules`` (`ASSIGNED`) or in `LIBRARY_ONLY`; `unassigned` names the others,
+and the build refuses to run while there are any. `EDITS` are the direct changes of
+PyTensor's files; each one that stands for a monkey-patch record of
+`innergraph.patching` names that record in ``replaces`` (``"Linker.schedule"``), and
+`paired` checks that every record innergraph applies has one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "ASSIGNED",
+    "EDITS",
+    "LIBRARY_ONLY",
+    "SERIES",
+    "Delegate",
+    "Edit",
+    "PatchSpec",
+    "library_modules",
+    "unassigned",
+]
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Insert ``text`` into PyTensor's ``file`` between ``before`` and ``after``, whose concatenation occurs once."""
+
+    file: str
+    before: str
+    after: str
+    text: str
+    replaces: str = ""  # the monkey-patch record this edit is the upstream form of ("Owner.name")
+
+
+@dataclass(frozen=True)
+class Delegate:
+    """PyTensor's ``def name`` (in ``file``, a method of ``cls`` if given) becomes ``_name_base``; ``name`` delegates.
+
+    The new ``name`` calls ``module.replacement`` (innergraph's replacement, the very
+    function the monkey-patch record installs) while innergraph is installed and
+    ``_name_base`` otherwise (`innergraph.patching.hook`); the replacement reaches
+    PyTensor's body through `innergraph.patching.original`.
+    """
+
+    file: str
+    name: str
+    module: str
+    replacement: str
+    cls: str = ""
+    replaces: str = ""
+
+
+@dataclass(frozen=True)
+class PatchSpec:
+    slug: str
+    subject: str
+    message: str
+    modules: tuple[str, ...]
+    edits: tuple[Edit | Delegate, ...] = field(default=())
+
+
+LIBRARY_ONLY: frozenset[str] = frozenset(
+    {
+        "core/supported.py",  # the version check of the monkey-patching form
+        "patching/upstream.py",  # `import innergraph` on a patched PyTensor (aliasing)
+        "testing/__init__.py",  # the test kit of innergraph's own suite
+        "testing/assertions.py",
+        "testing/kit.py",
+        "testing/programs.py",
+        "testing/recipes.py",
+        "testing/rewrites.py",
+    }
+)
+
+_TESTED = """Tested: PyTensor's own test files at rel-3.0.7 (534 passed, 8 xfailed,
+18 skipped, as without this series) and innergraph's test suite, run on a
+PyTensor with the whole series applied (innergraph's CI, `.ci/patched`)."""
+
+_REPRESENTATION = PatchSpec(
+    slug="innergraph-representation",
+    subject="innergraph: control-flow bodies as function-typed graph variables",
+    message=f"""Scan, IfElse and OpFromGraph keep their bodies as private inner graphs
+that the outer graph's rewrites never see: a body is rewritten on its own,
+twice when two loops share it, and never with what surrounds it.
+
+This adds the in-graph representation those Ops can share instead, under
+pytensor.innergraph, with no change of behaviour yet (nothing imports it):
+
+- types.py: InnerGraphType, the type of a function variable, and Body, the
+  folded (constant) form of a body;
+- graph.py: NominalVariable params, the InnerGraph Op that turns a body
+  (ordinary Apply nodes over params) into a function variable, and the
+  closed-body verification (a body may only read its params and constants);
+- canonical.py: the canonical encoding that makes alpha-equivalent bodies
+  equal (merge, caching);
+- build.py, instantiate.py: closure conversion of a callable, scope-aware
+  substitution of params;
+- fold.py: folding function variables into constants before linking (and
+  unfolding them into rewritable nodes);
+- errors.py, slots.py, stats.py, dispatch.py, pickling.py, debugmode.py,
+  _compat.py, _pickle.py: errors naming the offending variable, consumer
+  slots, graph statistics, the backend registry, what a pickled graph keeps.
+
+Review first: graph.py (InnerGraph, closed bodies) and fold.py (the one
+place bodies become constants).
+
+{_TESTED}""",
+    modules=(
+        "core/compat.py",
+        "core/errors.py",
+        "core/types.py",
+        "core/canonical.py",
+        "core/graph.py",
+        "core/build.py",
+        "core/instantiate.py",
+        "core/fold.py",
+        "protocol/slots.py",
+        "protocol/semantics.py",
+        "stats.py",
+        "core/dispatch.py",
+        "patching/pickles.py",
+        "rewriting/debugmode.py",
+        "innergraph_pickle/__init__.py",
+    ),
+)
+
+_HOOKS = PatchSpec(
+    slug="innergraph-hooks",
+    subject="Call innergraph's hooks from the linker, printing, pickling, DebugMode, Scan's gradient and JAX's dispatch",
+    message=f"""Six places of PyTensor need to know about function variables. Each
+calls one function of pytensor.innergraph.patching, which does nothing
+until innergraph is enabled (the next patches do that):
+
+- Linker.schedule: prepare_schedule folds the function variables that
+  consumers read into constants, so no linker allocates storage or makes
+  thunks for a body, and hands consumers a backend cannot run over as
+  PyTensor's own Ops;
+- debugprint: appends a "Bodies:" section listing each folded body once;
+- FunctionGraph.__getstate__: before_pickle drops the features' memories of
+  in-graph forms, so a compiled function that holds only PyTensor's Ops
+  pickles without any reference to innergraph;
+- DebugMode's _find_bad_optimizations: leaves out the records of in-place
+  rewrites the graph refused and reverted (checking them evaluates a node
+  that never runs; see the module docstring for the #1669 graph);
+- Scan.pullback: checkpointed gradients when a checkpoint policy applies.
+- pytensor.link.jax.dispatch: dispatch_loaded loads innergraph's JAX
+  conversions with the dispatch, so a graph converted by jax_funcify
+  without a linker (PyMC's get_jaxified_graph) finds them.
+
+The library that carries this change for released PyTensor installs the
+same functions as monkey-patches; these edits are their upstream form.
+
+{_TESTED}""",
+    modules=(
+        "patching/__init__.py",
+        "patching/linker.py",
+        "patching/on_import.py",
+        "patching/printing.py",
+        "patching/pickling.py",
+        "patching/gradient.py",
+        "patching/debugmode.py",
+    ),
+    edits=(
+        Edit(
+            "pytensor/link/basic.py",
+            '        """\n',
+            "        if callable(self._scheduler):",
+            "        from pytensor.innergraph.patching.linker import prepare_schedule\n\n"
+            "        prepare_schedule(self, fgraph)\n\n",
+            replaces="Linker.schedule",
+        ),
+        Edit(
+            "pytensor/printing.py",
+            "",
+            '    if file is _file:\n        return file\n    elif file == "str":',
+            "    from pytensor.innergraph.patching.printing import bodies_section\n\n"
+            "    _file.write(bodies_section(graph_like, used_ids))\n\n",
+            replaces="printing.debugprint",
+        ),
+        Edit(
+            "pytensor/graph/fg.py",
+            "    def __getstate__(self):\n",
+            "        d = self.__dict__.copy()\n        d.pop(\"_execute_callbacks_times_dict\", None)",
+            "        from pytensor.innergraph.patching.pickling import before_pickle\n\n        before_pickle(self)\n\n",
+            replaces="copyreg.dispatch_table[FunctionGraph]",
+        ),
+        Edit(
+            "pytensor/compile/debug/debugmode.py",
+            '    graph).\n\n    """\n',
+            "    for i, node in enumerate(order):",
+            "    from pytensor.innergraph.patching.debugmode import without_refused_in_place\n\n"
+            "    reasons = without_refused_in_place(order, reasons)\n\n",
+            replaces="debugmode._find_bad_optimizations",
+        ),
+        Edit(
+            "pytensor/scan/op.py",
+            "    def pullback(self, inputs, outs, dC_douts):\n",
+            "",
+            "        from pytensor.innergraph.patching.gradient import checkpointed_pullback\n\n"
+            "        grads = checkpointed_pullback(outs, dC_douts)\n"
+            "        if grads is not None:\n"
+            "            return grads\n\n",
+            replaces="Scan.pullback",
+        ),
+        Edit(
+            "pytensor/link/jax/dispatch/__init__.py",
+            "# isort: on\n",
+            "",
+            "\nfrom pytensor.innergraph.patching.on_import import dispatch_loaded  # noqa: E402\n\n"
+            "dispatch_loaded(__name__)\n",
+            replaces="sys.meta_path[ImportHook]",
+        ),
+    ),
+)
+
+_CONSUMERS = PatchSpec(
+    slug="innergraph-consumers",
+    subject="innergraph: in-graph Scan, IfElse, Call and loops that take bodies as inputs",
+    message=f"""The consumers of function variables: Ops that take a body as an ordinary
+input, so the outer graph's rewrites reach it (merge, canonicalize,
+stabilize, specialize all see the body's nodes).
+
+- ops/scan.py: Scan over a body, with PyTensor's ScanInfo layout, and the
+  lowering to PyTensor's own Scan;
+- ops/ifelse.py, ops/call.py: the lazy conditional and the in-graph
+  OpFromGraph;
+- ops/loop.py, loops.py: while_loop, do_while, fori_loop and Loop;
+- consumer.py: the contributor API (declare a consumer's slots);
+- convert.py, handover.py: lifting PyTensor's own Scan/IfElse/OpFromGraph
+  into the in-graph form and back, and handing consumers over as native
+  Ops to a linker that cannot run them;
+- builders.py, checkpoint.py: pytensor.scan and op_from_graph building
+  in-graph consumers, checkpointed gradients.
+
+Still inert: nothing enables innergraph yet.
+
+{_TESTED}""",
+    modules=(
+        "ops/__init__.py",
+        "protocol/runtime.py",
+        "ops/call.py",
+        "ops/ifelse.py",
+        "ops/scan.py",
+        "ops/scan_slots.py",
+        "ops/loop.py",
+        "loops.py",
+        "loops_reverse.py",
+        "consumer.py",
+        "protocol/conversion.py",
+        "lifting/rules.py",
+        "core/hidden_folds.py",
+        "core/interning.py",
+        "lifting/handover.py",
+        "builders.py",
+        "ops/checkpoint.py",
+    ),
+)
+
+_REWRITES = PatchSpec(
+    slug="innergraph-rewrites",
+    subject="Register innergraph's rewrites in optdb and enable it on import",
+    message=f"""Registers the passes of pytensor.innergraph.rewriting in optdb (and two
+node rewriters in canonicalize/specialize; the table is in
+rewriting/db.py): PyTensor's Scans are lifted into the in-graph form at
+0.04, rewritten together with the outer graph, lowered back at 1.59 before
+scan_eqopt2, and function variables are folded into constants at 48.5,
+before fusion and the in-place rewrites. `import pytensor` now imports
+pytensor.innergraph, which registers them and enables the hooks (and
+the backends, loaded on a Numba or JAX linker's first link);
+mode.excluding("innergraph") gives the previous pipeline back (the fold
+stays: graphs built with in-graph consumers must still link).
+
+Every rewrite is deterministic and tagged with the tags of the Scan
+rewrites it stands in for (excluding "scan_pushout" excludes its
+counterpart).
+
+{_TESTED}""",
+    modules=(
+        "__init__.py",
+        "rewriting/__init__.py",
+        "rewriting/args.py",
+        "rewriting/carry.py",
+        "rewriting/carry_from_zero.py",
+        "rewriting/copies.py",
+        "rewriting/db.py",
+        "rewriting/dce.py",
+        "rewriting/duplicates.py",
+        "rewriting/forward.py",
+        "rewriting/fresh_carry.py",
+        "rewriting/fusion.py",
+        "rewriting/inline_args.py",
+        "rewriting/lengths.py",
+        "rewriting/licm.py",
+        "rewriting/lift.py",
+        "rewriting/lift_ofg.py",
+        "rewriting/merge_loops.py",
+        "rewriting/ofg_outputs.py",
+        "rewriting/outer.py",
+        "rewriting/outline_loops.py",
+        "rewriting/outlined.py",
+        "rewriting/push_out.py",
+        "rewriting/read_back.py",
+        "rewriting/remerge.py",
+        "rewriting/scan_inplace.py",
+        "rewriting/scan_solve.py",
+        "rewriting/share_branch.py",
+        "protocol/signature.py",
+        "rewriting/simplify.py",
+        "rewriting/tracks.py",
+        "rewriting/until_while.py",
+        "rewriting/untrace.py",
+    ),
+    edits=(
+        Edit(
+            "pytensor/__init__.py",
+            "",
+            "# Some config variables are registered by submodules. Only after all those",
+            "# Control-flow bodies as graph inputs: registers innergraph's rewrites in\n"
+            "# optdb and enables its hooks (see pytensor/innergraph/rewriting/db.py).\n"
+            "import pytensor.innergraph\n\n",
+        ),
+    ),
+)
+
+_BACKENDS = PatchSpec(
+    slug="innergraph-backends",
+    subject="innergraph: Numba and JAX implementations of the consumers",
+    message=f"""The Numba and JAX conversions of the in-graph consumers (a body compiled
+once however many consumers read it), loaded on a linker's first link
+once innergraph is enabled.
+Four functions of PyTensor delegate to innergraph while it is enabled,
+keeping their body as _<name>_base:
+
+- numba's numba_funcify_ensure_cache: equal nodes of one conversion
+  (native Scans of one Op among them) convert once;
+- numba's cache_key_for_constant: a folded body whose Ops do not pickle
+  gets a key of its own instead of failing the conversion;
+- JAXLinker.jit_compile: a graph with a while loop, or with a Scan whose
+  trip count is not a constant, falls back to eager execution where
+  jax.jit cannot trace it;
+- JAX's jax_funcify_Scan: a while-loop Scan, or one whose mit-mot writes
+  before its oldest input tap, runs as a loop of its own (scan_as_loop);
+  other Scans convert as before, their mit-mot taps shifted.
+
+Still inert: nothing enables innergraph yet (the next patch does), so
+each delegate calls PyTensor's own body.
+
+The rest are registrations with PyTensor's dispatchers, made while
+innergraph is enabled: the consumers' conversions, and a Numba conversion
+for FunctionGraph, which converts a graph as one conversion (the bodies
+its consumers inline convert their equal nodes once) by calling
+numba_funcify_FunctionGraph. PyTensor registers that function for
+AbstractFunctionGraph, so it stays registered, unchanged, for the frozen
+inner graphs of Scan and OpFromGraph.
+
+{_TESTED}""",
+    modules=(
+        "backends/__init__.py",
+        "backends/jax.py",
+        "backends/jax_generated.py",
+        "backends/jax_loop.py",
+        "backends/numba.py",
+        "backends/numba_code.py",
+        "backends/numba_generated.py",
+    ),
+    edits=(
+        Delegate(
+            "pytensor/link/numba/dispatch/basic.py",
+            "numba_funcify_ensure_cache",
+            "pytensor.innergraph.backends.numba_code",
+            "convert_once",
+            replaces="numba_basic.numba_funcify_ensure_cache",
+        ),
+        Delegate(
+            "pytensor/link/numba/dispatch/basic.py",
+            "cache_key_for_constant",
+            "pytensor.innergraph.backends.numba",
+            "cache_key_for_constant",
+            replaces="numba_basic.cache_key_for_constant",
+        ),
+        Delegate(
+            "pytensor/link/jax/dispatch/scan.py",
+            "jax_funcify_Scan",
+            "pytensor.innergraph.backends.jax",
+            "jax_funcify_native_scan",
+            replaces="jax_funcify[Scan]",
+        ),
+        Delegate(
+            "pytensor/link/jax/linker.py",
+            "jit_compile",
+            "pytensor.innergraph.backends.jax",
+            "jit_compile",
+            cls="JAXLinker",
+            replaces="JAXLinker.jit_compile",
+        ),
+    ),
+)
+
+#: The series, in order: each patch applies on the previous ones. The backends come before the
+#: rewrites, whose patch makes `import pytensor` enable innergraph: every earlier patch is inert,
+#: and no PyTensor of the series runs innergraph's rewrites without its Numba and JAX code.
+SERIES: tuple[PatchSpec, ...] = (_REPRESENTATION, _HOOKS, _CONSUMERS, _BACKENDS, _REWRITES)
+
+#: Library module -> index in `SERIES` of the patch that ships it.
+ASSIGNED: dict[str, int] = {module: i for i, spec in enumerate(SERIES) for module in spec.modules}
+
+#: Every direct edit of PyTensor's files, in series order.
+EDITS: tuple[Edit | Delegate, ...] = tuple(edit for spec in SERIES for edit in spec.edits)
+
+
+def library_modules(root: Path) -> list[str]:
+    """The modules of the library at ``root`` (the repository): paths under ``innergraph/``, and ``innergraph_pickle``."""
+    found = sorted(p.relative_to(root / "innergraph").as_posix() for p in (root / "innergraph").rglob("*.py"))
+    found += sorted(p.relative_to(root).as_posix() for p in (root / "innergraph_pickle").rglob("*.py"))
+    return [m for m in found if "__pycache__" not in m]
+
+
+def unassigned(root: Path) -> list[str]:
+    """Modules in neither a patch nor `LIBRARY_ONLY`, and names assigned twice."""
+    counts: dict[str, int] = {}
+    for spec in SERIES:
+        for module in spec.modules:
+            counts[module] = counts.get(module, 0) + 1
+    problems = [f"{m} is assigned to {n} patches" for m, n in counts.items() if n > 1]
+    problems += [f"{m} is both in a patch and LIBRARY_ONLY" for m in counts if m in LIBRARY_ONLY]
+    modules = library_modules(root)
+    problems += [m for m in modules if m not in ASSIGNED and m not in LIBRARY_ONLY]
+    problems += [f"{m} is assigned but does not exist" for m in ASSIGNED if m not in modules]
+    return problems
