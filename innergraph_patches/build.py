@@ -20,7 +20,7 @@ from innergraph_patches.series import SERIES, Delegate, Edit, PatchSpec, unassig
 
 __all__ = ["AUTHOR", "DATE", "REPOSITORY", "build_series", "check_series", "rewrite_imports"]
 
-REPOSITORY = Path(__file__).resolve().parents[2]
+REPOSITORY = Path(__file__).resolve().parents[1]
 AUTHOR = ("innergraph developers", "innergraph@users.noreply.github.com")
 DATE = "2026-01-01T00:00:00+00:00"
 _UNASSIGNED_HELP = """the upstream series cannot be built: every module of innergraph/ must be in exactly one patch.

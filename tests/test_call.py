@@ -9,7 +9,7 @@ from pytensor.gradient import verify_grad
 
 from innergraph import body_of, graph_stats, inner_graph, unfold_inner_graphs
 from innergraph.core.graph import scope_toposort
-from innergraph.ops import runtime
+from innergraph.protocol import runtime
 from typed import call, grad, pushforward
 
 LINKERS = ["py", "cvm", "vm", "c|py", "numba"]

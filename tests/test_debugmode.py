@@ -28,7 +28,8 @@ from pytensor.scan.utils import until
 from pytensor.tensor.elemwise import Elemwise
 
 import innergraph
-from innergraph import cases, graph_stats
+from innergraph import graph_stats
+from innergraph_bench import cases
 from innergraph.rewriting.debugmode import forget_hidden
 from innergraph.core.graph import InnerGraph
 from innergraph.ops.ifelse import IfElse

@@ -22,7 +22,7 @@ import innergraph
 import innergraph.backends.numba as numba_backend
 import innergraph.rewriting.fusion as fusion
 from innergraph.core.interning import body_table_size, interned_bodies
-from innergraph.ops import runtime
+from innergraph.protocol import runtime
 from innergraph.core.types import Body
 from vanilla import vanilla_function
 

@@ -32,7 +32,7 @@ from pytensor.scan.utils import until
 
 import innergraph
 from innergraph import lift_graph
-from innergraph.ops import runtime
+from innergraph.protocol import runtime
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse
 from innergraph.ops.scan import Scan

@@ -18,7 +18,7 @@ from pytensor.scan.op import Scan as NativeScan
 import innergraph
 from innergraph import graph_stats
 from innergraph.core.graph import body_of
-from innergraph.ops import runtime
+from innergraph.protocol import runtime
 from innergraph.ops.call import Call
 from innergraph.rewriting.lift_ofg import lift_op_from_graphs
 from innergraph.core.types import Body

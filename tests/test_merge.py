@@ -170,7 +170,7 @@ def test_fusion_stays_within_each_body():
 
 
 def test_a_body_takes_its_own_inplace_decisions_when_compiled():
-    from innergraph.ops import runtime
+    from innergraph.protocol import runtime
 
     x = pt.dvector("x")
     # `cumsum(u)` is an intermediate the body owns: its own compile may overwrite it in place.

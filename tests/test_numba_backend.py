@@ -13,7 +13,7 @@ from pytensor.compile.mode import Mode
 
 from innergraph.backends.numba import numba_body
 from innergraph.backends.numba_generated import numba_funcify_generated as numba_funcify_ifelse
-from innergraph.ops import runtime
+from innergraph.protocol import runtime
 from innergraph.ops.ifelse import IfElse
 from vanilla import vanilla_function
 from typed import call, ifelse, recording

@@ -13,7 +13,7 @@ from pytensor.graph.fg import FunctionGraph
 import innergraph
 from innergraph import graph_stats, lift, lower, op_from_graph
 from innergraph.core.graph import body_of
-from innergraph.ops import runtime
+from innergraph.protocol import runtime
 from innergraph.ops.call import Call
 from innergraph.rewriting.dce import remove_dead_slots
 from vanilla import vanilla_function, vanilla_values

@@ -40,7 +40,7 @@ from pytensor.misc.ordered_set import OrderedSet
 
 __all__ = ["forget_innergraph", "reduce_function_graph"]
 
-_PACKAGE = __name__.rpartition(".")[0] + "."  # "innergraph." (or "pytensor.innergraph." in a patched PyTensor)
+_PACKAGE = __name__.rsplit(".", 2)[0] + "."  # "innergraph." (or "pytensor.innergraph." in a patched PyTensor): this module is <package>.patching.pickles
 
 
 def reduce_function_graph(fgraph: FunctionGraph) -> str | tuple[Any, ...]:

@@ -45,7 +45,7 @@ __all__ = ["UpstreamFinder", "alias_upstream", "missing_modules", "patched_pyten
 
 PACKAGE = "innergraph"
 UPSTREAM = "pytensor.innergraph"
-_LIBRARY = os.path.dirname(os.path.abspath(__file__))
+_LIBRARY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # innergraph/ (this module is innergraph/patching/upstream.py)
 
 
 def _upstream_folder() -> str | None:
