@@ -3,7 +3,7 @@
 ``import innergraph`` patches PyTensor (see `innergraph.patching`) and registers
 innergraph's rewrites; `uninstall` restores PyTensor exactly. On a PyTensor built
 from the upstream series (``patches/``) it applies no patch: ``innergraph`` is
-PyTensor's own ``pytensor.innergraph`` (see `innergraph.patching.upstream`), and `form`
+PyTensor's own ``pytensor.innergraph`` (see `innergraph.startup.upstream`), and `form`
 says which form is active. Unpickling
 innergraph's objects imports its modules without running this package, so it
 installs nothing (see `innergraph_pickle`); a later ``import innergraph`` runs
@@ -35,8 +35,8 @@ graph_stats
     Node, body and consumer counts, for vanilla and in-graph graphs alike.
 """
 
-import innergraph.core.supported  # noqa: F401  library only (first: on an unsupported PyTensor, one ImportError and no patch)
-from innergraph.patching.upstream import alias_upstream, patched_pytensor, refuse_partial_series  # library only
+import innergraph.startup.supported  # noqa: F401  library only (first: on an unsupported PyTensor, one ImportError and no patch)
+from innergraph.startup.upstream import alias_upstream, patched_pytensor, refuse_partial_series  # library only
 
 refuse_partial_series()  # library only: a PyTensor that enables a part of the upstream series
 if patched_pytensor():  # library only

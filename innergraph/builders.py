@@ -19,6 +19,7 @@ from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.traversal import ancestors
 
 from innergraph.lifting.rules import LIFTERS, lift_graph
+from innergraph.ops import checkpoint as checkpointing
 
 __all__ = ["InGraphOpFromGraph", "op_from_graph", "scan"]
 
@@ -31,8 +32,6 @@ def scan(*args: Any, checkpoint: Any = None, **kwargs: Any) -> Any:
     k-th carry and recompute the rest in the reverse pass. ``None`` leaves the
     current default policy (`innergraph.checkpointing`) in charge.
     """
-    from innergraph.ops import checkpoint as checkpointing
-
     policy = checkpointing.checked(checkpoint)
     before = _native_nodes(_variables_in((args, kwargs)))
     result = pytensor.scan(*args, **kwargs)

@@ -28,6 +28,7 @@ from typing import Any
 
 from innergraph.core.compat import pushforward as _pushforward
 from innergraph.core.build import Closure, inner_graph
+from innergraph.core import dispatch
 from innergraph.core.errors import ArityError, BodyTypeError
 from innergraph.core.fold import fold_function
 from innergraph.core.graph import body_of, is_function, params
@@ -112,9 +113,9 @@ def numba_function(
     ``keys`` are the keys of the code it inlines (each `numba_body_code`'s ``key``);
     the result is what a function registered with `register_numba` returns.
     """
-    from innergraph.backends.numba import _jitted
+    from innergraph.backends.numba import jitted
 
-    return _jitted(name, params, lines, env, keys)
+    return jitted(name, params, lines, env, keys)
 
 
 def register_numba(op_class: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -140,14 +141,10 @@ def load_on_link(backend: str, module: str) -> None:
     registrations), so that importing the consumer imports no Numba or JAX.
     Recorded once per process; it survives ``innergraph.uninstall()``/``install()``.
     """
-    from innergraph.patching import linker
-
     linkers = {"numba": ("pytensor.link.numba.linker", "NumbaLinker"), "jax": ("pytensor.link.jax.linker", "JAXLinker")}
     if backend not in linkers:
         raise ValueError(f"load_on_link: backend must be one of {sorted(linkers)}, got {backend!r}")
-    entry = (*linkers[backend], module)
-    if entry not in linker.ON_DEMAND:
-        linker.ON_DEMAND = (*linker.ON_DEMAND, entry)
+    dispatch.load_on_link(linkers[backend], module)
 
 
 # The code generated from step semantics, for every consumer declaring them (`Iterate`).

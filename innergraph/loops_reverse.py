@@ -33,8 +33,11 @@ from pytensor.compile.builders import OpFromGraph
 from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.replace import clone_replace
 
-from innergraph import consumer as api
+from innergraph.core.build import inner_graph
+from innergraph.core.instantiate import instantiate
 from innergraph.ops.loop import WhileLoop
+from innergraph.ops.loop_build import build_fori, build_while
+from innergraph.ops.loop_derivatives import is_live
 
 __all__ = ["reversible_while", "reverse_pullback"]
 
@@ -81,24 +84,22 @@ def reversible_while(
 
 def _reverse_function(reverse: Callable[[list[Variable]], list[Variable]], init: Sequence[Variable]) -> tuple[Variable, list[Variable]]:
     xs = [x.type() for x in init]
-    closure = api.inner_graph(reverse(xs), xs, capture="leaves")
+    closure = inner_graph(reverse(xs), xs, capture="leaves")
     return closure.function, list(closure.captured)
 
 
 def _step_count(op: WhileLoop, parts: dict[str, Any]) -> Variable:
     """The number of steps the loop of ``parts`` runs: the loop again, carrying a counter."""
-    from innergraph.loops import _while
-
     c = op.n_carry
 
     def pre(xs: list[Variable]) -> Variable:
-        return api.instantiate(parts["cond_fn"], [*xs[:c], *parts["cond_args"], *parts["args"]])[0]
+        return instantiate(parts["cond_fn"], [*xs[:c], *parts["cond_args"], *parts["args"]])[0]
 
     def step(xs: list[Any]) -> tuple[list[Variable], Variable]:
-        *new, post = api.instantiate(parts["step_fn"], [*xs[:c], *parts["step_args"], *parts["args"]])
+        *new, post = instantiate(parts["step_fn"], [*xs[:c], *parts["step_args"], *parts["args"]])
         return [*new, xs[c] + 1], post
 
-    counted = _while(pre, step, [*parts["init"], pt.constant(0, dtype="int64")], parts["max_steps"], op.do_while)
+    counted = build_while(pre, step, [*parts["init"], pt.constant(0, dtype="int64")], parts["max_steps"], op.do_while)
     return counted[c]
 
 
@@ -115,8 +116,6 @@ def reverse_pullback(
     rev_fn: Variable, rev_args: Sequence[Variable], inputs: Sequence[Variable], outputs: Sequence[Variable], cotangents: Sequence[Variable]
 ) -> list[Variable]:
     """Cotangents of the wrapper's ``inputs`` (initial state, then captured values); see the module docstring."""
-    from innergraph.loops import _fori, _live
-
     node = _loop_node(outputs[0])
     outputs = node.outputs
     op: WhileLoop = node.op
@@ -125,16 +124,16 @@ def reverse_pullback(
     diff = [i for i in range(c) if _continuous(outputs[i])]  # integer states carry no cotangent
     others = [*parts["step_args"], *parts["args"]]
     wrt_others = [i for i, v in enumerate(others) if _continuous(v)]
-    g0 = [cotangents[i] if _live(cotangents[i]) else pt.zeros_like(outputs[i]) for i in diff]
+    g0 = [cotangents[i] if is_live(cotangents[i]) else pt.zeros_like(outputs[i]) for i in diff]
     g0 = [outputs[i].type.filter_variable(g, allow_convert=True) for i, g in zip(diff, g0, strict=True)]
     a0 = [pt.zeros_like(others[j]) for j in wrt_others]
 
     def back(rows: list[Variable], state: list[Any]) -> list[Variable]:
         xs, gs, acc = state[:c], state[c : c + len(diff)], state[c + len(diff) :]
-        prev = api.instantiate(rev_fn, [*xs, *rev_args])
+        prev = instantiate(rev_fn, [*xs, *rev_args])
         prev = [x.type.filter_variable(p, allow_convert=True) for x, p in zip(xs, prev, strict=True)]
         at = [p.type() for p in prev]  # the step's vjp at the previous state, not through reverse
-        new = api.instantiate(parts["step_fn"], [*at, *others])[:-1]
+        new = instantiate(parts["step_fn"], [*at, *others])[:-1]
         wrt = [at[i] for i in diff] + [others[j] for j in wrt_others]
         known = {new[i]: g for i, g in zip(diff, gs, strict=True)}
         grads: Any = pytensor.grad(None, wrt, known_grads=known, disconnected_inputs="ignore", return_disconnected="zero")
@@ -143,7 +142,7 @@ def reverse_pullback(
         return [*prev, *new_gs, *(a + d for a, d in zip(acc, grads[len(diff) :], strict=True))]
 
     n = _step_count(op, parts)
-    final = _fori(n, [], back, [*outputs, *g0, *a0])
+    final = build_fori(n, [], back, [*outputs, *g0, *a0])
     g_init, g_others = final[c : c + len(diff)], final[c + len(diff) :]
     known: dict[Variable, Any] = {parts["init"][i]: g for i, g in zip(diff, g_init, strict=True)}
     for j, g in zip(wrt_others, g_others, strict=True):

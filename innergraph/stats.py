@@ -37,6 +37,7 @@ from pytensor.graph.fg import AbstractFunctionGraph, FunctionGraph
 from innergraph.core.fold import visible_nodes
 from innergraph.core.graph import InnerGraph, is_function, scope_leaves, scope_toposort
 from innergraph.core.types import Body
+from innergraph.protocol.slots import form_of
 
 __all__ = ["CONSUMER_KINDS", "consumer_kind", "graph_stats", "unread_buffers"]
 
@@ -57,7 +58,6 @@ def consumer_kind(op: Any) -> str | None:
     from pytensor.conditional.op import IfElse, LazyIfElse
     from pytensor.scan.op import Scan
 
-    from innergraph.protocol.slots import form_of
 
     for cls, name in ((Scan, "scan"), (IfElse, "ifelse"), (LazyIfElse, "ifelse"), (OpFromGraph, "call")):
         if isinstance(op, cls):

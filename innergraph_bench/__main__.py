@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytensor
 
+from innergraph_bench import bench, cases
 from innergraph_bench.bench import CaseResult, Measurement, measure_case, mode_for
 from innergraph_bench.cases import Case, ar2, issue_1669, student_t
 
@@ -200,9 +201,6 @@ def _without_composite_graphs(text: str) -> list[str]:
 
 
 def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from innergraph_bench import bench
-    from innergraph_bench import cases
-
     try:
         if args.suite == "pymc":
             from innergraph_bench.pymc_models import pymc_cases

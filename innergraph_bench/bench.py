@@ -50,7 +50,7 @@ import numpy as np
 import pytensor
 from pytensor.compile.mode import Mode
 
-from innergraph_bench.cases import VARIANTS, Case
+from innergraph_bench.case import VARIANTS, Case
 from innergraph.core.interning import clear_body_cache
 from innergraph.patching import uninstalled
 from innergraph.stats import graph_stats

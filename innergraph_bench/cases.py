@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
@@ -43,6 +42,8 @@ from pytensor.ifelse import ifelse as vanilla_ifelse
 from pytensor.raise_op import Assert
 
 import innergraph
+from innergraph_bench.case import VARIANTS, Case, Graph
+from innergraph_bench.cases_loops import loop_cases
 
 __all__ = [
     "CASES",
@@ -53,6 +54,7 @@ __all__ = [
     "checkpointed_filter",
     "elementwise_chain",
     "filter_loglik",
+    "filter_step",
     "garch",
     "identical_scans",
     "ifelse_heavy",
@@ -69,51 +71,9 @@ __all__ = [
     "trivial_scan",
 ]
 
-#: The two variants every case is compiled with.
-VARIANTS = ("vanilla", "innergraph")
-
-Graph = tuple[list[Any], list[Any]]
-
-
 def _grad(cost: Any, wrt: list[Any]) -> list[Any]:
     grads: Any = pytensor.grad(cost, wrt)
     return list(grads)
-
-
-@dataclass(frozen=True)
-class Case:
-    """One benchmark case.
-
-    Attributes
-    ----------
-    id
-        Short unique name (``"1669-d2"``, ``"seqs-K16"``...), used to select cases.
-    group
-        The issue's case number, ``"demo"`` or ``"jax"``.
-    title
-        One line saying what is measured.
-    build
-        ``build(variant) -> (inputs, outputs)``: a fresh graph each call.
-    values
-        The input values, in the order of ``inputs``.
-    linker
-        PyTensor linker the case is compiled with.
-    rtol
-        Relative tolerance when comparing the variants' results.
-    compile
-        ``compile(inputs, outputs, mode) -> function``, when the case is compiled
-        otherwise than by ``pytensor.function`` (PyMC's cases: ``pymc.pytensorf.compile``).
-    """
-
-    id: str
-    group: str
-    title: str
-    build: Callable[[str], Graph]
-    values: Sequence[Any]
-    linker: str = "numba"
-    rtol: float = 1e-10
-    params: dict[str, Any] = field(default_factory=dict)
-    compile: Callable[[list[Any], list[Any], Any], Any] | None = None
 
 
 # Case 1 ------------------------------------------------------------------------------
@@ -311,7 +271,7 @@ def garch(n: int = 1000) -> Case:
 # Issue 24 ----------------------------------------------------------------------------
 
 
-def _filter_step(y_t: Any, m: Any, v: Any, ll: Any, phi: Any, q: Any, r: Any) -> list[Any]:
+def filter_step(y_t: Any, m: Any, v: Any, ll: Any, phi: Any, q: Any, r: Any) -> list[Any]:
     """One step of a scalar Kalman filter: the mean, the variance and the running log-likelihood."""
     pred_m, pred_v = phi * m, phi**2 * v + q
     gain = pred_v / (pred_v + r)
@@ -333,7 +293,7 @@ def filter_loglik(n: int = 1000) -> Case:
         total = 0
         for y in (y1, y2):
             _, _, ll = pytensor.scan(
-                _filter_step, sequences=[y], outputs_info=[zero, one, zero], non_sequences=[phi, q, r], return_updates=False
+                filter_step, sequences=[y], outputs_info=[zero, one, zero], non_sequences=[phi, q, r], return_updates=False
             )
             total = total + ll[-1]
         return [y1, y2, phi, q, r], [total, *_grad(total, [phi, q, r])]
@@ -502,12 +462,10 @@ def checkpointed_filter(n: int, policy: Any = None, linker: str = "numba") -> Ca
     """
 
     def build(variant: str) -> Graph:
-        from innergraph.ops.checkpoint import checkpointing
-
         y, phi, q, r = pt.dvector("y"), pt.dscalar("phi"), pt.dscalar("q"), pt.dscalar("r")
         zero = pt.constant(0.0, dtype="float64")
-        _, _, ll = pytensor.scan(_filter_step, sequences=[y], outputs_info=[zero, zero + 1, zero], non_sequences=[phi, q, r], return_updates=False)
-        with checkpointing(policy):
+        _, _, ll = pytensor.scan(filter_step, sequences=[y], outputs_info=[zero, zero + 1, zero], non_sequences=[phi, q, r], return_updates=False)
+        with innergraph.checkpointing(policy):
             grads = _grad(ll[-1], [phi, q, r])
         return [y, phi, q, r], [ll[-1], *grads]
 
@@ -540,14 +498,8 @@ def all_cases() -> list[Case]:
         student_t_ofg(),
         ofg_unused_output(),
         *jax_cases(),
-        *_loop_cases(),
+        *loop_cases(),
     ]
-
-
-def _loop_cases() -> list[Case]:
-    from innergraph_bench.cases_loops import loop_cases  # it imports this module
-
-    return loop_cases()
 
 
 def jax_cases() -> list[Case]:

@@ -19,7 +19,7 @@ import pytensor.tensor as pt
 from pytensor.scan.utils import until
 
 import innergraph
-from innergraph_bench.cases import Case, Graph
+from innergraph_bench.case import Case, Graph
 
 __all__ = ["fixed_point", "loop_cases", "newton", "while_step"]
 

@@ -28,7 +28,8 @@ import pytensor
 from pytensor.compile.mode import Mode
 
 import innergraph
-from innergraph_bench.cases import checkpointed_filter
+from innergraph.stats import graph_stats
+from innergraph_bench.cases import filter_step, checkpointed_filter
 
 __all__ = ["VARIANTS", "compile_variant", "measure_all", "peak_bytes", "table"]
 
@@ -58,12 +59,11 @@ def _vanilla_checkpointed(n: int) -> tuple[list[Any], list[Any]]:
     import pytensor.tensor as pt
     from pytensor.scan.checkpoints import scan_checkpoints
 
-    from innergraph_bench.cases import _filter_step
 
     y, phi, q, r = pt.dvector("y"), pt.dscalar("phi"), pt.dscalar("q"), pt.dscalar("r")
     zero = pt.constant(0.0, dtype="float64")
     _, _, ll = scan_checkpoints(
-        _filter_step, sequences=[y], outputs_info=[zero, zero + 1, zero], non_sequences=[phi, q, r],
+        filter_step, sequences=[y], outputs_info=[zero, zero + 1, zero], non_sequences=[phi, q, r],
         save_every_N=max(1, math.ceil(math.sqrt(n))), return_updates=False,
     )
     grads: Any = pytensor.grad(ll[-1], [phi, q, r])
@@ -91,8 +91,6 @@ def compile_variant(n: int, variant: str, linker: str) -> tuple[Any, float, list
 
 def measure_all(n: int, linker: str, rounds: int = 5) -> dict[str, dict[str, Any]]:
     """Every variant compiled, then timed in alternating blocks; peak memory per variant."""
-    from innergraph.stats import graph_stats
-
     runs: dict[str, dict[str, Any]] = {}
     for variant in VARIANTS:
         fn, compile_s, values = compile_variant(n, variant, linker)

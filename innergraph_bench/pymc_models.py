@@ -38,6 +38,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from innergraph_bench.cases import Case
 
 if TYPE_CHECKING:  # at run time only `nuts_case` needs innergraph: the module loads without installing it
     from innergraph_bench.cases import Case, Graph
@@ -296,8 +297,6 @@ def _pymc_compile(inputs: list[Any], outputs: list[Any], mode: Any) -> Any:
 
 def nuts_case(case_id: str) -> Case:
     """The benchmark `Case` of one of `MODELS`: its NUTS function, compiled with PyMC's compile."""
-    from innergraph_bench.cases import Case
-
     title, build_model = {**MODELS, **PLAIN_MODELS}[case_id]
     _, point = nuts_graph(build_model())
 

@@ -7,13 +7,12 @@ import sys
 from pathlib import Path
 
 from innergraph_patches.build import build_series, check_series
+from innergraph_patches.verify import main as verify
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["verify"]:
-        from innergraph_patches.verify import main as verify
-
         return verify(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m innergraph_patches", description=__doc__)
     parser.add_argument("command", choices=["build", "check", "verify"])

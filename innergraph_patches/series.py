@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from innergraph.startup.shipped import SHIPPED
+
 __all__ = [
     "ASSIGNED",
     "EDITS",
@@ -67,8 +69,11 @@ class PatchSpec:
 
 LIBRARY_ONLY: frozenset[str] = frozenset(
     {
-        "core/supported.py",  # the version check of the monkey-patching form
-        "patching/upstream.py",  # `import innergraph` on a patched PyTensor (aliasing)
+        "startup/supported.py",  # the version check of the monkey-patching form
+        "startup/__init__.py",
+        "startup/upstream.py",  # `import innergraph` on a patched PyTensor (aliasing)
+        "startup/shipped.py",  # what each patch ships (read by upstream.py and this generator)
+        "__main__.py",  # `python -m innergraph`: hands over to innergraph_bench
         "testing/__init__.py",  # the test kit of innergraph's own suite
         "testing/assertions.py",
         "testing/kit.py",
@@ -111,23 +116,7 @@ Review first: graph.py (InnerGraph, closed bodies) and fold.py (the one
 place bodies become constants).
 
 {_TESTED}""",
-    modules=(
-        "core/compat.py",
-        "core/errors.py",
-        "core/types.py",
-        "core/canonical.py",
-        "core/graph.py",
-        "core/build.py",
-        "core/instantiate.py",
-        "core/fold.py",
-        "protocol/slots.py",
-        "protocol/semantics.py",
-        "stats.py",
-        "core/dispatch.py",
-        "patching/pickles.py",
-        "rewriting/debugmode.py",
-        "innergraph_pickle/__init__.py",
-    ),
+    modules=SHIPPED["innergraph-representation"],
 )
 
 _HOOKS = PatchSpec(
@@ -157,15 +146,7 @@ The library that carries this change for released PyTensor installs the
 same functions as monkey-patches; these edits are their upstream form.
 
 {_TESTED}""",
-    modules=(
-        "patching/__init__.py",
-        "patching/linker.py",
-        "patching/on_import.py",
-        "patching/printing.py",
-        "patching/pickling.py",
-        "patching/gradient.py",
-        "patching/debugmode.py",
-    ),
+    modules=SHIPPED["innergraph-hooks"],
     edits=(
         Edit(
             "pytensor/link/basic.py",
@@ -241,25 +222,7 @@ stabilize, specialize all see the body's nodes).
 Still inert: nothing enables innergraph yet.
 
 {_TESTED}""",
-    modules=(
-        "ops/__init__.py",
-        "protocol/runtime.py",
-        "ops/call.py",
-        "ops/ifelse.py",
-        "ops/scan.py",
-        "ops/scan_slots.py",
-        "ops/loop.py",
-        "loops.py",
-        "loops_reverse.py",
-        "consumer.py",
-        "protocol/conversion.py",
-        "lifting/rules.py",
-        "core/hidden_folds.py",
-        "core/interning.py",
-        "lifting/handover.py",
-        "builders.py",
-        "ops/checkpoint.py",
-    ),
+    modules=SHIPPED["innergraph-consumers"],
 )
 
 _REWRITES = PatchSpec(
@@ -281,41 +244,7 @@ rewrites it stands in for (excluding "scan_pushout" excludes its
 counterpart).
 
 {_TESTED}""",
-    modules=(
-        "__init__.py",
-        "rewriting/__init__.py",
-        "rewriting/args.py",
-        "rewriting/carry.py",
-        "rewriting/carry_from_zero.py",
-        "rewriting/copies.py",
-        "rewriting/db.py",
-        "rewriting/dce.py",
-        "rewriting/duplicates.py",
-        "rewriting/forward.py",
-        "rewriting/fresh_carry.py",
-        "rewriting/fusion.py",
-        "rewriting/inline_args.py",
-        "rewriting/lengths.py",
-        "rewriting/licm.py",
-        "rewriting/lift.py",
-        "rewriting/lift_ofg.py",
-        "rewriting/merge_loops.py",
-        "rewriting/ofg_outputs.py",
-        "rewriting/outer.py",
-        "rewriting/outline_loops.py",
-        "rewriting/outlined.py",
-        "rewriting/push_out.py",
-        "rewriting/read_back.py",
-        "rewriting/remerge.py",
-        "rewriting/scan_inplace.py",
-        "rewriting/scan_solve.py",
-        "rewriting/share_branch.py",
-        "protocol/signature.py",
-        "rewriting/simplify.py",
-        "rewriting/tracks.py",
-        "rewriting/until_while.py",
-        "rewriting/untrace.py",
-    ),
+    modules=SHIPPED["innergraph-rewrites"],
     edits=(
         Edit(
             "pytensor/__init__.py",
@@ -360,15 +289,7 @@ AbstractFunctionGraph, so it stays registered, unchanged, for the frozen
 inner graphs of Scan and OpFromGraph.
 
 {_TESTED}""",
-    modules=(
-        "backends/__init__.py",
-        "backends/jax.py",
-        "backends/jax_generated.py",
-        "backends/jax_loop.py",
-        "backends/numba.py",
-        "backends/numba_code.py",
-        "backends/numba_generated.py",
-    ),
+    modules=SHIPPED["innergraph-backends"],
     edits=(
         Delegate(
             "pytensor/link/numba/dispatch/basic.py",

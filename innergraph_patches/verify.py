@@ -7,7 +7,7 @@ the tree into one environment (``--venv``, created afresh with the project's tes
 dependencies; later patches reinstall PyTensor only) and runs there:
 
 form
-    What ``import innergraph`` does on that PyTensor (`innergraph.patching.upstream`): after
+    What ``import innergraph`` does on that PyTensor (`innergraph.startup.upstream`): after
     patches 1-4 (inert code nothing imports) it monkey-patches as on a released PyTensor;
     after patch 5 (PyTensor enables its copy) it is ``pytensor.innergraph``.
 upstream
@@ -59,6 +59,7 @@ from typing import Any
 from innergraph_patches.build import REPOSITORY
 from innergraph_patches.sdist import PYTENSOR_VERSION, extract, sdist_path
 from innergraph_patches.series import SERIES
+from innergraph.startup.upstream import series_level
 
 __all__ = ["PARTIAL_TESTS", "VANILLA", "VANILLA_FAILURES", "counts", "judge", "main", "outcomes", "untouched_reason", "verify"]
 
@@ -156,8 +157,6 @@ def _install(python: Path, tree: Path, first: bool) -> None:
 
 
 def _installed_level(python: Path) -> int:
-    from innergraph.patching.upstream import series_level
-
     code, output, _ = _run([str(python), "-c", "import os, pytensor; print(os.path.dirname(pytensor.__file__))"], cwd=Path("/"))
     if code:
         raise SystemExit(f"the patched environment cannot import pytensor:\n{output[-3000:]}")

@@ -13,7 +13,7 @@ from pytensor.compile.mode import Mode, get_mode
 import innergraph
 from innergraph.consumer import Capabilities, Iterate, register_consumer
 from innergraph.ops.loop import ForiLoop, WhileLoop
-from innergraph.protocol.semantics import loop_plan
+from innergraph.protocol.plans import loop_plan
 from innergraph.protocol.slots import FORMS
 from typed import grad, pushforward
 
@@ -321,7 +321,7 @@ def test_a_body_output_read_by_two_slots_gives_two_arrays():
     from pytensor.scan.op import Scan as NativeScan
 
     from innergraph.ops.ifelse import IfElse
-    from innergraph.protocol.semantics import branch_plan
+    from innergraph.protocol.plans import branch_plan
 
     lim = pt.dscalar("lim")
     s = innergraph.while_loop(lambda s: s < lim, lambda s: s * a + pt.sin(s) * 0.1 + 0.05, x, max_steps=12)

@@ -15,7 +15,7 @@ from pytensor.compile.mode import Mode, get_mode
 import innergraph
 from innergraph.lifting.rules import lift_graph
 from innergraph.ops.call import Call
-from innergraph.protocol.semantics import once_plan
+from innergraph.protocol.plans import once_plan
 from typed import call, grad, pushforward
 
 x, a = pt.dvector("x"), pt.dscalar("a")

@@ -1,6 +1,6 @@
 """``import innergraph`` on a PyTensor carrying only the first patches of the upstream series.
 
-`innergraph.patching.upstream` decides: patches 1-4 are inert (nothing imports ``pytensor.innergraph``),
+`innergraph.startup.upstream` decides: patches 1-4 are inert (nothing imports ``pytensor.innergraph``),
 so innergraph monkey-patches as on a released PyTensor; the last patch makes PyTensor enable its
 copy, and the whole series is aliased; a PyTensor enabling a copy that lacks modules (patched from
 another version of the series) is refused, naming what is missing. These tests build fake ``pytensor/innergraph`` folders holding the modules of the
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from innergraph.patching import upstream as _upstream
+from innergraph.startup import upstream
 from innergraph_patches.series import SERIES
 
 
@@ -22,7 +22,7 @@ def _fake_copy(root, level):
     (folder / "__init__.py").write_text("")  # patch 1 creates the package
     for spec in SERIES[:level]:
         for module in spec.modules:
-            target = folder / _upstream._shipped_as(module)
+            target = folder / upstream.shipped_as(module)
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text("")
     return str(folder)
@@ -30,27 +30,27 @@ def _fake_copy(root, level):
 
 @pytest.mark.parametrize("level", range(len(SERIES) + 1))
 def test_series_level_counts_the_leading_patches_present(tmp_path, level):
-    assert _upstream.series_level(_fake_copy(tmp_path, level)) == level
+    assert upstream.series_level(_fake_copy(tmp_path, level)) == level
 
 
 def test_a_module_missing_from_an_earlier_patch_lowers_the_level(tmp_path):
     folder = _fake_copy(tmp_path, len(SERIES))
     (tmp_path / "innergraph" / "fold.py").unlink()  # patch 1's
-    assert _upstream.series_level(folder) == 0
-    assert _upstream.missing_modules(folder) == ["fold.py"]
+    assert upstream.series_level(folder) == 0
+    assert upstream.missing_modules(folder) == ["fold.py"]
 
 
 def test_no_copy_is_level_zero():
-    assert _upstream.missing_modules(None, 1) == [_upstream._shipped_as(m) for m in SERIES[0].modules]
+    assert upstream.missing_modules(None, 1) == [upstream.shipped_as(m) for m in SERIES[0].modules]
 
 
 @pytest.mark.parametrize("level", range(1, len(SERIES)))
 def test_inert_patches_are_monkey_patched_as_a_released_pytensor(tmp_path, monkeypatch, level):
     monkeypatch.setattr(_upstream, "_upstream_folder", lambda: _fake_copy(tmp_path, level))
     monkeypatch.delitem(sys.modules, "pytensor.innergraph.rewriting.db", raising=False)
-    _upstream.refuse_partial_series()  # no error
+    upstream.refuse_partial_series()  # no error
     monkeypatch.setattr(_upstream, "series_level", lambda folder=None: level)
-    assert not _upstream.patched_pytensor()
+    assert not upstream.patched_pytensor()
 
 
 def test_a_copy_pytensor_enables_without_the_backends_is_refused_naming_them(tmp_path, monkeypatch):
@@ -61,7 +61,7 @@ def test_a_copy_pytensor_enables_without_the_backends_is_refused_naming_them(tmp
     monkeypatch.setattr(_upstream, "_upstream_folder", lambda: folder)
     monkeypatch.setitem(sys.modules, "pytensor.innergraph.rewriting.db", sys.modules[__name__])
     with pytest.raises(ImportError, match=r"carries patches 1-3 of innergraph's 5-patch upstream series.*lacks backends/") as error:
-        _upstream.refuse_partial_series()
+        upstream.refuse_partial_series()
     assert "install PyTensor with the whole series" in str(error.value)
 
 
@@ -70,12 +70,12 @@ def test_a_copy_pytensor_enabled_is_refused_whatever_it_lacks(tmp_path, monkeypa
     monkeypatch.setattr(_upstream, "_upstream_folder", lambda: _fake_copy(tmp_path, 1))
     monkeypatch.setitem(sys.modules, "pytensor.innergraph.rewriting.db", sys.modules[__name__])
     with pytest.raises(ImportError, match=r"patches 1-1 .* lacks patching/"):
-        _upstream.refuse_partial_series()
+        upstream.refuse_partial_series()
 
 
 def test_the_whole_series_is_aliased_not_refused(tmp_path, monkeypatch):
     folder = _fake_copy(tmp_path, len(SERIES))
     monkeypatch.setattr(_upstream, "_upstream_folder", lambda: folder)
     monkeypatch.setitem(sys.modules, "pytensor.innergraph.rewriting.db", sys.modules[__name__])
-    _upstream.refuse_partial_series()
-    assert _upstream.series_level() == len(SERIES) and _upstream.patched_pytensor()
+    upstream.refuse_partial_series()
+    assert upstream.series_level() == len(SERIES) and upstream.patched_pytensor()

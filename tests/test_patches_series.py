@@ -11,7 +11,7 @@ from typing import Any
 import pytensor
 import pytest
 
-from innergraph.patching.upstream import series_level
+from innergraph.startup.upstream import series_level
 from innergraph_patches import build, series
 
 REPOSITORY = build.REPOSITORY
@@ -43,7 +43,7 @@ def test_copies_import_pytensor_innergraph_only():
         'ON_DEMAND = ("innergraph.backends.numba",)\n'
         'mode.excluding("innergraph")\n'
         'fgraph.replace_all(pairs, reason="innergraph.lift")\n'
-        "import innergraph.core.supported  # noqa: F401  library only\n"
+        "import innergraph.startup.supported  # noqa: F401  library only\n"
     )
     assert build.rewrite_imports(source, "x.py") == (
         "from pytensor.innergraph import _pickle as innergraph_pickle\n"

@@ -16,7 +16,7 @@ import pytensor.tensor as pt
 import pytest
 
 import innergraph
-from innergraph.core.supported import parse_version
+from innergraph.startup.supported import parse_version
 from typed import grad
 
 

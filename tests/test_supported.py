@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from innergraph.core.supported import SUPPORTED, check_pytensor, parse_version
+from innergraph.startup.supported import SUPPORTED, check_pytensor, parse_version
 
 ROOT = Path(__file__).resolve().parents[1]
 RANGE = ">=3.3.6,<3.4"

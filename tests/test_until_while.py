@@ -128,7 +128,7 @@ def test_traces_read_otherwise_and_exclusion_keep_the_scan(numba_others):
 
 def test_under_jax_the_until_scan_runs_as_a_while_loop():
     from innergraph.core.dispatch import runs
-    from innergraph.patching.linker import load_on_demand
+    from innergraph.core.dispatch import load_on_demand
     from pytensor.link.jax.linker import JAXLinker
 
     load_on_demand(JAXLinker)

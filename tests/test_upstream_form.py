@@ -54,9 +54,9 @@ def test_the_expected_form_is_active():
         assert form == expected
     level = os.environ.get("INNERGRAPH_EXPECT_SERIES_LEVEL")  # .ci/patched, patch by patch
     if level is not None:
-        from innergraph.patching import upstream as _upstream
+        from innergraph.startup import upstream
 
-        assert _upstream.series_level() == int(level)
+        assert upstream.series_level() == int(level)
 
 
 def _load_backends():

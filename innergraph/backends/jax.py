@@ -50,9 +50,10 @@ from innergraph.core.graph import body_of, is_function, scope_toposort
 from innergraph.core.instantiate import private_fgraph
 from innergraph.protocol.runtime import body_value, compile_count, is_rewritten, pipeline_passes
 from innergraph.ops.scan import Scan, backend_native_scan
-from innergraph.patching import DispatchPatch, Patch, apply_late, original
+from innergraph.core.hooks import DispatchPatch, Patch, apply_late, original
 from innergraph.rewriting.lift import was_lifted
 from innergraph.core.types import Body
+from innergraph.core.compat import queried_once
 
 __all__ = [
     "jax_body",
@@ -68,7 +69,6 @@ def _body_rewriter(body: Body) -> Any:
     """The JAX mode's rewriter for a body, without the pipeline's passes if it went through them (queried once)."""
     from pytensor.compile.mode import Mode, get_mode
 
-    from innergraph.core.compat import queried_once
 
     query = get_mode("JAX").provided_optimizer
     rewritten = is_rewritten(body)

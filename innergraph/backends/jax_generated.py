@@ -32,8 +32,9 @@ from pytensor.link.jax.dispatch import jax_funcify
 from innergraph.backends.jax import jax_body
 from innergraph.backends.jax_loop import is_traced
 from innergraph.protocol.runtime import body_value
-from innergraph.patching import DispatchPatch, apply_late
-from innergraph.protocol.semantics import Branch, BranchPlan, LoopPlan, Once, OncePlan, branch_plan, loop_plan, once_plan, semantics_of
+from innergraph.core.hooks import DispatchPatch, apply_late
+from innergraph.protocol.semantics import Branch, Once, semantics_of
+from innergraph.protocol.plans import BranchPlan, LoopPlan, OncePlan, branch_plan, loop_plan, once_plan
 from innergraph.protocol.slots import FORMS, ON_REGISTER, Form, form_of
 
 __all__ = ["jax_branch", "jax_funcify_generated", "jax_loop", "jax_once", "register_generated"]

@@ -49,13 +49,13 @@ from innergraph.backends.numba_code import (
     prepared_body,
 )
 from innergraph.core.dispatch import register_conversion_dispatch
-from innergraph.patching import DispatchPatch, Patch, apply_late, original
+from innergraph.core.hooks import DispatchPatch, Patch, apply_late, original
 from innergraph.rewriting.lift import was_lifted
 from innergraph.ops.scan import Scan, backend_native_scan
 from innergraph.protocol.runtime import body_value, compile_count
 from innergraph.core.types import Body
 
-__all__ = ["funcify_fgraph_as_one_conversion", "numba_body", "numba_body_code"]
+__all__ = ["funcify_fgraph_as_one_conversion", "jitted", "numba_body", "numba_body_code"]
 
 _fgraph_funcify = original(numba_basic, "numba_funcify_FunctionGraph")
 
@@ -145,7 +145,7 @@ def numba_body_code(body: Body, mutable: frozenset[int] = frozenset()) -> BodyCo
     return body.cached(("numba", mutable, code_key(body)), make)
 
 
-def _jitted(
+def jitted(
     name: str, params: Sequence[str], lines: Sequence[str], env: dict[str, Any], keys: Sequence[str | None]
 ) -> Converted:
     """``def name(*params): *lines``, jitted, keyed by its source and the keys of the code it inlines."""
@@ -162,7 +162,7 @@ def _names(prefix: str, n: int) -> list[str]:
 def _returning(name: str, code: BodyCode, args: list[str], leading: Sequence[str] = ()) -> Converted:
     """A jitted ``name(*leading, *args)`` that computes the body inline and returns its outputs."""
     inline = code.render("b_", args)
-    return _jitted(name, [*leading, *args], [*inline.lines, f"return {inline.returned()}"], inline.env, [code.key])
+    return jitted(name, [*leading, *args], [*inline.lines, f"return {inline.returned()}"], inline.env, [code.key])
 
 
 def numba_body(body: Body) -> Converted:
@@ -202,4 +202,4 @@ def numba_funcify_scan(op: Scan, node: Any = None, **kwargs: Any) -> Converted:
     n_args = len(node.inputs) - 1
     args = _names("a", n_args)
     lines = [f"return inner({', '.join(args)})"]
-    return _jitted("innergraph_scan", ["function0", *args], lines, {"inner": inner}, [inner_key])
+    return jitted("innergraph_scan", ["function0", *args], lines, {"inner": inner}, [inner_key])

@@ -53,7 +53,7 @@ from innergraph.core.instantiate import is_large_constant, private_fgraph
 from innergraph.protocol.runtime import body_rewriter, skips_pipeline_passes
 from innergraph.rewriting.tracks import skipping_untracked
 from innergraph.core.types import Body
-from innergraph.patching import original
+from innergraph.core.hooks import original
 
 # PyTensor's own conversion of a node, which `convert_once` replaces (a patched PyTensor keeps it under another name)
 numba_funcify_ensure_cache = original(numba_basic, "numba_funcify_ensure_cache")

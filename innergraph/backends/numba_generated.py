@@ -34,10 +34,11 @@ import numpy as np
 from pytensor.link.numba.dispatch import basic as numba_basic
 from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, register_funcify_and_cache_key
 
-from innergraph.backends.numba import _jitted, numba_body_code
+from innergraph.backends.numba import jitted, numba_body_code
 from innergraph.backends.numba_code import Converted, code_key
 from innergraph.protocol.runtime import body_value
-from innergraph.protocol.semantics import Branch, BranchPlan, LoopPlan, Once, OncePlan, Role, branch_plan, loop_plan, once_plan, semantics_of
+from innergraph.protocol.semantics import Branch, Once, semantics_of
+from innergraph.protocol.plans import BranchPlan, LoopPlan, OncePlan, Role, branch_plan, loop_plan, once_plan
 from innergraph.protocol.slots import FORMS, ON_REGISTER, Form, form_of
 
 __all__ = ["branch_source", "generated_source", "numba_funcify_generated", "once_source", "register_generated"]
@@ -117,7 +118,7 @@ def numba_funcify_generated(op: Any, node: Any = None, **kwargs: Any) -> Convert
     def make() -> Converted:
         codes = {b: numba_body_code(body, _owned(plan, b)) for b, body in bodies.items()}
         params, lines, env = generated_source(plan, codes)
-        return _jitted(f"innergraph_{type(op).__name__.lower()}", params, lines, env, [codes[b].key for b in plan.bodies_run])
+        return jitted(f"innergraph_{type(op).__name__.lower()}", params, lines, env, [codes[b].key for b in plan.bodies_run])
 
     keys = tuple((_owned(plan, b), code_key(body)) for b, body in bodies.items())  # what each body's code is keyed by
     return bodies[plan.update].cached(("numba_generated", plan, others, keys), make)
@@ -162,7 +163,7 @@ def _branch(op: Any, node: Any, form: Form) -> Converted:
         plan = branch_plan(op, node)  # its bodies are the form's functions (`innergraph.protocol.semantics._declared`)
         codes = [numba_body_code(then_body), numba_body_code(else_body)]
         params, lines, env = branch_source(plan, codes)
-        return _jitted(f"innergraph_{type(op).__name__.lower()}", params, lines, env, [c.key for c in codes])
+        return jitted(f"innergraph_{type(op).__name__.lower()}", params, lines, env, [c.key for c in codes])
 
     key = ("numba_generated", op, _wiring(node), else_body, code_key(then_body), code_key(else_body))
     return then_body.cached(key, make)
@@ -185,7 +186,7 @@ def _once(op: Any, node: Any, form: Form) -> Converted:
         plan = once_plan(op, node)
         code = numba_body_code(body)
         params, lines, env = once_source(plan, code)
-        return _jitted(f"innergraph_{type(op).__name__.lower()}", params, lines, env, [code.key])
+        return jitted(f"innergraph_{type(op).__name__.lower()}", params, lines, env, [code.key])
 
     return body.cached(("numba_generated", op, _wiring(node), code_key(body)), make)
 

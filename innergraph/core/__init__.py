@@ -8,3 +8,5 @@ machinery every layer uses: the supported range (`supported`), internals that mo
 between PyTensor versions (`compat`), the records that patch PyTensor (`hooks`) and
 which linker compiles (`dispatch`). Nothing here imports another layer of innergraph.
 """
+
+from innergraph.core import canonical  # noqa: F401  registers Body's encoding (types.register_encoding)

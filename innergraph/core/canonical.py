@@ -24,7 +24,7 @@ from typing import Any
 from pytensor.graph.basic import Apply, Constant, NominalVariable, Variable
 
 from innergraph.core.graph import body_of, is_function, param, scope_toposort
-from innergraph.core.types import Body, InnerGraphType
+from innergraph.core.types import Body, InnerGraphType, register_encoding
 
 __all__ = ["Encoding", "decode", "encode", "template"]
 
@@ -102,3 +102,6 @@ def decode(encoding: Encoding) -> Body:
         built.append(Apply(op, [var(r) for r in input_refs], [t() for t in output_types]))
     assert isinstance(function_type, InnerGraphType)
     return Body(function_type, [var(r) for r in output_refs])
+
+
+register_encoding(encode)

@@ -1,6 +1,6 @@
 """Every PyTensor internal innergraph depends on that may move between versions.
 
-innergraph targets PyTensor 3.3.x (``>=3.3.6``, `innergraph.core.supported`). What is not
+innergraph targets PyTensor 3.3.x (``>=3.3.6``, `innergraph.startup.supported`). What is not
 PyTensor's documented API, or may move within the 3.3 line, is imported or adapted
 here, and only here: the database of rewrites as PyTensor keeps it, the frozen inner
 graphs of its Ops, its gradient entry points with innergraph's conventions.

@@ -32,6 +32,11 @@ How a linker's dispatch is found (`conversion_dispatches`), in order:
 
 When neither finds a dispatch, it cannot be determined: `runs` answers ``False``
 (correctness first: the caller then hands over PyTensor's native Ops).
+
+Which of innergraph's modules load on a linker's first link (`ON_DEMAND`,
+`load_on_demand`): the backends, and the DebugMode patch. They are named, not
+imported, so that importing innergraph imports no Numba or JAX; the patched
+``Linker.schedule`` (`innergraph.patching.linker`) loads them.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import dis
 import importlib
 import importlib.util
 import inspect
+import sys
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -50,7 +56,17 @@ from pytensor.graph.op import Op
 from pytensor.link.basic import JITLinker, Linker, LocalLinker, WrapLinker
 from pytensor.link.c.basic import CLinker, DualLinker
 
-__all__ = ["compiling_for_numba", "conversion_dispatches", "implements", "linker_being_compiled", "register_conversion_dispatch", "runs"]
+__all__ = [
+    "ON_DEMAND",
+    "compiling_for_numba",
+    "conversion_dispatches",
+    "implements",
+    "linker_being_compiled",
+    "load_on_demand",
+    "load_on_link",
+    "register_conversion_dispatch",
+    "runs",
+]
 
 #: Linker families that run nodes through ``op.make_thunk`` (a `JITLinker` is checked first).
 THUNK_LINKERS: tuple[type, ...] = (LocalLinker, CLinker, WrapLinker, DualLinker)
@@ -198,3 +214,40 @@ def compiling_for_numba(fgraph: FunctionGraph | None = None) -> bool:
     from pytensor.link.numba.linker import NumbaLinker
 
     return isinstance(linker_being_compiled(fgraph), NumbaLinker)
+
+
+#: (module and class name of a linker, innergraph module to import on its first link).
+#: Matched by name so that no linker module (and no JAX or Numba) is imported before use.
+ON_DEMAND: tuple[tuple[str, str, str], ...] = (
+    ("pytensor.link.numba.linker", "NumbaLinker", "innergraph.backends.numba"),
+    ("pytensor.link.jax.linker", "JAXLinker", "innergraph.backends.jax"),
+    ("pytensor.compile.debug.debugmode", "_Linker", "innergraph.patching.debugmode"),
+)
+
+
+
+def load_on_link(backend_linker: tuple[str, str], module: str) -> None:
+    """Import ``module`` on the first link with the linker named ``backend_linker`` (its module and class name).
+
+    Recorded once per process (`ON_DEMAND`); `innergraph.consumer.load_on_link` is the public form.
+    """
+    global ON_DEMAND
+    entry = (*backend_linker, module)
+    if entry not in ON_DEMAND:
+        ON_DEMAND = (*ON_DEMAND, entry)
+
+
+def load_on_demand(linker_class: type) -> None:
+    """Import the innergraph modules `ON_DEMAND` names for ``linker_class`` or a base class of it."""
+    bases = {(c.__module__, c.__qualname__) for c in linker_class.__mro__}
+    for module, name, needed in ON_DEMAND:
+        if (module, name) in bases and needed not in sys.modules and _exists(needed):
+            importlib.import_module(needed)
+
+
+def _exists(module: str) -> bool:
+    """Whether ``module`` is there: a PyTensor patched up to the rewrites has no backends yet (its consumers are handed over)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its package is missing
+        return False

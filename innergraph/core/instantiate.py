@@ -23,6 +23,7 @@ from pytensor.graph.op import Op
 from pytensor.graph.traversal import ancestors
 from pytensor.tensor.variable import TensorConstant
 
+from innergraph.core import compat
 from innergraph.core.errors import ArityError, BodyTypeError
 from innergraph.core.graph import body_of, params, scope_toposort
 from innergraph.core.types import Body
@@ -350,12 +351,10 @@ def _shapes_over(body: Body, arg_shapes: Sequence[Any]) -> tuple[list[Variable],
     ``dummies`` and, when every argument's shape is known, placeholder dimensions
     that ``replace`` maps to ``arg_shapes``.
     """
-    from innergraph.core import compat as _compat
-
     dummies, dims, template = _shape_template(body)
     if any(d is not None and s is None for d, s in zip(dims, arg_shapes, strict=True)):
         # an argument's shape is unknown: its placeholders would be left free, so infer directly
-        return dummies, _compat.infer_output_shapes(instantiate(body, dummies), dummies, list(arg_shapes)), {}
+        return dummies, compat.infer_output_shapes(instantiate(body, dummies), dummies, list(arg_shapes)), {}
     replace: dict[Variable, Variable] = {}
     for param_dims, arg_shape in zip(dims, arg_shapes, strict=True):
         if param_dims is not None and arg_shape is not None:
@@ -372,8 +371,6 @@ def _shape_template(body: Body) -> tuple[list[Variable], list[list[Variable] | N
     """
     from pytensor.tensor import lscalar
 
-    from innergraph.core import compat as _compat
-
     cached = body.cache.get("output shape template")
     if cached is None:
         dummies = [t() for t in body.param_types]
@@ -381,7 +378,7 @@ def _shape_template(body: Body) -> tuple[list[Variable], list[list[Variable] | N
             [lscalar(f"d{i}_{k}") for k in range(t.ndim)] if hasattr(t, "ndim") else None
             for i, t in enumerate(body.param_types)
         ]
-        shapes = _compat.infer_output_shapes(instantiate(body, dummies), dummies, dims)
+        shapes = compat.infer_output_shapes(instantiate(body, dummies), dummies, dims)
         cached = body.cache["output shape template"] = (dummies, dims, shapes)
     return cached
 

@@ -26,7 +26,18 @@ from pytensor.graph.type import Type
 
 import innergraph_pickle
 
-__all__ = ["Body", "InnerGraphType", "is_folded", "pickles"]
+__all__ = ["Body", "InnerGraphType", "is_folded", "pickles", "register_encoding"]
+
+_encoding: list[Callable[[Body], Any]] = []  # the canonical encoding, once registered
+
+
+def register_encoding(encode: Callable[[Body], Any]) -> None:
+    """Make ``encode`` the canonical encoding behind `Body.key` (and so `Body` equality).
+
+    `innergraph.core.canonical` registers its `encode` when it loads (it reads bodies,
+    so this module cannot import it); ``innergraph.core`` loads it before any body exists.
+    """
+    _encoding[:] = [encode]
 
 
 class InnerGraphType(Type["Body"]):
@@ -104,9 +115,7 @@ class Body:
         """The canonical encoding: equal exactly for alpha-equivalent bodies (cached)."""
         key = self.cache.get("canonical")
         if key is None:
-            from innergraph.core.canonical import encode
-
-            key = self.cache["canonical"] = encode(self)
+            key = self.cache["canonical"] = _encoding[0](self)
         return key
 
     def __eq__(self, other: object) -> bool:

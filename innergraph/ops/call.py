@@ -20,7 +20,7 @@ from typing import Any
 from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.op import Op
 
-from innergraph.core import compat as _compat
+from innergraph.core import compat
 from innergraph.core.build import Capture, Closure, inner_graph
 from innergraph.core.errors import ArityError, BodyTypeError
 from innergraph.core.fold import fold_function
@@ -120,7 +120,7 @@ class Call(Op):
         if self.connection is not None:
             return rows + [list(r) for r in self.connection]
         body = body_of(node.inputs[0])
-        return rows + _compat.param_connection_rows(body.param_types, lambda xs: instantiate(body, xs))
+        return rows + compat.param_connection_rows(body.param_types, lambda xs: instantiate(body, xs))
 
     def infer_shape(self, node: Apply, input_shapes: Sequence[Any]) -> list[Any]:
         n = self.n_functions
@@ -197,7 +197,7 @@ def _body_pullback(function: Variable, args: Sequence[Variable], cotangents: Seq
         return [disconnected_type() for _ in args]
     xs = [t(name=f"x{i}") for i, t in enumerate(body.param_types)]
     gs = [cotangents[k].type(name=f"g{k}") for k in live]
-    grads = _compat.pullback([instantiate(body, xs)[k] for k in live], xs, gs)
+    grads = compat.pullback([instantiate(body, xs)[k] for k in live], xs, gs)
     kept = [i for i, g in enumerate(grads) if not isinstance(g.type, DisconnectedType | NullType)]
     result = [g.type() if isinstance(g.type, NullType) else disconnected_type() for g in grads]
     if kept:
@@ -219,7 +219,7 @@ def _body_pushforward(
         return [disconnected_type() for _ in range(n_out)]
     xs = [t(name=f"x{i}") for i, t in enumerate(body.param_types)]
     ts = [tangents[i].type(name=f"t{i}") for i in active]
-    jvps = _compat.pushforward(instantiate(body, xs), [xs[i] for i in active], ts)
+    jvps = compat.pushforward(instantiate(body, xs), [xs[i] for i in active], ts)
     closure = inner_graph(jvps, [*xs, *ts])
     return _as_list(call(closure, *args, *(tangents[i] for i in active)))
 

@@ -44,8 +44,10 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.gradient import DisconnectedType, NullType, disconnected_type
 from pytensor.graph.basic import Apply, Variable
+from pytensor.scan.op import Scan as NativeScan
 
 from innergraph.core.compat import inner_graph_outputs
+from innergraph.ops.scan import CARRIED_TAGS, Scan
 
 __all__ = [
     "Policy",
@@ -66,6 +68,7 @@ Policy = int | str | None
 
 #: Tag attribute naming a Scan node's own policy (``"none"`` for "never checkpoint").
 TAG = "innergraph_checkpoint"
+CARRIED_TAGS.add(TAG)  # an in-graph Scan hands it to the native Scan it differentiates through
 
 _default: list[Policy] = [None]
 
@@ -131,10 +134,6 @@ def mark(outputs: Any | Sequence[Any], policy: Policy = "sqrt") -> None:
 
 def scan_node_of(var: Any) -> Apply | None:
     """The Scan node that computed ``var`` (through a few slices and reshapes), or None."""
-    from pytensor.scan.op import Scan as NativeScan
-
-    from innergraph.ops.scan import Scan
-
     seen = 0
     while var.owner is not None and seen < 8:
         if isinstance(var.owner.op, NativeScan | Scan):
@@ -359,7 +358,6 @@ def _scan_buffer(trace: Any, length: int) -> Any | None:
 
     `pytensor.scan` lays a state out so: its buffer starts with the ``length`` initial rows.
     """
-    from pytensor.scan.op import Scan as NativeScan
     from pytensor.tensor.subtensor import Subtensor, get_idx_list
 
     node = trace.owner

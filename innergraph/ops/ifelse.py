@@ -22,7 +22,7 @@ import pytensor.tensor as pt
 from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.op import Op
 
-from innergraph.core import compat as _compat
+from innergraph.core import compat
 from innergraph.core.build import inner_graph
 from innergraph.core.errors import BodyTypeError
 from innergraph.core.fold import fold_function
@@ -144,7 +144,7 @@ class IfElse(Op):
             xs = [t() for t in fn.type.param_types]
             dts = [ts[i].type() for i in active]
             outs = instantiate(fn, xs)
-            jvps = _compat.pushforward(outs, [xs[i] for i in active], dts) if active else [pt.zeros_like(o) for o in outs]
+            jvps = compat.pushforward(outs, [xs[i] for i in active], dts) if active else [pt.zeros_like(o) for o in outs]
             bodies.append((inner_graph(jvps, [*xs, *dts], capture="leaves"), [*args, *(ts[i] for i in active)]))
         (then_c, then_in), (else_c, else_in) = bodies
         return _as_list(
@@ -194,7 +194,7 @@ def _join(a: Any, b: Any) -> Any:
 
 def _param_rows(fn: Variable) -> list[list[bool]]:
     body = body_of(fn)
-    return _compat.param_connection_rows(body.param_types, lambda xs: instantiate(body, xs))
+    return compat.param_connection_rows(body.param_types, lambda xs: instantiate(body, xs))
 
 
 def _branch_grads(
@@ -209,7 +209,7 @@ def _branch_grads(
     xs = [t(name=f"x{i}") for i, t in enumerate(fn.type.param_types)]
     g_dummies = [g.type(name=f"g{k}") for k, g in zip(live, gs, strict=True)]
     ys = instantiate(fn, xs)
-    grads = _compat.pullback([ys[k] for k in live], xs, g_dummies)
+    grads = compat.pullback([ys[k] for k in live], xs, g_dummies)
     kept = [i for i, g in enumerate(grads) if not isinstance(g.type, DisconnectedType | NullType)]
     result: list[Variable] = [g.type() if isinstance(g.type, NullType) else disconnected_type() for g in grads]
     if not kept:

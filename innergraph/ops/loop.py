@@ -20,13 +20,15 @@ fori loop
     steps, step ``t`` reading row ``t`` of each sequence (the loop index is a
     sequence over ``arange(lower, upper)``), a counted loop like Scan.
 
-Everything here imports `innergraph.consumer` and the public package only: the
-two loops are what a contributor can write (``design/contributing.md``).
+The two loops are what a contributor can write (``design/contributing.md``): every
+name of innergraph they use is one the contributor API (`innergraph.consumer`)
+re-exports; they import it from the module that defines it, as the consumer API sits
+above the consumers (``tests/test_layers.py`` checks both).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import innergraph_pickle
@@ -35,19 +37,28 @@ import pytensor.tensor as pt
 from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.op import Op
 
-from innergraph import consumer as api
+from innergraph.core.errors import BodyTypeError
+from innergraph.core.graph import body_of, is_function, params
+from innergraph.core.instantiate import carried_shapes, fit_arguments
+from innergraph.protocol.runtime import body_value, compiled_function, linker_for, make_body_thunk
+from innergraph.protocol.semantics import Iterate
+from innergraph.protocol.slots import Capabilities, Form, Meaning, Slot, SlotKind, register_consumer
 
-__all__ = ["ForiLoop", "WhileLoop"]
+__all__ = ["DERIVATIVES", "ForiLoop", "WhileLoop"]
+
+#: The loops' pushforward and pullback (``"while_pullback"``, ...), registered by
+#: `innergraph.ops.loop_derivatives`: they build loops, so this module cannot import them.
+DERIVATIVES: dict[str, Callable[..., list[Variable]]] = {}
 
 
 def _check_carry(where: str, init: Sequence[Variable], new_types: Sequence[Any]) -> None:
     if len(new_types) != len(init):
-        raise api.BodyTypeError(
+        raise BodyTypeError(
             f"{where}: the step body returns {len(new_types)} values for {len(init)} carried values"
         )
     for i, (x, t) in enumerate(zip(init, new_types, strict=True)):
         if x.type != t:
-            raise api.BodyTypeError(f"{where}: the step body returns {t} for carried value {i} ({x}), of type {x.type}")
+            raise BodyTypeError(f"{where}: the step body returns {t} for carried value {i} ({x}), of type {x.type}")
 
 
 def _unaliased(results: list[Any], inputs: Sequence[Any]) -> list[Any]:
@@ -86,17 +97,17 @@ class WhileLoop(Op):
     def make_node(self, *inputs: Any) -> Apply:
         parts = self.split(inputs)
         for pos, fn in ((0, parts["cond_fn"]), (1, parts["step_fn"])):
-            if not isinstance(fn, Variable) or not api.is_function(fn):
+            if not isinstance(fn, Variable) or not is_function(fn):
                 raise TypeError(f"{self}: input {pos} ({fn!r}) must be a function variable")
         init, shared = parts["init"], parts["args"]
         cond_t, step_t = parts["cond_fn"].type, parts["step_fn"].type
-        cond_in = api.fit_arguments(cond_t.param_types, [*init, *parts["cond_args"], *shared], where=f"{self} condition")
-        step_in = api.fit_arguments(step_t.param_types, [*init, *parts["step_args"], *shared], where=f"{self} step")
+        cond_in = fit_arguments(cond_t.param_types, [*init, *parts["cond_args"], *shared], where=f"{self} condition")
+        step_in = fit_arguments(step_t.param_types, [*init, *parts["step_args"], *shared], where=f"{self} step")
         for name, t in (("condition", cond_t.output_types[-1:]), ("step", step_t.output_types[-1:])):
             if [getattr(o, "dtype", None) for o in t] != ["bool"] or t[0].ndim != 0:
-                raise api.BodyTypeError(f"{self}: the {name} body's last output must be a boolean scalar, it returns {t}")
+                raise BodyTypeError(f"{self}: the {name} body's last output must be a boolean scalar, it returns {t}")
         if len(cond_t.output_types) != 1:
-            raise api.BodyTypeError(f"{self}: the condition body must return one value, it returns {cond_t.output_types}")
+            raise BodyTypeError(f"{self}: the condition body must return one value, it returns {cond_t.output_types}")
         _check_carry(str(self), step_in[: self.n_carry], step_t.output_types[:-1])
         if list(cond_t.param_types[: self.n_carry]) != list(step_t.param_types[: self.n_carry]):
             raise TypeError(f"{self}: the condition and step bodies take the carried values with different types")
@@ -126,14 +137,14 @@ class WhileLoop(Op):
         return run
 
     def make_thunk(self, node: Apply, storage_map: Any, compute_map: Any, no_recycling: Any, impl: str | None = None) -> Any:
-        linker = api.linker_for(impl)
-        cond = api.compiled_function(api.body_value(node.inputs[0]), linker, trust_input=True)
-        step = api.compiled_function(api.body_value(node.inputs[1]), linker, trust_input=True)
-        return api.make_body_thunk(node, storage_map, compute_map, self._run(cond, step))
+        linker = linker_for(impl)
+        cond = compiled_function(body_value(node.inputs[0]), linker, trust_input=True)
+        step = compiled_function(body_value(node.inputs[1]), linker, trust_input=True)
+        return make_body_thunk(node, storage_map, compute_map, self._run(cond, step))
 
     def perform(self, node: Apply, inputs: Sequence[Any], output_storage: Any) -> None:
-        cond = api.compiled_function(api.body_value(node.inputs[0]), "py", trust_input=True)
-        step = api.compiled_function(api.body_value(node.inputs[1]), "py", trust_input=True)
+        cond = compiled_function(body_value(node.inputs[0]), "py", trust_input=True)
+        step = compiled_function(body_value(node.inputs[1]), "py", trust_input=True)
         for cell, value in zip(output_storage, self._run(cond, step)(list(inputs[2:])), strict=True):
             cell[0] = value
 
@@ -147,17 +158,13 @@ class WhileLoop(Op):
         inputs, shapes = node.inputs[self.n_header :], input_shapes[self.n_header :]
         step_args = [*[None] * c, *inputs[c + a :]]
         step_shapes = [*shapes[:c], *shapes[c + a :]]
-        return api.carried_shapes(node.inputs[1], step_args, step_shapes, range(c))
+        return carried_shapes(node.inputs[1], step_args, step_shapes, range(c))
 
     def pushforward(self, inputs: Sequence[Variable], outputs: Sequence[Variable], tangents: Sequence[Variable]) -> list[Variable]:
-        from innergraph.loops import while_pushforward
-
-        return while_pushforward(self, inputs, tangents)
+        return DERIVATIVES["while_pushforward"](self, inputs, tangents)
 
     def pullback(self, inputs: Sequence[Variable], outputs: Sequence[Variable], cotangents: Sequence[Variable]) -> list[Variable]:
-        from innergraph.loops import while_pullback
-
-        return while_pullback(self, inputs, outputs, cotangents)
+        return DERIVATIVES["while_pullback"](self, inputs, outputs, cotangents)
 
     def __str__(self) -> str:
         return f"{'DoWhile' if self.do_while else 'While'}{{{self.n_carry} carried{', bounded' if self.bounded else ''}}}"
@@ -182,7 +189,7 @@ class ForiLoop(Op):
     def make_node(self, *inputs: Any) -> Apply:
         parts = self.split(inputs)
         fn = parts["step_fn"]
-        if not isinstance(fn, Variable) or not api.is_function(fn):
+        if not isinstance(fn, Variable) or not is_function(fn):
             raise TypeError(f"{self}: input 0 ({fn!r}) must be a function variable")
         n_steps = pt.as_tensor_variable(parts["n_steps"])
         if n_steps.ndim != 0 or n_steps.dtype not in pt.type.integer_dtypes:
@@ -190,8 +197,8 @@ class ForiLoop(Op):
         seqs = [pt.as_tensor_variable(s) for s in parts["seqs"]]
         for i, (seq, t) in enumerate(zip(seqs, fn.type.param_types, strict=False)):
             if seq.ndim != t.ndim + 1 or seq.dtype != t.dtype:
-                raise api.BodyTypeError(f"{self}: sequence {i} ({seq}, {seq.type}) does not have rows of the step's param type {t}")
-        fitted = api.fit_arguments(fn.type.param_types[self.n_seqs :], [*parts["init"], *parts["args"]], where=f"{self} step")
+                raise BodyTypeError(f"{self}: sequence {i} ({seq}, {seq.type}) does not have rows of the step's param type {t}")
+        fitted = fit_arguments(fn.type.param_types[self.n_seqs :], [*parts["init"], *parts["args"]], where=f"{self} step")
         _check_carry(str(self), fitted[: self.n_carry], fn.type.output_types)
         return Apply(self, [fn, n_steps, *seqs, *fitted], [x.type() for x in fitted[: self.n_carry]])
 
@@ -207,11 +214,11 @@ class ForiLoop(Op):
         return run
 
     def make_thunk(self, node: Apply, storage_map: Any, compute_map: Any, no_recycling: Any, impl: str | None = None) -> Any:
-        step = api.compiled_function(api.body_value(node.inputs[0]), api.linker_for(impl), trust_input=True)
-        return api.make_body_thunk(node, storage_map, compute_map, self._run(step))
+        step = compiled_function(body_value(node.inputs[0]), linker_for(impl), trust_input=True)
+        return make_body_thunk(node, storage_map, compute_map, self._run(step))
 
     def perform(self, node: Apply, inputs: Sequence[Any], output_storage: Any) -> None:
-        step = api.compiled_function(api.body_value(node.inputs[0]), "py", trust_input=True)
+        step = compiled_function(body_value(node.inputs[0]), "py", trust_input=True)
         for cell, value in zip(output_storage, self._run(step)(list(inputs[1:])), strict=True):
             cell[0] = value
 
@@ -224,17 +231,13 @@ class ForiLoop(Op):
         s, c = self.n_seqs, self.n_carry
         rows = [None if shape is None else tuple(shape[1:]) for shape in input_shapes[2 : 2 + s]]
         args = [*[None] * (s + c), *node.inputs[2 + s + c :]]
-        return api.carried_shapes(node.inputs[0], args, [*rows, *input_shapes[2 + s :]], range(s, s + c))
+        return carried_shapes(node.inputs[0], args, [*rows, *input_shapes[2 + s :]], range(s, s + c))
 
     def pushforward(self, inputs: Sequence[Variable], outputs: Sequence[Variable], tangents: Sequence[Variable]) -> list[Variable]:
-        from innergraph.loops import fori_pushforward
-
-        return fori_pushforward(self, inputs, tangents)
+        return DERIVATIVES["fori_pushforward"](self, inputs, tangents)
 
     def pullback(self, inputs: Sequence[Variable], outputs: Sequence[Variable], cotangents: Sequence[Variable]) -> list[Variable]:
-        from innergraph.loops import fori_pullback
-
-        return fori_pullback(self, inputs, outputs, cotangents)
+        return DERIVATIVES["fori_pullback"](self, inputs, outputs, cotangents)
 
     def __str__(self) -> str:
         return f"ForiLoop{{{self.n_carry} carried}}"
@@ -243,34 +246,34 @@ class ForiLoop(Op):
 # --- declared as consumers -----------------------------------------------------
 
 
-def _split_while(node: Apply) -> tuple[tuple[Variable, ...], list[api.Slot]]:
+def _split_while(node: Apply) -> tuple[tuple[Variable, ...], list[Slot]]:
     op: WhileLoop = node.op
     parts = op.split(node.inputs)
-    cond_b, step_b = api.body_of(parts["cond_fn"]), api.body_of(parts["step_fn"])
-    cp, sp = api.params(cond_b.param_types), api.params(step_b.param_types)
+    cond_b, step_b = body_of(parts["cond_fn"]), body_of(parts["step_fn"])
+    cp, sp = params(cond_b.param_types), params(step_b.param_types)
     c, a, s = op.n_carry, op.n_cond_args, op.n_step_args
     step_types = step_b.type.output_types
-    post = api.Slot("post", outputs=((1, step_b.outputs[-1]),), output_types=(step_types[-1],))
+    post = Slot("post", outputs=((1, step_b.outputs[-1]),), output_types=(step_types[-1],))
     slots = [
-        api.Slot("carry", (x,), ((0, cp[i]), (1, sp[i])), ((1, step_b.outputs[i]),), (step_types[i],), (node.outputs[i],))
+        Slot("carry", (x,), ((0, cp[i]), (1, sp[i])), ((1, step_b.outputs[i]),), (step_types[i],), (node.outputs[i],))
         for i, x in enumerate(parts["init"])
     ]
-    slots += [api.Slot("cond_arg", (x,), ((0, cp[c + i]),)) for i, x in enumerate(parts["cond_args"])]
-    slots += [api.Slot("step_arg", (x,), ((1, sp[c + i]),)) for i, x in enumerate(parts["step_args"])]
-    slots += [api.Slot("arg", (x,), ((0, cp[c + a + i]), (1, sp[c + s + i]))) for i, x in enumerate(parts["args"])]
-    slots += [api.Slot("cond", outputs=((0, cond_b.outputs[0]),), output_types=(cond_b.type.output_types[0],)), post]
+    slots += [Slot("cond_arg", (x,), ((0, cp[c + i]),)) for i, x in enumerate(parts["cond_args"])]
+    slots += [Slot("step_arg", (x,), ((1, sp[c + i]),)) for i, x in enumerate(parts["step_args"])]
+    slots += [Slot("arg", (x,), ((0, cp[c + a + i]), (1, sp[c + s + i]))) for i, x in enumerate(parts["args"])]
+    slots += [Slot("cond", outputs=((0, cond_b.outputs[0]),), output_types=(cond_b.type.output_types[0],)), post]
     return tuple(node.inputs[2 : op.n_header]), slots
 
 
-def _make_while(op: WhileLoop, header: tuple[Variable, ...], functions: list[Variable], groups: dict[str, list[api.Slot]], args: list[Variable]) -> Apply:
+def _make_while(op: WhileLoop, header: tuple[Variable, ...], functions: list[Variable], groups: dict[str, list[Slot]], args: list[Variable]) -> Apply:
     n = {k: len(groups.get(k, [])) for k in ("carry", "cond_arg", "step_arg")}
     new = WhileLoop(n["carry"], n["cond_arg"], n["step_arg"], op.do_while, op.bounded)
     return new.make_node(*functions, *header, *args)
 
 
-api.register_consumer(
+register_consumer(
     WhileLoop,
-    api.Form(
+    Form(
         n_bodies=2,
         param_order=("carry", "cond_arg", "step_arg", "arg"),
         output_order=("cond", "carry", "post"),
@@ -280,35 +283,35 @@ api.register_consumer(
         make=_make_while,
         functions=lambda node: list(node.inputs[:2]),
         kinds=(
-            api.SlotKind("carry", api.Meaning.CARRY, (0, 1)),
-            api.SlotKind("cond_arg", api.Meaning.INVARIANT, (0,)),
-            api.SlotKind("step_arg", api.Meaning.INVARIANT, (1,)),
-            api.SlotKind("arg", api.Meaning.INVARIANT, (0, 1)),
-            api.SlotKind("cond", api.Meaning.CONDITION, (0,)),
-            api.SlotKind("post", api.Meaning.CONDITION, (1,)),
+            SlotKind("carry", Meaning.CARRY, (0, 1)),
+            SlotKind("cond_arg", Meaning.INVARIANT, (0,)),
+            SlotKind("step_arg", Meaning.INVARIANT, (1,)),
+            SlotKind("arg", Meaning.INVARIANT, (0, 1)),
+            SlotKind("cond", Meaning.CONDITION, (0,)),
+            SlotKind("post", Meaning.CONDITION, (1,)),
         ),
-        capabilities=api.Capabilities(loop=True),
-        semantics=lambda op: api.Iterate(update=1, pre_condition=0, bound=0 if op.bounded else None),
+        capabilities=Capabilities(loop=True),
+        semantics=lambda op: Iterate(update=1, pre_condition=0, bound=0 if op.bounded else None),
     ),
 )
 
 
-def _split_fori(node: Apply) -> tuple[tuple[Variable, ...], list[api.Slot]]:
+def _split_fori(node: Apply) -> tuple[tuple[Variable, ...], list[Slot]]:
     op: ForiLoop = node.op
     parts = op.split(node.inputs)
-    body = api.body_of(parts["step_fn"])
-    ps = api.params(body.param_types)
+    body = body_of(parts["step_fn"])
+    ps = params(body.param_types)
     s, c = op.n_seqs, op.n_carry
-    slots = [api.Slot("seq", (x,), ((0, ps[i]),)) for i, x in enumerate(parts["seqs"])]
+    slots = [Slot("seq", (x,), ((0, ps[i]),)) for i, x in enumerate(parts["seqs"])]
     slots += [
-        api.Slot("carry", (x,), ((0, ps[s + i]),), ((0, body.outputs[i]),), (body.type.output_types[i],), (node.outputs[i],))
+        Slot("carry", (x,), ((0, ps[s + i]),), ((0, body.outputs[i]),), (body.type.output_types[i],), (node.outputs[i],))
         for i, x in enumerate(parts["init"])
     ]
-    slots += [api.Slot("arg", (x,), ((0, ps[s + c + i]),)) for i, x in enumerate(parts["args"])]
+    slots += [Slot("arg", (x,), ((0, ps[s + c + i]),)) for i, x in enumerate(parts["args"])]
     return (node.inputs[1],), slots
 
 
-def _make_fori(op: ForiLoop, header: tuple[Variable, ...], functions: list[Variable], groups: dict[str, list[api.Slot]], args: list[Variable]) -> Apply:
+def _make_fori(op: ForiLoop, header: tuple[Variable, ...], functions: list[Variable], groups: dict[str, list[Slot]], args: list[Variable]) -> Apply:
     return ForiLoop(len(groups.get("seq", [])), len(groups.get("carry", []))).make_node(functions[0], *header, *args)
 
 
@@ -316,9 +319,9 @@ def _fori_key(sig: Any) -> Hashable:
     return sig.header[0]
 
 
-api.register_consumer(
+register_consumer(
     ForiLoop,
-    api.Form(
+    Form(
         n_bodies=1,
         param_order=("seq", "carry", "arg"),
         output_order=("carry",),
@@ -328,12 +331,12 @@ api.register_consumer(
         make=_make_fori,
         functions=lambda node: [node.inputs[0]],
         kinds=(
-            api.SlotKind("seq", api.Meaning.SEQUENCE),
-            api.SlotKind("carry", api.Meaning.CARRY),
-            api.SlotKind("arg", api.Meaning.INVARIANT),
+            SlotKind("seq", Meaning.SEQUENCE),
+            SlotKind("carry", Meaning.CARRY),
+            SlotKind("arg", Meaning.INVARIANT),
         ),
-        capabilities=api.Capabilities(loop=True, counted=True),
+        capabilities=Capabilities(loop=True, counted=True),
         loop_key=_fori_key,
-        semantics=api.Iterate(),
+        semantics=Iterate(),
     ),
 )

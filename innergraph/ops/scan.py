@@ -30,8 +30,8 @@ from innergraph.core.errors import ArityError, BodyTypeError
 from innergraph.core.graph import body_of, is_function
 from innergraph.core.instantiate import instantiate, step_output_shapes, substitute
 from innergraph.core.fold import fold_scope
-from innergraph.protocol.runtime import body_value
 from innergraph.core.types import Body
+from innergraph.protocol.runtime import body_value, pipeline_passes, skips_pipeline_passes
 
 __all__ = ["Scan", "ScanLayout", "build_native_scan", "native_scan"]
 
@@ -320,12 +320,16 @@ class Scan(Op):
 
 
 
-def _carry_policy(node: Apply | None, native: Apply) -> None:
-    """Give the native node this consumer's checkpoint policy tag (`innergraph.ops.checkpoint`)."""
-    from innergraph.ops.checkpoint import TAG
+#: Tag attributes a consumer node hands to the native Scan it differentiates through
+#: (`innergraph.ops.checkpoint` adds its policy tag when it loads).
+CARRIED_TAGS: set[str] = set()
 
-    if node is not None and hasattr(node.tag, TAG):
-        setattr(native.tag, TAG, getattr(node.tag, TAG))
+
+def _carry_policy(node: Apply | None, native: Apply) -> None:
+    """Give the native node this consumer's `CARRIED_TAGS` (the checkpoint policy)."""
+    for tag in sorted(CARRIED_TAGS):
+        if node is not None and hasattr(node.tag, tag):
+            setattr(native.tag, tag, getattr(node.tag, tag))
 
 
 def _repoint_map(native: Apply, inputs: Sequence[Variable], outputs: Sequence[Variable]) -> dict[Variable, Variable]:
@@ -382,7 +386,6 @@ def backend_native_scan(
     from pytensor.compile.mode import Mode, get_default_mode
     from pytensor.scan.rewriting.inner_graph import rewrite_scan_inner_graph
 
-    from innergraph.protocol.runtime import pipeline_passes, skips_pipeline_passes
 
     native = native_scan(body, op)
     types = tuple(v.type for v in outer_inputs)
@@ -402,7 +405,3 @@ def backend_native_scan(
         return native.clone_with_inner_graph(inner)
 
     return body.cached(key, bake)
-
-
-# Declared as a consumer (slot kinds, meanings, form) next to it; imported last: it reads `Scan`.
-from innergraph.ops import scan_slots as _scan_slots  # noqa: E402,F401

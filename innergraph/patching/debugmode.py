@@ -36,7 +36,7 @@ from typing import Any
 
 from pytensor.compile.debug import debugmode
 
-from innergraph.patching import Patch, apply_late
+from innergraph.core.hooks import Patch, apply_late, installed
 
 __all__ = ["find_bad_optimizations", "without_refused_in_place"]
 
@@ -50,8 +50,6 @@ def find_bad_optimizations(order: list[Any], reasons: dict[Any, list[Any]], r_va
 
 def without_refused_in_place(order: list[Any], reasons: dict[Any, list[Any]]) -> dict[Any, list[Any]]:
     """``reasons`` without the records of refused in-place variables (a patched DebugMode's check calls it first)."""
-    from innergraph.patching import installed
-
     if not installed():
         return reasons
     outputs = [out for node in order for out in node.outputs]

@@ -13,7 +13,8 @@ from typing import Any
 from pytensor.graph.basic import Variable
 from pytensor.scan.op import Scan as NativeScan
 
-from innergraph.patching import Patch
+from innergraph.core.hooks import Patch, installed
+from innergraph.ops import checkpoint
 
 __all__ = ["checkpointed_pullback", "patches", "pullback"]
 
@@ -31,12 +32,9 @@ def checkpointed_pullback(outs: Sequence[Variable], cotangents: Sequence[Variabl
 
     A patched PyTensor's ``Scan.pullback`` calls it first.
     """
-    from innergraph.patching import installed
-
     node = outs[0].owner
     if node is None or not installed():
         return None
-    from innergraph.ops import checkpoint
 
     policy = checkpoint.policy_of(node)
     if policy is not None:

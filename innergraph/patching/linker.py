@@ -10,7 +10,7 @@ rewrite database the fold has already run (before the in-place rewrites) and thi
 is a no-op scan of the nodes.
 
 Before that it loads what innergraph needs for this kind of linker and PyTensor
-itself loads only on demand (`ON_DEMAND`): the Numba and JAX implementations of the
+itself loads only on demand (`innergraph.core.dispatch.ON_DEMAND`): the Numba and JAX implementations of the
 consumers, and the patch of DebugMode's check of reverted rewrites. Last, it hands
 PyTensor's native Ops to a linker that cannot run innergraph's consumers
 (`innergraph.lifting.handover`: decided from the linker's conversion dispatch, once
@@ -19,29 +19,21 @@ innergraph's own implementations for it have loaded).
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
 
 from pytensor.graph.basic import Apply
 from pytensor.graph.fg import FunctionGraph
 from pytensor.link.basic import Linker
 
-from innergraph.patching import Patch, on_import
+from innergraph.core.dispatch import load_on_demand
+from innergraph.core.fold import fold_inner_graphs
+from innergraph.core.hooks import Patch, installed
+from innergraph.lifting.handover import hand_over
+from innergraph.patching import on_import
 from innergraph.patching.on_import import ImportHook
 
-__all__ = ["ON_DEMAND", "load_on_demand", "patches", "prepare_schedule", "schedule"]
+__all__ = ["patches", "prepare_schedule", "schedule"]
 
 _original_schedule = Linker.schedule
-
-#: (module and class name of a linker, innergraph module to import on its first link).
-#: Matched by name so that no linker module (and no JAX or Numba) is imported before use.
-ON_DEMAND: tuple[tuple[str, str, str], ...] = (
-    ("pytensor.link.numba.linker", "NumbaLinker", "innergraph.backends.numba"),
-    ("pytensor.link.jax.linker", "JAXLinker", "innergraph.backends.jax"),
-    ("pytensor.compile.debug.debugmode", "_Linker", "innergraph.patching.debugmode"),
-)
-
 
 def schedule(self: Linker, fgraph: FunctionGraph) -> list[Apply]:
     """`Linker.schedule`, after folding inner-graph nodes out of ``fgraph``."""
@@ -51,32 +43,12 @@ def schedule(self: Linker, fgraph: FunctionGraph) -> list[Apply]:
 
 def prepare_schedule(linker: Linker, fgraph: FunctionGraph) -> None:
     """What innergraph does before ``linker`` schedules ``fgraph`` (a patched PyTensor's `Linker.schedule` calls it)."""
-    from innergraph.patching import installed
-
     if not installed():
         return
-    from innergraph.core.fold import fold_inner_graphs
-    from innergraph.lifting.handover import hand_over
 
     load_on_demand(type(linker))
     fold_inner_graphs(fgraph, reason="Linker.schedule")
     hand_over(fgraph, linker)
-
-
-def load_on_demand(linker_class: type) -> None:
-    """Import the innergraph modules `ON_DEMAND` names for ``linker_class`` or a base class of it."""
-    bases = {(c.__module__, c.__qualname__) for c in linker_class.__mro__}
-    for module, name, needed in ON_DEMAND:
-        if (module, name) in bases and needed not in sys.modules and _exists(needed):
-            importlib.import_module(needed)
-
-
-def _exists(module: str) -> bool:
-    """Whether ``module`` is there: a PyTensor patched up to the rewrites has no backends yet (its consumers are handed over)."""
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:  # its package is missing
-        return False
 
 
 def patches() -> list[Patch | ImportHook]:

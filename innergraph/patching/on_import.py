@@ -11,7 +11,7 @@ body), and ``jax_funcify`` raised ``NotImplementedError`` for them.
 This module's `ImportHook` (a `sys.meta_path` finder, installed and removed with the
 other patches) makes the import of a *dispatch module* (`DISPATCH_MODULES`) also load
 what the patched schedule loads for that backend's linker (the modules
-`innergraph.patching.linker.ON_DEMAND` lists for it, through `load_on_demand`); when the
+`innergraph.core.dispatch.ON_DEMAND` lists for it, through `load_on_demand`); when the
 dispatch module was imported before ``install``, ``install`` loads them itself.
 
 On a PyTensor patched with the series (``patches/``) no record is applied: the dispatch
@@ -41,6 +41,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
+from innergraph.core.hooks import installed
+from innergraph.core import dispatch
 
 __all__ = ["DISPATCH_MODULES", "ImportHook", "dispatch_loaded", "load_imported", "patches"]
 
@@ -102,8 +104,8 @@ class ImportHook(importlib.abc.MetaPathFinder):
 
 def load_imported(modules: tuple[tuple[str, str, str], ...] = DISPATCH_MODULES) -> None:
     """Load the backend modules of every dispatch module of ``modules`` already imported."""
-    for dispatch, module, name in modules:
-        if dispatch in sys.modules:
+    for dispatch_module, module, name in modules:
+        if dispatch_module in sys.modules:
             _load((module, name))
 
 
@@ -113,8 +115,6 @@ def dispatch_loaded(dispatch: str) -> None:
     The upstream form of `ImportHook` (the series edits ``pytensor/link/jax/dispatch/__init__.py``);
     nothing while innergraph is not installed, or for a module `DISPATCH_MODULES` does not list.
     """
-    from innergraph.patching import installed
-
     linker = {name: (module, cls) for name, module, cls in DISPATCH_MODULES}.get(dispatch)
     if linker is not None and installed():
         _load(linker)
@@ -127,13 +127,11 @@ def _load(linker: tuple[str, str]) -> None:
     a backend module imports it (the patched schedule's `load_on_demand` is loading them),
     and loading the others now would import them before the one they import is complete.
     """
-    from innergraph.patching import linker as schedule
-
     module, name = linker
-    needed = [entry[2] for entry in schedule.ON_DEMAND if entry[:2] == linker]
+    needed = [entry[2] for entry in dispatch.ON_DEMAND if entry[:2] == linker]
     if any(_initializing(sys.modules.get(backend)) for backend in needed):
         return
-    schedule.load_on_demand(getattr(importlib.import_module(module), name))
+    dispatch.load_on_demand(getattr(importlib.import_module(module), name))
 
 
 def _initializing(module: ModuleType | None) -> bool:

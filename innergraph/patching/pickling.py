@@ -12,16 +12,14 @@ import copyreg
 
 from pytensor.graph.fg import FunctionGraph
 
-from innergraph.patching import ItemPatch
 from innergraph.patching.pickles import forget_innergraph, reduce_function_graph
+from innergraph.core.hooks import ItemPatch, installed
 
 __all__ = ["before_pickle", "patches"]
 
 
 def before_pickle(fgraph: FunctionGraph) -> None:
     """Drop ``fgraph``'s stale entries while innergraph is installed (a patched ``FunctionGraph.__getstate__`` calls it)."""
-    from innergraph.patching import installed
-
     if installed():
         forget_innergraph(fgraph)
 

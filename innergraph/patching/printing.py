@@ -20,7 +20,7 @@ from pytensor.graph.fg import FunctionGraph
 
 from innergraph.core.fold import folded_bodies
 from innergraph.core.instantiate import instantiate
-from innergraph.patching import Patch
+from innergraph.core.hooks import Patch, installed
 
 __all__ = ["bodies_section", "debugprint", "patches"]
 
@@ -68,8 +68,6 @@ def bodies_section(graph_like: Any, ids: dict[Any, str]) -> str:
     ``ids`` are the ``[id X]`` labels the main listing gave; empty when no folded body shows
     (or innergraph is not installed, or this is the listing of a body itself).
     """
-    from innergraph.patching import installed
-
     if not installed() or _printing_body[0]:
         return ""
     bodies = folded_bodies(_outputs_of(graph_like))

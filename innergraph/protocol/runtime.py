@@ -31,11 +31,13 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from innergraph.core.compat import Function
 from pytensor.graph.basic import Apply, Variable
 
 from innergraph.core.instantiate import instantiate
 from innergraph.core.types import Body, is_folded
+from innergraph.core.compat import Function, queried_once
+from innergraph.core.graph import is_function
+from innergraph.core.hidden_folds import has_hidden_fold
 
 __all__ = [
     "body_rewriter",
@@ -159,8 +161,6 @@ def skips_pipeline_passes(body: Body) -> bool:
 
     Caches of rewriters (one per linker and answer) must key on this, not on `is_rewritten`.
     """
-    from innergraph.core.hidden_folds import has_hidden_fold
-
     return is_rewritten(body) and not has_hidden_fold(body)
 
 
@@ -173,7 +173,6 @@ def body_rewriter(body: Body, linker: str) -> Any:
     """
     from pytensor.compile.mode import Mode, get_default_mode
 
-    from innergraph.core.compat import queried_once
 
     query = get_default_mode().provided_optimizer
     rewritten = skips_pipeline_passes(body)
@@ -204,8 +203,6 @@ def make_body_thunk(
     run: Callable[[Sequence[Any]], Sequence[Any]],
 ) -> Callable[[], None]:
     """A thunk that feeds ``node``'s non-function inputs to ``run`` and stores its results."""
-    from innergraph.core.graph import is_function
-
     in_cells = [storage_map[v] for v in node.inputs if not is_function(v)]
     out_cells = [storage_map[v] for v in node.outputs]
     done = [compute_map[v] for v in node.outputs]

@@ -18,7 +18,7 @@ from pytensor.graph.fg import FunctionGraph
 from pytensor.scalar import Composite
 from pytensor.tensor.elemwise import CAReduce, Elemwise
 
-from innergraph.core import compat as _compat
+from innergraph.core import compat
 from innergraph.core.fold import fold_inner_graphs, folded_in_order
 from innergraph.core.graph import is_function, params, scope_toposort
 from innergraph.core.instantiate import private_fgraph, substitute
@@ -39,7 +39,7 @@ def fuse_body(body: Body, memo: dict[Body, Body] | None = None) -> Body:
     memo = {} if memo is None else memo
     if body in memo:
         return memo[body]
-    fusion = _compat.scope_safe_fusion()
+    fusion = compat.scope_safe_fusion()
     key = ("fused", fusion, is_rewritten(body))  # an interned body was fused by an earlier compilation
     known = body.cache.get(key)
     if known is None:

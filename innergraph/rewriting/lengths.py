@@ -41,6 +41,7 @@ from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.subtensor import IncSubtensor, Subtensor, get_idx_list
 
 from innergraph.protocol.slots import Meaning
+from innergraph.protocol.signature import signature
 
 __all__ = ["final_row_reads", "length_offset"]
 
@@ -178,8 +179,6 @@ def _length(buffer: Variable, bound: Bound = _NONE) -> tuple[Variable, Variable 
 
 def _state_buffer(result: Variable) -> Variable | None:
     """The buffer a loop state's result was made from (the two have one length), or None."""
-    from innergraph.protocol.signature import signature
-
     sig = signature(result.owner) if result.owner is not None else None
     if sig is None:
         return None

@@ -54,7 +54,7 @@ from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.math import Sum
 from pytensor.tensor.subtensor import IncSubtensor, Subtensor, get_constant_idx, inc_subtensor, set_subtensor
 
-from innergraph.patching import installed
+from innergraph.core.hooks import installed
 from innergraph.protocol.slots import form_of
 
 __all__ = [

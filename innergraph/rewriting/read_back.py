@@ -24,6 +24,7 @@ from pytensor.graph.rewriting.basic import node_rewriter
 from pytensor.tensor.basic import get_underlying_scalar_constant_value
 from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.subtensor import IncSubtensor, Subtensor
+from innergraph.core.hooks import installed
 
 __all__ = ["local_read_of_written_region"]
 
@@ -37,8 +38,6 @@ def _is_zero(var: Any) -> bool:
 
 @node_rewriter([Subtensor])
 def local_read_of_written_region(fgraph: Any, node: Any) -> list[Any] | None:
-    from innergraph.patching import installed
-
     written = node.inputs[0].owner
     if not installed() or written is None or not isinstance(written.op, IncSubtensor):
         return None

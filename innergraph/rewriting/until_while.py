@@ -57,10 +57,10 @@ from innergraph.core.graph import InnerGraph, param
 from innergraph.core.instantiate import substitute
 from innergraph.ops.loop import WhileLoop
 from innergraph.ops.scan import Scan
-from innergraph.patching.linker import load_on_demand
+from innergraph.core.dispatch import load_on_demand
 from innergraph.rewriting.outer import first_row
 from innergraph.protocol.signature import Signature, Slot, consumers
-from innergraph.rewriting.untrace import _last_step_reads as last_step_reads
+from innergraph.rewriting.untrace import last_step_reads
 from innergraph.protocol.slots import Meaning
 from innergraph.core.types import InnerGraphType
 

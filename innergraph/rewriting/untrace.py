@@ -34,10 +34,10 @@ from innergraph.rewriting.outer import first_row
 from innergraph.protocol.signature import Slot, consumers, replace_consumer
 from innergraph.protocol.slots import Meaning
 
-__all__ = ["untrace_final_states"]
+__all__ = ["last_step_reads", "untrace_final_states"]
 
 
-def _last_step_reads(fgraph: FunctionGraph, trace: Variable) -> list[Variable] | None:
+def last_step_reads(fgraph: FunctionGraph, trace: Variable) -> list[Variable] | None:
     """The ``trace[-1]`` variables reading ``trace`` (none when nothing reads it), or None if anything else reads it."""
     reads = []
     for client, _ in fgraph.clients.get(trace, []):
@@ -65,7 +65,7 @@ def untrace_final_states(fgraph: FunctionGraph) -> int:
         for slot in sig.slots:
             carry = sig.form.kind_for(Meaning.CARRY, slot.bodies)
             single_trace = sig.meaning(slot) is Meaning.TRACE and slot.in_taps == (-1,) and carry is not None
-            reads = _last_step_reads(fgraph, slot.results[0]) if single_trace else None
+            reads = last_step_reads(fgraph, slot.results[0]) if single_trace else None
             if reads is None or carry is None:
                 slots.append(slot)
                 continue

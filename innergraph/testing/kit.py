@@ -41,6 +41,8 @@ import pytensor.tensor as pt
 from pytensor.graph.basic import Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import MergeOptimizer
+from innergraph.patching import uninstalled
+from innergraph.stats import consumer_kind
 
 __all__ = ["OpCase", "check_inner_graph_op"]
 
@@ -172,8 +174,6 @@ def _with_grads(outputs: list[Variable], args: list[Variable], positions: Sequen
 
 
 def _law5(case: OpCase, args: list[Variable], values: list[Any], mode: Any) -> Any:
-    from innergraph.patching import uninstalled
-
     ours = _with_grads(_as_list(case.build(case.bodies, args)), args, case.differentiable)
     fn = pytensor.function(args, ours, mode=mode, on_unused_input="ignore")
     with uninstalled():  # vanilla PyTensor: built, compiled and first called without innergraph
@@ -220,7 +220,6 @@ def _shapes_inferred(args: list[Variable], outputs: list[Any]) -> None:
     from pytensor.graph.traversal import ancestors
     from pytensor.tensor.rewriting.shape import ShapeFeature
 
-    from innergraph.stats import consumer_kind
 
     feature = ShapeFeature()
     fgraph = FunctionGraph(args, outputs, features=[feature], clone=True)

@@ -16,14 +16,13 @@ from typing import Any, Literal, cast
 import numpy as np
 from pytensor.graph.basic import Variable
 from pytensor.graph.fg import FunctionGraph
+from innergraph.core.fold import unfold_inner_graphs
 
 __all__ = ["check_rewrite", "rewritten"]
 
 
 def rewritten(rewrite: Callable[[FunctionGraph], int], inputs: Sequence[Variable], outputs: Sequence[Variable]) -> tuple[FunctionGraph, int]:
     """A copy of the graph with functions unfolded, ``rewrite`` applied; and what it returned."""
-    from innergraph.core.fold import unfold_inner_graphs
-
     fgraph = FunctionGraph(list(inputs), list(outputs), clone=True)
     unfold_inner_graphs(fgraph)
     return fgraph, rewrite(fgraph)

@@ -41,11 +41,13 @@ import sys
 from types import ModuleType
 from typing import Any
 
+from innergraph.startup.shipped import SERIES_ORDER, SHIPPED
+
 __all__ = ["UpstreamFinder", "alias_upstream", "missing_modules", "patched_pytensor", "refuse_partial_series", "series_level"]
 
 PACKAGE = "innergraph"
 UPSTREAM = "pytensor.innergraph"
-_LIBRARY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # innergraph/ (this module is innergraph/patching/upstream.py)
+_LIBRARY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # innergraph/ (this module is innergraph/startup/upstream.py)
 
 
 def _upstream_folder() -> str | None:
@@ -58,38 +60,32 @@ def _upstream_folder() -> str | None:
 
 def missing_modules(folder: str | None, upto: int | None = None) -> list[str]:
     """The modules of the series' first ``upto`` patches (default: all) absent from ``folder`` (``pytensor/innergraph``)."""
-    from innergraph_patches.series import SERIES
-
-    specs = SERIES if upto is None else SERIES[:upto]
-    wanted = [_shipped_as(module) for spec in specs for module in spec.modules]
+    slugs = SERIES_ORDER if upto is None else SERIES_ORDER[:upto]
+    wanted = [shipped_as(module) for slug in slugs for module in SHIPPED[slug]]
     if folder is None:
         return wanted
     return [path for path in wanted if not os.path.isfile(os.path.join(folder, path))]
 
 
-def _shipped_as(module: str) -> str:
+def shipped_as(module: str) -> str:
     """A library module's path inside ``pytensor/innergraph`` (``innergraph_pickle`` ships as ``_pickle.py``)."""
     return "_pickle.py" if module.startswith("innergraph_pickle/") else module
 
 
 def series_level(folder: str | None = None) -> int:
     """How many leading patches of the series the installed PyTensor (or ``folder``) carries: 0 (released) to 5."""
-    from innergraph_patches.series import SERIES
-
     folder = folder if folder is not None else _upstream_folder()
     if folder is None:
         return 0
     level = 0
-    while level < len(SERIES) and not missing_modules(folder, level + 1):
+    while level < len(SERIES_ORDER) and not missing_modules(folder, level + 1):
         level += 1
     return level
 
 
 def patched_pytensor() -> bool:
     """Whether the installed PyTensor carries the whole series (then ``innergraph`` is aliased to it)."""
-    from innergraph_patches.series import SERIES
-
-    return series_level() == len(SERIES)
+    return series_level() == len(SERIES_ORDER)
 
 
 def refuse_partial_series() -> None:
@@ -101,8 +97,6 @@ def refuse_partial_series() -> None:
     (a half package). A copy PyTensor does not enable is inert, whatever it holds, and
     innergraph monkey-patches as on a released PyTensor.
     """
-    from innergraph_patches.series import SERIES
-
     folder = _upstream_folder()
     if folder is None or UPSTREAM + ".rewriting.db" not in sys.modules:
         return
@@ -112,7 +106,7 @@ def refuse_partial_series() -> None:
     shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
     raise ImportError(
         f"innergraph: the installed PyTensor ({folder}) carries patches 1-{series_level(folder)} of innergraph's "
-        f"{len(SERIES)}-patch upstream series and enables that partial copy on import; it lacks {shown}. "
+        f"{len(SERIES_ORDER)}-patch upstream series and enables that partial copy on import; it lacks {shown}. "
         "innergraph cannot run on it (monkey-patching would register a second copy of its rewrites, aliasing "
         "would alias a half package): install PyTensor with the whole series (patches/) or a released PyTensor."
     )
