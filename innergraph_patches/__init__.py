@@ -16,7 +16,7 @@ edit
     A direct change of a PyTensor file (`series.Edit`): the upstream form of a monkey-patch
     record of `innergraph.patching` — PyTensor's function calls the same hook function the
     record's replacement calls, or (`series.Delegate`) keeps its body as ``_<name>_base`` and
-    delegates to innergraph's replacement through `innergraph.patching.hook`.
+    delegates to innergraph's replacement through `innergraph.core.hooks.hook`.
 
 Modules: `series` (what goes into which patch), `build` (the scratch repository, the
 commits, ``git format-patch``, the README), `sdist` (the cached PyTensor source),

@@ -81,7 +81,7 @@ def _apply_edit(tree: Path, edit: Edit | Delegate) -> None:
     delegate = (
         f"{indent}def {edit.name}(*args, **kwargs):\n"
         f'{indent}    """`{edit.module}.{edit.replacement}` while innergraph is enabled, else `{base}`."""\n'
-        f"{indent}    from pytensor.innergraph.patching import hook\n\n"
+        f"{indent}    from pytensor.innergraph.core.hooks import hook\n\n"
         f'{indent}    return hook("{edit.module}", "{edit.replacement}", {owner})(*args, **kwargs)\n\n'
         + ("\n" if not edit.cls else "")
     )

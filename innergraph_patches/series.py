@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from innergraph.startup.shipped import SHIPPED
+from innergraph.startup.shipped import SERIES_ORDER, SHIPPED
 
 __all__ = [
     "ASSIGNED",
@@ -46,8 +46,8 @@ class Delegate:
 
     The new ``name`` calls ``module.replacement`` (innergraph's replacement, the very
     function the monkey-patch record installs) while innergraph is installed and
-    ``_name_base`` otherwise (`innergraph.patching.hook`); the replacement reaches
-    PyTensor's body through `innergraph.patching.original`.
+    ``_name_base`` otherwise (`innergraph.core.hooks.hook`); the replacement reaches
+    PyTensor's body through `innergraph.core.hooks.original`.
     """
 
     file: str
@@ -353,4 +353,6 @@ def unassigned(root: Path) -> list[str]:
     modules = library_modules(root)
     problems += [m for m in modules if m not in ASSIGNED and m not in LIBRARY_ONLY]
     problems += [f"{m} is assigned but does not exist" for m in ASSIGNED if m not in modules]
+    if tuple(spec.slug for spec in SERIES) != SERIES_ORDER:
+        problems.append(f"SERIES is {[spec.slug for spec in SERIES]}, innergraph.startup.shipped.SERIES_ORDER {list(SERIES_ORDER)}")
     return problems

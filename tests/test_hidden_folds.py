@@ -116,7 +116,7 @@ def _body(outputs):
 def test_one_conversion_gives_a_hidden_fold_the_whole_rewriter_whatever_body_came_first():
     """`prepared_body` shares late passes within a conversion by `body_rewriter`'s own kinds."""
     from innergraph.backends.numba_code import one_conversion, prepared_body
-    from innergraph.protocol.runtime import mark_rewritten
+    from innergraph.core.types import mark_rewritten
 
     p = param(0, V)
     plain = mark_rewritten(_body([pt.exp(p)]))

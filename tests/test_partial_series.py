@@ -35,9 +35,9 @@ def test_series_level_counts_the_leading_patches_present(tmp_path, level):
 
 def test_a_module_missing_from_an_earlier_patch_lowers_the_level(tmp_path):
     folder = _fake_copy(tmp_path, len(SERIES))
-    (tmp_path / "innergraph" / "fold.py").unlink()  # patch 1's
+    (tmp_path / "innergraph" / "core" / "fold.py").unlink()  # patch 1's
     assert upstream.series_level(folder) == 0
-    assert upstream.missing_modules(folder) == ["fold.py"]
+    assert upstream.missing_modules(folder) == ["core/fold.py"]
 
 
 def test_no_copy_is_level_zero():
@@ -46,10 +46,10 @@ def test_no_copy_is_level_zero():
 
 @pytest.mark.parametrize("level", range(1, len(SERIES)))
 def test_inert_patches_are_monkey_patched_as_a_released_pytensor(tmp_path, monkeypatch, level):
-    monkeypatch.setattr(_upstream, "_upstream_folder", lambda: _fake_copy(tmp_path, level))
+    monkeypatch.setattr(upstream, "_upstream_folder", lambda: _fake_copy(tmp_path, level))
     monkeypatch.delitem(sys.modules, "pytensor.innergraph.rewriting.db", raising=False)
     upstream.refuse_partial_series()  # no error
-    monkeypatch.setattr(_upstream, "series_level", lambda folder=None: level)
+    monkeypatch.setattr(upstream, "series_level", lambda folder=None: level)
     assert not upstream.patched_pytensor()
 
 
@@ -58,7 +58,7 @@ def test_a_copy_pytensor_enables_without_the_backends_is_refused_naming_them(tmp
     folder = _fake_copy(tmp_path, len(SERIES))
     for module in (tmp_path / "innergraph" / "backends").glob("*.py"):
         module.unlink()
-    monkeypatch.setattr(_upstream, "_upstream_folder", lambda: folder)
+    monkeypatch.setattr(upstream, "_upstream_folder", lambda: folder)
     monkeypatch.setitem(sys.modules, "pytensor.innergraph.rewriting.db", sys.modules[__name__])
     with pytest.raises(ImportError, match=r"carries patches 1-3 of innergraph's 5-patch upstream series.*lacks backends/") as error:
         upstream.refuse_partial_series()
@@ -67,7 +67,7 @@ def test_a_copy_pytensor_enables_without_the_backends_is_refused_naming_them(tmp
 
 def test_a_copy_pytensor_enabled_is_refused_whatever_it_lacks(tmp_path, monkeypatch):
     """A PyTensor patched from another version of the series (fewer modules) but enabling its copy: no second registration."""
-    monkeypatch.setattr(_upstream, "_upstream_folder", lambda: _fake_copy(tmp_path, 1))
+    monkeypatch.setattr(upstream, "_upstream_folder", lambda: _fake_copy(tmp_path, 1))
     monkeypatch.setitem(sys.modules, "pytensor.innergraph.rewriting.db", sys.modules[__name__])
     with pytest.raises(ImportError, match=r"patches 1-1 .* lacks patching/"):
         upstream.refuse_partial_series()
@@ -75,7 +75,7 @@ def test_a_copy_pytensor_enabled_is_refused_whatever_it_lacks(tmp_path, monkeypa
 
 def test_the_whole_series_is_aliased_not_refused(tmp_path, monkeypatch):
     folder = _fake_copy(tmp_path, len(SERIES))
-    monkeypatch.setattr(_upstream, "_upstream_folder", lambda: folder)
+    monkeypatch.setattr(upstream, "_upstream_folder", lambda: folder)
     monkeypatch.setitem(sys.modules, "pytensor.innergraph.rewriting.db", sys.modules[__name__])
     upstream.refuse_partial_series()
     assert upstream.series_level() == len(SERIES) and upstream.patched_pytensor()

@@ -47,7 +47,7 @@ def test_copies_import_pytensor_innergraph_only():
     )
     assert build.rewrite_imports(source, "x.py") == (
         "from pytensor.innergraph import _pickle as innergraph_pickle\n"
-        "from pytensor.innergraph.fold import fold_inner_graphs\n"
+        "from pytensor.innergraph.core.fold import fold_inner_graphs\n"
         "from pytensor.innergraph import consumer as api\n"
         "    import pytensor.innergraph.backends.numba  # noqa: F401\n"
         'ON_DEMAND = ("pytensor.innergraph.backends.numba",)\n'

@@ -228,16 +228,16 @@ def test_every_replacement_takes_every_call_its_original_takes():
     does, raised a TypeError because innergraph's replacement did not keep the original's signature."""
     import importlib
 
-    from innergraph import patching
+    from innergraph.core import hooks
 
     importlib.import_module("innergraph.backends.numba")  # what a Numba link loads (its records apply late)
     importlib.import_module("innergraph.backends.jax")
     checked, problems = 0, {}
-    for record in patching._applied:
+    for record in hooks.records().applied:
         original = getattr(record, "original", None)
         # a registration for one of PyTensor's classes is called as PyTensor's function for it (or, for FunctionGraph
         # under Numba, for its base) is; one for innergraph's own Ops follows PyTensor's Op conversions, (op, node, **kwargs)
-        if isinstance(record, patching.DispatchPatch) and not record.cls.__module__.startswith("pytensor."):
+        if isinstance(record, hooks.DispatchPatch) and not record.cls.__module__.startswith("pytensor."):
             continue
         if not callable(original) or isinstance(original, type) or not callable(record.replacement):
             continue

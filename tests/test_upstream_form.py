@@ -21,10 +21,10 @@ from pytensor.link.basic import Linker
 from pytensor.scan.op import Scan as NativeScan
 
 import innergraph
-from innergraph import patching
+from innergraph.core import hooks
 from innergraph_patches import series
 
-PATCHED = patching.patched_pytensor()
+PATCHED = hooks.patched_pytensor()
 
 #: (owner module, attribute path, the module PyTensor defines it in) of objects monkey-patch records replace
 TARGETS = [
@@ -74,7 +74,7 @@ def _load_backends():
 def test_no_monkey_patch_on_a_patched_pytensor_or_every_record_paired():
     _load_backends()
     if PATCHED:
-        assert patching._applied == [] and patching._late == []
+        assert hooks.records().applied == () and hooks.records().late == ()
         assert innergraph is sys.modules["pytensor.innergraph"]
         assert innergraph.core.types is importlib.import_module("pytensor.innergraph.types")
         for module, path, defined_in in TARGETS:
@@ -89,16 +89,16 @@ def test_no_monkey_patch_on_a_patched_pytensor_or_every_record_paired():
         for dispatcher, cls, defined_in in _pytensors_dispatch():
             function = dispatcher.dispatch(cls)
             assert function.__module__ == defined_in and function.__name__ in _DELEGATED, (cls, function)
-        assert all(not patching.replaces_pytensors_own(p) for p in patching._registered)
-        assert "numba_funcify_and_cache_key[FunctionGraph]" in {_owner_name(p) for p in patching._registered}
+        assert all(not hooks.replaces_pytensors_own(p) for p in hooks.records().registered)
+        assert "numba_funcify_and_cache_key[FunctionGraph]" in {_owner_name(p) for p in hooks.records().registered}
     else:
         records = [
-            p for p in patching._applied if not isinstance(p, patching.DispatchPatch) or patching.replaces_pytensors_own(p)
+            p for p in hooks.records().applied if not isinstance(p, hooks.DispatchPatch) or hooks.replaces_pytensors_own(p)
         ]
         replaced = {_owner_name(p) for p in records}
         assert "jax_funcify[Scan]" in replaced
         # PyTensor registers its graph conversion for AbstractFunctionGraph: innergraph's for FunctionGraph replaces nothing
-        registrations = {_owner_name(p) for p in patching._applied if isinstance(p, patching.DispatchPatch)} - replaced
+        registrations = {_owner_name(p) for p in hooks.records().applied if isinstance(p, hooks.DispatchPatch)} - replaced
         assert "numba_funcify_and_cache_key[FunctionGraph]" in registrations
         paired = {edit.replaces for edit in series.EDITS if edit.replaces}
         assert replaced, "no monkey-patch applied on a released PyTensor"
@@ -106,8 +106,8 @@ def test_no_monkey_patch_on_a_patched_pytensor_or_every_record_paired():
         # the hooks the edits call exist, with the names the series gives them
         for edit in series.EDITS:
             if isinstance(edit, series.Delegate):
-                hooks = importlib.import_module(edit.module.replace("pytensor.innergraph", "innergraph"))
-                assert callable(getattr(hooks, edit.replacement)), edit
+                module = importlib.import_module(edit.module.replace("pytensor.innergraph", "innergraph"))
+                assert callable(getattr(module, edit.replacement)), edit
 
 
 #: the names of PyTensor's conversions the series makes delegate to innergraph
@@ -129,11 +129,11 @@ def test_the_series_readme_lists_every_record_and_its_upstream_form():
     importlib.import_module("innergraph.backends.jax_generated")  # its registrations (a JAX link loads it)
     readme = (REPOSITORY / "patches" / "README.md").read_text()
     table = readme[readme.index("| record in the library") : readme.index("## Tested patch by patch")]
-    records = patching._applied if not PATCHED else patching._registered
+    records = hooks.records().applied if not PATCHED else hooks.records().registered
     ours = [
         p
         for p in records
-        if not isinstance(p, patching.DispatchPatch) or p.cls.__module__.split(".")[0] in ("pytensor", "innergraph")
+        if not isinstance(p, hooks.DispatchPatch) or p.cls.__module__.split(".")[0] in ("pytensor", "innergraph")
     ]
     assert ours
     for record in ours:
@@ -146,9 +146,9 @@ def _owner_name(patch):
 
     if isinstance(patch, ImportHook):
         return "sys.meta_path[ImportHook]"
-    if isinstance(patch, patching.DispatchPatch):
+    if isinstance(patch, hooks.DispatchPatch):
         return f"{patch.dispatcher.__name__}[{patch.cls.__name__}]"
-    if isinstance(patch, patching.ItemPatch):
+    if isinstance(patch, hooks.ItemPatch):
         return f"copyreg.dispatch_table[{patch.key.__name__}]"
     if patch.owner is pytensor and patch.name == "dprint":
         return "printing.debugprint"  # pytensor.dprint is pytensor.printing.debugprint: one edit
@@ -179,7 +179,7 @@ def test_the_replacements_reach_pytensors_own_conversion_and_delegates_follow_in
     import innergraph.backends.numba as backend
 
     # Both forms: a registration for FunctionGraph; PyTensor's function stays registered for AbstractFunctionGraph
-    base = patching.original(numba_basic_module, "numba_funcify_FunctionGraph")
+    base = hooks.original(numba_basic_module, "numba_funcify_FunctionGraph")
     assert backend._fgraph_funcify is base is numba_basic_module.numba_funcify_FunctionGraph
     assert numba_funcify_and_cache_key.registry[AbstractFunctionGraph] is base
     assert numba_funcify_and_cache_key.dispatch(FunctionGraph) is backend.funcify_fgraph_as_one_conversion
@@ -189,8 +189,8 @@ def test_the_replacements_reach_pytensors_own_conversion_and_delegates_follow_in
     # The delegates (a released PyTensor's own function is the one the record replaced: tests/test_patching.py)
     if not PATCHED:
         return
-    key_base = patching.original(numba_basic_module, "cache_key_for_constant")
+    key_base = hooks.original(numba_basic_module, "cache_key_for_constant")
     assert key_base is getattr(numba_basic_module, "_cache_key_for_constant_base")  # what patch 4 adds
-    assert patching.hook("pytensor.innergraph.backends.numba", "cache_key_for_constant", key_base) is backend.cache_key_for_constant
+    assert hooks.hook("pytensor.innergraph.backends.numba", "cache_key_for_constant", key_base) is backend.cache_key_for_constant
     with innergraph.uninstalled():
-        assert patching.hook("pytensor.innergraph.backends.numba", "cache_key_for_constant", key_base) is key_base
+        assert hooks.hook("pytensor.innergraph.backends.numba", "cache_key_for_constant", key_base) is key_base

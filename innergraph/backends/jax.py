@@ -48,11 +48,11 @@ from innergraph.core.dispatch import register_conversion_dispatch
 from innergraph.core.fold import fold_inner_graphs
 from innergraph.core.graph import body_of, is_function, scope_toposort
 from innergraph.core.instantiate import private_fgraph
-from innergraph.protocol.runtime import body_value, compile_count, is_rewritten, pipeline_passes
+from innergraph.protocol.runtime import body_value, compile_count, pipeline_passes
+from innergraph.core.types import Body, is_rewritten
 from innergraph.ops.scan import Scan, backend_native_scan
 from innergraph.core.hooks import DispatchPatch, Patch, apply_late, original
 from innergraph.rewriting.lift import was_lifted
-from innergraph.core.types import Body
 from innergraph.core.compat import queried_once
 
 __all__ = [

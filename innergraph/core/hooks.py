@@ -32,6 +32,7 @@ __all__ = [
     "DispatchPatch",
     "ItemPatch",
     "Patch",
+    "Records",
     "activate",
     "apply",
     "apply_late",
@@ -42,6 +43,7 @@ __all__ = [
     "installed",
     "original",
     "patched_pytensor",
+    "records",
     "replaces_pytensors_own",
     "revert_all",
 ]
@@ -198,6 +200,20 @@ def replaces_pytensors_own(patch: DispatchPatch) -> bool:
 def installed() -> bool:
     """Whether innergraph is active: its patches applied, or the hooks of a patched PyTensor on."""
     return bool(_applied) or _active[0]
+
+
+@dataclass(frozen=True)
+class Records:
+    """The records at one moment: ``applied`` (in order), ``late`` (by `apply_late`), ``registered`` (patched PyTensor's registrations)."""
+
+    applied: tuple[Patch | DispatchPatch | ItemPatch, ...]
+    late: tuple[Patch | DispatchPatch | ItemPatch, ...]
+    registered: tuple[DispatchPatch, ...]
+
+
+def records() -> Records:
+    """The records, for inspection (tests of the installation)."""
+    return Records(tuple(_applied), tuple(_late), tuple(_registered))
 
 
 def apply(patch: Patch | DispatchPatch | ItemPatch) -> None:

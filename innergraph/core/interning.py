@@ -41,8 +41,7 @@ from contextlib import contextmanager
 from pytensor.graph.basic import Constant
 from pytensor.graph.fg import FunctionGraph
 
-from innergraph.protocol.runtime import is_rewritten
-from innergraph.core.types import Body, is_folded
+from innergraph.core.types import Body, is_folded, is_rewritten
 
 __all__ = ["DEFAULT_SIZE", "body_table_size", "clear_body_cache", "intern_body", "intern_folded", "interned_bodies", "table_kept"]
 

@@ -26,7 +26,7 @@ from pytensor.graph.type import Type
 
 import innergraph_pickle
 
-__all__ = ["Body", "InnerGraphType", "is_folded", "pickles", "register_encoding"]
+__all__ = ["Body", "InnerGraphType", "is_folded", "is_rewritten", "mark_rewritten", "pickles", "register_encoding"]
 
 _encoding: list[Callable[[Body], Any]] = []  # the canonical encoding, once registered
 
@@ -170,3 +170,17 @@ def pickles(op: Any) -> bool:
 def is_folded(var: Variable) -> TypeGuard[Constant]:
     """Whether ``var`` is a folded function: a constant whose data is a `Body`."""
     return isinstance(var, Constant) and isinstance(var.data, Body)
+
+
+_REWRITTEN = "rewritten by the pipeline"  # a key of Body.cache
+
+
+def mark_rewritten(body: Body) -> Body:
+    """Record that the rewrite pipeline rewrote ``body`` with the outer graph."""
+    body.cache[_REWRITTEN] = True
+    return body
+
+
+def is_rewritten(body: Body) -> bool:
+    """Whether `mark_rewritten` was called on ``body``."""
+    return bool(body.cache.get(_REWRITTEN, False))

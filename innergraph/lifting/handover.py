@@ -40,9 +40,8 @@ from innergraph.lifting.rules import LIFTERS, LOWERERS
 from innergraph.core.dispatch import runs
 from innergraph.core.fold import fold_function
 from innergraph.core.graph import is_function, scope_toposort
-from innergraph.protocol.runtime import is_rewritten, mark_rewritten
+from innergraph.core.types import Body, is_folded, is_rewritten, mark_rewritten
 from innergraph.ops.scan import Scan, native_scan
-from innergraph.core.types import Body, is_folded
 
 __all__ = ["HANDOVER_RULES", "hand_over", "unsupported_consumers"]
 

@@ -34,7 +34,7 @@ from typing import Any
 from pytensor.graph.basic import Apply, Variable
 
 from innergraph.core.instantiate import instantiate
-from innergraph.core.types import Body, is_folded
+from innergraph.core.types import Body, is_folded, is_rewritten
 from innergraph.core.compat import Function, queried_once
 from innergraph.core.graph import is_function
 from innergraph.core.hidden_folds import has_hidden_fold
@@ -45,11 +45,9 @@ __all__ = [
     "compile_count",
     "CheckedFunction",
     "compiled_function",
-    "is_rewritten",
     "skips_pipeline_passes",
     "linker_for",
     "make_body_thunk",
-    "mark_rewritten",
     "pipeline_passes",
 ]
 
@@ -129,9 +127,6 @@ class CheckedFunction:
         return self.function(*converted)
 
 
-_REWRITTEN = "rewritten by the pipeline"
-
-
 def pipeline_passes() -> tuple[str, ...]:
     """The ``optdb`` passes a rewritten body went through before it was compiled.
 
@@ -143,17 +138,6 @@ def pipeline_passes() -> tuple[str, ...]:
     fold = optdb.__position__.get("innergraph_fold", 48.5)
     earlier = sorted(name for name, pos in optdb.__position__.items() if pos < fold)
     return (*earlier, "elemwise_fusion")
-
-
-def mark_rewritten(body: Body) -> Body:
-    """Record that the rewrite pipeline rewrote ``body`` with the outer graph."""
-    body.cache[_REWRITTEN] = True
-    return body
-
-
-def is_rewritten(body: Body) -> bool:
-    """Whether `mark_rewritten` was called on ``body``."""
-    return bool(body.cache.get(_REWRITTEN, False))
 
 
 def skips_pipeline_passes(body: Body) -> bool:

@@ -23,8 +23,7 @@ from innergraph.core.fold import fold_inner_graphs, folded_in_order
 from innergraph.core.graph import is_function, params, scope_toposort
 from innergraph.core.instantiate import private_fgraph, substitute
 from innergraph.core.interning import intern_body
-from innergraph.protocol.runtime import is_rewritten, mark_rewritten
-from innergraph.core.types import Body
+from innergraph.core.types import Body, is_rewritten, mark_rewritten
 
 __all__ = ["fuse_bodies", "fuse_body"]
 

@@ -12,7 +12,7 @@ from innergraph.rewriting.debugmode import forget_hidden
 from innergraph.core.fold import fold_inner_graphs, folded_bodies, unfold_inner_graphs
 from innergraph.core.graph import is_function
 from innergraph.core.interning import intern_folded
-from innergraph.protocol.runtime import mark_rewritten
+from innergraph.core.types import mark_rewritten
 from innergraph.rewriting.args import outline_constants
 from innergraph.rewriting.remerge import merge_fully
 from innergraph.protocol.signature import sharing_rebuilt_functions

@@ -51,13 +51,12 @@ from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.tensor.type import TensorType
 
-from innergraph.core.dispatch import linker_being_compiled, runs
+from innergraph.core.dispatch import linker_being_compiled, load_on_demand, runs
 from innergraph.core.fold import fold_function
 from innergraph.core.graph import InnerGraph, param
 from innergraph.core.instantiate import substitute
 from innergraph.ops.loop import WhileLoop
 from innergraph.ops.scan import Scan
-from innergraph.core.dispatch import load_on_demand
 from innergraph.rewriting.outer import first_row
 from innergraph.protocol.signature import Signature, Slot, consumers
 from innergraph.rewriting.untrace import last_step_reads

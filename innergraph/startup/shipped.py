@@ -39,6 +39,7 @@ SHIPPED: dict[str, tuple[str, ...]] = {
         "core/types.py",
         "protocol/__init__.py",
         "protocol/conversion.py",
+        "protocol/plans.py",
         "protocol/runtime.py",
         "protocol/semantics.py",
         "protocol/signature.py",

@@ -12,6 +12,7 @@ checks that ``pyproject.toml`` pins the same range.
 from __future__ import annotations
 
 import re
+import sys
 
 __all__ = ["SUPPORTED", "check_pytensor", "parse_version"]
 
@@ -44,4 +45,10 @@ def check_pytensor(found: str | None = None) -> None:
         )
 
 
-check_pytensor()
+try:
+    check_pytensor()
+except ImportError:
+    # Python drops this module and the half-run ``innergraph`` package; drop the
+    # ``innergraph.startup`` package too, so a refused import leaves nothing behind.
+    sys.modules.pop(__name__.rpartition(".")[0], None)
+    raise
