@@ -6,13 +6,14 @@ pytree
     A tensor, or a tuple, list or dict of pytrees (JAX's containers; dict keys in
     sorted order). A loop's state is one: its leaves are the carried values.
 
-The loops are `innergraph.ops.loop`'s `WhileLoop` and `ForiLoop`, built with the
-public consumer API (`innergraph.consumer`) only. Pushforward is defined for
-every loop. Pullback needs what reverse mode reads: a fori loop has it (its
-trip count, static or symbolic); a while loop has it when given ``max_steps``,
-the bound of its carry history (the design notes' tracing while loop); any other
-while loop raises an error naming the loop and saying what to pass. Reverse mode
-re-runs the loop as the equivalent Scan, which stores every step's state.
+The loops are `innergraph.ops.loop`'s `WhileLoop` and `ForiLoop`, built by
+`innergraph.ops.loop_build` from the flattened state; this module turns pytrees into
+flat carried values and back, checks what the user's functions return, and tags the
+nodes with their checkpoint policy. Their derivatives are
+`innergraph.ops.loop_derivatives`: pushforward for every loop; pullback for a fori
+loop, and for a while loop given ``max_steps`` (the bound of its carry history) or, with
+`loop`, a ``reverse`` function (`innergraph.loops_reverse`); any other while loop raises
+an error naming the loop and saying what to pass.
 """
 
 from __future__ import annotations
