@@ -1,21 +1,32 @@
-"""The README's code runs as written."""
+"""The code the README and ``design/using.md`` show runs as written, and prints what they say."""
 
 import pathlib
 import re
 
+ROOT = pathlib.Path(__file__).parent.parent
 
-def test_readme_example_runs(capsys):
-    text = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
+
+def test_readme_example_prints_what_the_readme_says(capsys):
+    """The README's one example, run as written, prints exactly the lines pasted below it."""
+    text = (ROOT / "README.md").read_text()
+    (code,) = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    (printed,) = re.findall(r"```python\n.*?```\n\nprints\n\n```text\n(.*?)```", text, flags=re.S)
+    exec(compile(code, "README.md", "exec"), {})
+    assert capsys.readouterr().out == printed
+
+
+def test_using_example_runs(capsys):
+    text = (ROOT / "design" / "using.md").read_text()
     (code,) = re.findall(r"```python\n(.*?)```", text, flags=re.S)
     namespace: dict = {}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, "design/using.md", "exec"), namespace)
     assert "Bodies:" in capsys.readouterr().out
     stats = namespace["innergraph"].graph_stats(namespace["fn"])
     assert stats["bodies"] == 2 and stats["consumers"]["call"] == 2
 
 
-def test_readme_counts_are_the_codes():
-    """The example counts the README states are the ones the suite runs under the default ``ci`` profile (issue 37: claims and counts had drifted)."""
+def test_suite_counts_are_the_codes():
+    """The example counts ``design/using.md`` states for the suite are the ones it runs under the default ``ci`` profile (issue 37: claims and counts had drifted)."""
     import sys
 
     from hypothesis import settings
@@ -25,10 +36,17 @@ def test_readme_counts_are_the_codes():
     import test_differential
     import test_reverse_law
 
-    text = " ".join((pathlib.Path(__file__).parent.parent / "README.md").read_text().split())
+    text = " ".join((ROOT / "design" / "using.md").read_text().split())
     ci, thorough = settings.get_profile("ci").max_examples, settings.get_profile("thorough").max_examples
     assert f"alpha-equivalence laws on {ci} random bodies each" in text
     assert f"(law 5, whose bodies compile, on {test_alpha_laws.LAW5_CI_EXAMPLES})" in text
     assert f"reverse-mode law on {test_reverse_law.CI_EXAMPLES} random programs" in text
     assert f"and {test_differential.CI} random user programs per linker" in text
     assert f"raises the laws to {thorough:,} examples and the programs to {sum(test_differential.THOROUGH.values()):,}" in text
+
+
+def test_readme_links_exist():
+    """Every repository path the README links to exists (the reference moved to ``design/``)."""
+    text = (ROOT / "README.md").read_text()
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
+    assert links and all((ROOT / link).exists() for link in links), [link for link in links if not (ROOT / link).exists()]
