@@ -313,10 +313,10 @@ def ifelse_heavy(size: int = 500, n_conditionals: int = 4, guard: bool = False, 
 
     The then branch (cheap) is taken for the benchmark's inputs. innergraph builds
     the conditionals with `innergraph.ifelse`, vanilla with `pytensor.ifelse.ifelse`;
-    both are compiled with the Numba linker, where PyTensor's IfElse evaluates both
-    branches (PyTensor issue #501). With ``plain=True`` both variants build them
-    with `pytensor.ifelse.ifelse` (case ``ifelse-plain``: the pipeline lifts them,
-    ``innergraph_lift_ifelse``). With ``guard=True`` every expensive branch
+    both are compiled with the Numba linker, where PyTensor's IfElse is lazy since
+    3.3.6 (it evaluated both branches before: PyTensor issue #501). With ``plain=True``
+    both variants build them with `pytensor.ifelse.ifelse` (case ``ifelse-plain``:
+    innergraph leaves PyTensor's lazy IfElse as it is). With ``guard=True`` every expensive branch
     first asserts that it is allowed to run (it never is, for the given inputs):
     evaluating it raises ``AssertionError`` — timing-free evidence of laziness.
     """
@@ -338,7 +338,7 @@ def ifelse_heavy(size: int = 500, n_conditionals: int = 4, guard: bool = False, 
     rng = np.random.default_rng(7)
     values = [rng.normal(size=(size, size)), rng.normal(size=size), np.float64(1.5)]
     if plain:
-        title = f"{n_conditionals} plain pytensor.ifelse, untaken branch a {size}x{size} solve (lifted vs IfElse)"
+        title = f"{n_conditionals} plain pytensor.ifelse, untaken branch a {size}x{size} solve (PyTensor's IfElse in both)"
         return Case("ifelse-plain", "6", title, build, values, params={"size": size})
     title = f"{n_conditionals} conditionals, untaken branch a {size}x{size} solve (innergraph.ifelse vs IfElse)"
     return Case("ifelse", "6", title, build, values, params={"size": size})

@@ -9,7 +9,8 @@ constant still a param, and `innergraph.rewriting.args.merge_arguments` inlined 
 only at 1.56, after the last pass that could use its value: lowered bodies skip
 canonicalize and stabilize (`innergraph.lifting.rules.already_rewritten`).
 
-What that lost, found on pymc-extras' Kalman filters (`design/benchmarks.md`):
+What that lost, found on pymc-extras' Kalman filters (measured in `design/benchmarks.md`
+as of commit 455bc04):
 rewrites that read a constant's *value* through PyTensor's assumption system. A
 selection matrix ``S = eye(4)[:, :3]`` passed as a non-sequence keeps
 ``dot(x, S)`` a matrix product unless ``selection_dot_to_indexing`` sees ``S`` as
