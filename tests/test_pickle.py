@@ -90,7 +90,7 @@ LOADER = textwrap.dedent(
             "schedule": Linker.schedule.__module__,
             "copyreg": FunctionGraph in copyreg.dispatch_table,
             "rewrites": sorted(n for n in optdb._names if "innergraph" in n),
-            "installed": sys.modules["innergraph.patching"].installed() if "innergraph.patching" in sys.modules else None,
+            "installed": sys.modules["innergraph.core.hooks"].installed() if "innergraph.core.hooks" in sys.modules else None,
         }
 
     X, A = np.linspace(-1.0, 2.0, 6), 1.5
