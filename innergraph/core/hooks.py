@@ -124,13 +124,12 @@ BASE_SUFFIX = "_base"
 
 @cache
 def patched_pytensor() -> bool:
-    """Whether the imported PyTensor carries the whole upstream series (this module is then ``pytensor.innergraph.patching``).
+    """Whether the imported PyTensor carries the whole upstream series (this module is then ``pytensor.innergraph.core.hooks``).
 
     The library also runs on a PyTensor carrying only the series' first, inert patches,
     and monkey-patches it as a released one.
     """
     upstream = __name__.startswith("pytensor.")
-
     upstream = upstream or whole_series()  # library only
     return upstream
 

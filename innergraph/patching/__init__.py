@@ -1,9 +1,10 @@
 """Apply and remove innergraph's patches to PyTensor.
 
 One module per PyTensor area patched (`linker`, `printing`, `pickling`, `gradient`); each
-exposes ``patches()``, a list of `Patch` (or `ItemPatch`) records. Parts of PyTensor that load on demand
-(its Numba dispatchers) are patched when they load (`apply_late`, a
-`DispatchPatch`), and unpatched by `uninstall` like the others. `install` is idempotent and `uninstall`
+exposes ``patches()``, a list of records (`innergraph.core.hooks`: `Patch`, `ItemPatch`).
+Parts of PyTensor that load on demand (its Numba and JAX dispatchers) are patched when
+they load (`innergraph.core.hooks.apply_late`, a `DispatchPatch`), and unpatched by
+`uninstall` like the others. `install` is idempotent and `uninstall`
 puts back the very objects it replaced, so PyTensor is restored exactly.
 The rewrites innergraph registers in PyTensor's database are installed and
 removed together with the patches (see `innergraph.rewriting.db`).
