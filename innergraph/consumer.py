@@ -145,8 +145,3 @@ def load_on_link(backend: str, module: str) -> None:
     if backend not in linkers:
         raise ValueError(f"load_on_link: backend must be one of {sorted(linkers)}, got {backend!r}")
     _dispatch.load_on_link(linkers[backend], module)
-
-
-# The code generated from step semantics, for every consumer declaring them (`Iterate`).
-load_on_link("numba", "innergraph.backends.numba_generated")
-load_on_link("jax", "innergraph.backends.jax_generated")

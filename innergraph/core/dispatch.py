@@ -216,14 +216,11 @@ def compiling_for_numba(fgraph: FunctionGraph | None = None) -> bool:
     return isinstance(linker_being_compiled(fgraph), NumbaLinker)
 
 
-#: (module and class name of a linker, innergraph module to import on its first link).
-#: Matched by name so that no linker module (and no JAX or Numba) is imported before use.
-ON_DEMAND: tuple[tuple[str, str, str], ...] = (
-    ("pytensor.link.numba.linker", "NumbaLinker", "innergraph.backends.numba"),
-    ("pytensor.link.jax.linker", "JAXLinker", "innergraph.backends.jax"),
-    ("pytensor.compile.debug.debugmode", "_Linker", "innergraph.patching.debugmode"),
-)
-
+#: (module and class name of a linker, innergraph module to import on its first link), in
+#: the order registered (`load_on_link`: the installation registers the backends and the
+#: DebugMode patch, `innergraph.consumer` the generated code). Matched by name so that no
+#: linker module (and no JAX or Numba) is imported before use.
+ON_DEMAND: tuple[tuple[str, str, str], ...] = ()
 
 
 def load_on_link(backend_linker: tuple[str, str], module: str) -> None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from innergraph.core import hooks
+from innergraph.core import dispatch, hooks
 from innergraph.core.hooks import form, installed, patched_pytensor
 from innergraph.core.interning import clear_body_cache, table_kept
 from innergraph.patching import gradient, linker, pickling, printing
@@ -34,6 +34,16 @@ from innergraph.patching.on_import import load_imported
 from innergraph.rewriting import db
 
 __all__ = ["form", "install", "installed", "patched_pytensor", "uninstall", "uninstalled"]
+
+# What a linker's first link loads (patching/linker.py's schedule calls `dispatch.load_on_demand`):
+# the backends, the code generated from step semantics for every consumer declaring them
+# (`Iterate`, `Branch`, `Once`), and the patch of DebugMode's check.
+_NUMBA, _JAX = ("pytensor.link.numba.linker", "NumbaLinker"), ("pytensor.link.jax.linker", "JAXLinker")
+dispatch.load_on_link(_NUMBA, "innergraph.backends.numba")
+dispatch.load_on_link(_NUMBA, "innergraph.backends.numba_generated")
+dispatch.load_on_link(_JAX, "innergraph.backends.jax")
+dispatch.load_on_link(_JAX, "innergraph.backends.jax_generated")
+dispatch.load_on_link(("pytensor.compile.debug.debugmode", "_Linker"), "innergraph.patching.debugmode")
 
 
 def install() -> None:
