@@ -9,7 +9,7 @@ and ``p``'s cotangent is ``(df/dp)^T u``: no step of the forward loop is stored.
 
 import pytensor
 import pytensor.tensor as pt
-from pytensor.gradient import disconnected_type
+from pytensor.gradient import disconnected_grad, disconnected_type
 from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 
@@ -51,7 +51,8 @@ class FixedPoint(Op):
         (x_star,), (g,) = outputs, cotangents
         step = lambda x, *a: instantiate(fn, [x, *a])[0]  # f, its condition dropped
         u = fixed_point(lambda u, x, *a: g + pytensor.grad(None, x, known_grads={step(x, *a): u}), g, x_star, *args)
-        grads = pytensor.grad(None, args, known_grads={step(x_star, *args): u}, disconnected_inputs="ignore")
+        at = disconnected_grad(x_star)  # df/dp at x*: the chain through x* is u's job
+        grads = pytensor.grad(None, args, known_grads={step(at, *args): u}, disconnected_inputs="ignore")
         return [disconnected_type(), disconnected_type(), disconnected_type(), *grads]
 
 
@@ -59,7 +60,7 @@ def split(node):  # the state carried, each param an invariant, the step's secon
     body = body_of(node.inputs[0])
     (p_x, *ps), (x_next, go) = params(body.param_types), body.outputs
     state = Slot("state", (node.inputs[2],), ((0, p_x),), ((0, x_next),), (body.type.output_types[0],), (node.outputs[0],))
-    return (node.inputs[1],), [state, Slot("go", outputs=((0, go),)), *[Slot("param", (a,), ((0, p),)) for a, p in zip(node.inputs[3:], ps)]]
+    return (node.inputs[1],), [state, Slot("go", outputs=((0, go),), output_types=(go.type,)), *[Slot("param", (a,), ((0, p),)) for a, p in zip(node.inputs[3:], ps)]]
 
 
 register_consumer(FixedPoint, Form(
