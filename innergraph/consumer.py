@@ -28,7 +28,7 @@ from typing import Any
 
 from innergraph.core.compat import pushforward as _pushforward
 from innergraph.core.build import Closure, inner_graph
-from innergraph.core import dispatch
+from innergraph.core import dispatch as _dispatch
 from innergraph.core.errors import ArityError, BodyTypeError
 from innergraph.core.fold import fold_function
 from innergraph.core.graph import body_nodes, body_of, body_ops, is_function, params
@@ -148,7 +148,7 @@ def load_on_link(backend: str, module: str) -> None:
     linkers = {"numba": ("pytensor.link.numba.linker", "NumbaLinker"), "jax": ("pytensor.link.jax.linker", "JAXLinker")}
     if backend not in linkers:
         raise ValueError(f"load_on_link: backend must be one of {sorted(linkers)}, got {backend!r}")
-    dispatch.load_on_link(linkers[backend], module)
+    _dispatch.load_on_link(linkers[backend], module)
 
 
 # The code generated from step semantics, for every consumer declaring them (`Iterate`).

@@ -65,10 +65,11 @@ def declared_shapes(node: Apply, input_shapes: Sequence[Any]) -> list[Shape | No
         elif meaning is Meaning.PER_STEP_OUTPUT:
             ((b, o),) = slot.outputs
             row = steps[b][_index(node, b, o)]
-            shape = (slot.args[0], *row) if _known(row) else None
+            shape = (slot.args[0], *row) if row is not None and _known(row) else None
         elif meaning is Meaning.OUTPUT:
             shapes = [steps[b][_index(node, b, o)] for b, o in slot.outputs]
-            shape = tuple(shapes[0]) if _known(shapes[0]) and all(same_shape(shapes[0], s) for s in shapes[1:]) else None
+            first = shapes[0]
+            shape = tuple(first) if first is not None and _known(first) and all(same_shape(first, s) for s in shapes[1:]) else None
         elif meaning is Meaning.BUFFER:
             shape = tuple(shape_of[id(slot.args[0])])
         else:
