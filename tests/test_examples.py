@@ -21,8 +21,8 @@ from innergraph.testing import OpCase, check_inner_graph_op
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # design.examples.*: pickles find the Ops by module name
-from design.examples.fixed_point import FixedPoint, fixed_point  # noqa: E402
-from design.examples.map_rows import MapRows, map_rows  # noqa: E402
+from design.examples.fixed_point import FixedPoint, fixed_point
+from design.examples.map_rows import MapRows, map_rows
 
 LINKERS = ["py", "cvm", "numba", "jax"]
 
