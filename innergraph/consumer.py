@@ -31,10 +31,11 @@ from innergraph.core.build import Closure, inner_graph
 from innergraph.core import dispatch as _dispatch
 from innergraph.core.errors import ArityError, BodyTypeError
 from innergraph.core.fold import fold_function
-from innergraph.core.graph import body_of, is_function, params
+from innergraph.core.graph import body_nodes, body_of, body_ops, is_function, params
 from innergraph.core.instantiate import body_output_shapes, carried_shapes, fit_arguments, instantiate, same_shape
 from innergraph.protocol.runtime import CheckedFunction, body_value, compiled_function, linker_for, make_body_thunk
 from innergraph.protocol.semantics import Branch, Iterate, Once
+from innergraph.protocol.shapes import declared_shapes
 from innergraph.protocol.slots import Capabilities, Form, Meaning, Slot, SlotKind, form_of, register_consumer
 from innergraph.core.types import Body
 
@@ -52,11 +53,14 @@ __all__ = [
     "Once",
     "Slot",
     "SlotKind",
+    "body_nodes",
     "body_of",
+    "body_ops",
     "body_output_shapes",
     "body_value",
     "carried_shapes",
     "compiled_function",
+    "declared_shapes",
     "fit_arguments",
     "fold_function",
     "form_of",

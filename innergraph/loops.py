@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import pytensor
 import pytensor.tensor as pt
 from pytensor.graph.basic import Variable
@@ -94,11 +95,31 @@ def _state_step(where: str, body_fun: Callable[[Tree], Tree], structure: Any, in
     return lambda xs: _fitted(where, body_fun(unflatten(structure, xs)), structure, init)
 
 
-def _condition(where: str, cond_fun: Callable[[Tree], Any], structure: Any) -> Callable[[list[Variable]], Variable]:
+def _always(xs: list[Variable]) -> Variable:
+    """The condition of a loop that has none: a boolean ``True`` (``pt.constant(True)`` would be an int8)."""
+    return pt.constant(np.True_)
+
+
+def _condition(where: str, cond_fun: Callable[[Tree], Any], structure: Any, name: str = "cond_fun") -> Callable[[list[Variable]], Variable]:
+    """``cond_fun`` over the flat state, checked: a boolean scalar, as JAX's loops require (`BodyTypeError`, a `TypeError`).
+
+    No conversion: a float or integer condition is refused rather than compared with
+    zero behind the user's back (``lax.while_loop`` refuses it too).
+    """
+
     def cond(xs: list[Variable]) -> Variable:
-        c = pt.as_tensor_variable(cond_fun(unflatten(structure, xs)))
-        if c.ndim != 0:
-            raise BodyTypeError(f"{where}: cond_fun must return a scalar, it returns {c.type} ({c})")
+        value = cond_fun(unflatten(structure, xs))
+        if isinstance(value, bool):  # `x != 0` on a PyTensor variable compares the objects: always True
+            raise BodyTypeError(
+                f"{where}: {name} must return a boolean scalar variable; it returns the Python bool {value} "
+                "(`x != 0` and `x == y` compare PyTensor variables as objects: write `pt.neq(x, 0)`, `pt.eq(x, y)`)"
+            )
+        c = pt.as_tensor_variable(value)
+        if c.ndim != 0 or c.dtype != "bool":
+            raise BodyTypeError(
+                f"{where}: {name} must return a boolean scalar; it returns {c} of type {c.type}. "
+                "Write a comparison (e.g. `pt.lt(i, n)`, or `pt.neq(x, 0)` for a number meaning true when nonzero)"
+            )
         return c
 
     return cond
@@ -152,7 +173,7 @@ def do_while(
     policy = _while_policy(where, checkpoint, max_steps)
     init, structure = flatten(init_val)
     step = _then(_state_step(where, body_fun, structure, init), _condition(where, cond_fun, structure))
-    out = build_while(lambda xs: pt.constant(True), step, init, max_steps, do_while=True)
+    out = build_while(_always, step, init, max_steps, do_while=True)
     if policy is not None:
         _tag_policy(out[0].owner, policy)
     return unflatten(structure, out)
@@ -191,9 +212,8 @@ def loop(
     where = "loop"
     if pre_condition is None and post_condition is None and max_steps is None:
         raise ValueError("loop: with neither a pre- nor a post-condition, pass max_steps (or use innergraph.fori_loop)")
-    true = lambda xs: pt.constant(True)
-    pre = true if pre_condition is None else _condition(where, pre_condition, structure)
-    post = true if post_condition is None else _condition(where, post_condition, structure)
+    pre = _always if pre_condition is None else _condition(where, pre_condition, structure, "pre_condition")
+    post = _always if post_condition is None else _condition(where, post_condition, structure, "post_condition")
     step = _then(_state_step(where, update, structure, init), post)
     if reverse is None:
         return unflatten(structure, build_while(pre, step, init, max_steps, do_while=pre_condition is None))

@@ -2,6 +2,11 @@
 
 import pathlib
 import re
+import sys
+import types
+import warnings
+
+import pytest
 
 ROOT = pathlib.Path(__file__).parent.parent
 
@@ -50,3 +55,50 @@ def test_readme_links_exist():
     text = (ROOT / "README.md").read_text()
     links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
     assert links and all((ROOT / link).exists() for link in links), [link for link in links if not (ROOT / link).exists()]
+
+
+DESIGN = ROOT / "design"
+PUBLIC = {"innergraph", "innergraph.consumer", "innergraph.testing"}
+
+
+def _blocks(page: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", (DESIGN / page).read_text(), flags=re.S)
+
+
+def _innergraph_imports(code: str) -> set[str]:
+    """The innergraph modules a block imports (``import innergraph.x``, ``from innergraph.x import ...``)."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "innergraph"}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "innergraph":
+            found.add(node.module)
+            found |= {f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in sys.modules}
+    return found
+
+
+@pytest.mark.parametrize("page", ["contributing.md", "testing.md"])
+def test_every_code_block_imports_public_names_only(page):
+    blocks = _blocks(page)
+    assert blocks, page
+    for k, code in enumerate(blocks):
+        private = _innergraph_imports(code) - PUBLIC
+        assert not private, f"{page}, block {k}: imports {sorted(private)}; public are {sorted(PUBLIC)}"
+        names = [n for n in re.findall(r"from innergraph[.\w]* import \(?([^)]*?)\)?\n", code, flags=re.S) for n in n.replace("\n", " ").split(",")]
+        assert not [n for n in names if n.strip().startswith("_")], (page, k, names)
+
+
+@pytest.mark.parametrize("page", ["contributing.md", "testing.md"])
+def test_every_code_block_runs(page):
+    """Each block runs as written, in a module of its own (importable: the kit pickles the Ops it defines)."""
+    for k, code in enumerate(_blocks(page)):
+        module = types.ModuleType(f"design_doc_{page.split('.')[0]}_{k}")
+        sys.modules[module.__name__] = module
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("error", ".*returned DisconnectedType")
+                exec(compile(code, f"design/{page} block {k}", "exec"), module.__dict__)
+        finally:
+            del sys.modules[module.__name__]

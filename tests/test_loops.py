@@ -107,6 +107,38 @@ def test_pytree_structure_and_type_errors():
         innergraph.while_loop(lambda s: s > 0, lambda s: s, v)
 
 
+@pytest.mark.parametrize("builder", ["while_loop", "do_while", "loop_pre", "loop_post"])
+@pytest.mark.parametrize("condition", ["float", "int", "python_int", "python_bool"])
+def test_a_condition_that_is_not_boolean_is_refused(builder, condition):
+    """A float or integer condition is a TypeError naming the condition and its type, never compared with zero silently.
+
+    JAX's ``lax.while_loop`` accepts boolean scalars only; so do the builders, which
+    used to convert any number with ``c != 0``.
+    """
+    make = {"float": lambda s: s * 1.0, "int": lambda s: pt.cast(s, "int64"), "python_int": lambda s: 1, "python_bool": lambda s: s != 0}[condition]
+    step = lambda s: s - 1.0
+    build = {
+        "while_loop": lambda: innergraph.while_loop(make, step, x),
+        "do_while": lambda: innergraph.do_while(step, make, x),
+        "loop_pre": lambda: innergraph.loop(make, step, None, x),
+        "loop_post": lambda: innergraph.loop(None, step, make, x, max_steps=3),
+    }[builder]
+    name = {"while_loop": "cond_fun", "do_while": "cond_fun", "loop_pre": "pre_condition", "loop_post": "post_condition"}[builder]
+    said = {"float": "float64", "int": "int64", "python_int": "int8", "python_bool": "the Python bool True"}[condition]
+    with pytest.raises(TypeError, match=rf"{builder.split('_')[0]}.*: {name} must return a boolean scalar.*{said}.*pt\.neq\(x, 0\)"):
+        build()
+
+
+def test_a_boolean_condition_still_builds_and_runs():
+    """The refusal above is of the type only: ``pt.lt`` and ``pt.neq`` (booleans) build and run."""
+    n = pt.lscalar("n")
+    by_comparison = innergraph.while_loop(lambda s: pt.lt(s, 10.0), lambda s: s * 2.0, x)
+    by_nonzero = innergraph.while_loop(lambda s: pt.neq(s[0], 0), lambda s: (s[0] - 1, s[1] + 1.0), (n, x))[1]
+    bounded = innergraph.loop(None, lambda s: s + 1.0, lambda s: pt.gt(s, 0.0), x, max_steps=3)
+    fn = pytensor.function([x, n], [by_comparison, by_nonzero, bounded], mode=Mode(linker="py", optimizer="fast_run"))
+    np.testing.assert_allclose(fn(1.5, 4), [12.0, 5.5, 4.5])
+
+
 # --- the generic rewrites, applied to each loop ----------------------------------------------
 
 

@@ -10,7 +10,10 @@ A call (`Once`) is its body's JAX function, traced inline where the call is
 loop's conversion reads the node's `LoopPlan` and calls the bodies' JAX functions
 (`innergraph.backends.jax.jax_body`, made once per body):
 
-* a counted loop without conditions is ``lax.fori_loop(0, n, step, carry)``;
+* a counted loop without conditions is ``lax.fori_loop(0, n, step, carry)``; its
+  per-step outputs, if any, are carried too, each allocated before the loop (its
+  number of rows must be static under ``jax.jit``: a shape, not a value) and
+  written one row per step;
 * any other loop is ``lax.while_loop`` over ``(steps, go, carry)``: ``go`` starts as
   the pre-condition (true without one) and becomes the post-condition after each
   step; ``steps`` is compared with the count or the bound, if any.
@@ -25,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 from pytensor.link.jax.dispatch import jax_funcify
@@ -47,8 +51,11 @@ def _arguments(plan: LoopPlan, body: int, inputs: Sequence[Any], rows: Sequence[
     return [values[kind][i] for kind, i in plan.roles[body]]
 
 
-def jax_loop(plan: LoopPlan, functions: Mapping[int, Fn], dtypes: Sequence[Any]) -> Callable[..., Any]:
-    """A JAX function of the node's inputs running ``plan`` with the bodies' JAX ``functions``."""
+def jax_loop(plan: LoopPlan, functions: Mapping[int, Fn], dtypes: Sequence[Any], row_dtypes: Sequence[Any] = ()) -> Callable[..., Any]:
+    """A JAX function of the node's inputs running ``plan`` with the bodies' JAX ``functions``.
+
+    ``dtypes`` are the carried values' dtypes, ``row_dtypes`` the per-step outputs'.
+    """
     conditioned = plan.pre is not None or plan.post is not None
 
     def step(t: Any, carry: tuple[Any, ...], inputs: Sequence[Any]) -> tuple[tuple[Any, ...], Any]:
@@ -60,6 +67,8 @@ def jax_loop(plan: LoopPlan, functions: Mapping[int, Fn], dtypes: Sequence[Any])
 
     def run(*inputs: Any) -> Any:
         carry = tuple(jnp.asarray(inputs[pos], dtype=d) for pos, d in zip(plan.carries, dtypes, strict=True))
+        if plan.per_step:
+            return _per_step_loop(plan, functions, dtypes, row_dtypes, inputs, carry)
         if plan.count is not None and not conditioned:
             final = lax.fori_loop(0, jnp.asarray(inputs[plan.count]), lambda t, c: step(t, c, inputs)[0], carry)
             return _results(plan, final)
@@ -84,9 +93,55 @@ def jax_loop(plan: LoopPlan, functions: Mapping[int, Fn], dtypes: Sequence[Any])
     return run
 
 
-def _results(plan: LoopPlan, carry: tuple[Any, ...]) -> Any:
-    results = [carry[k] for k in plan.results]
+def _results(plan: LoopPlan, carry: tuple[Any, ...], rows: tuple[Any, ...] = ()) -> Any:
+    results = [carry[k] if kind == "carry" else rows[k] for kind, k in plan.results]
     return results[0] if len(results) == 1 else tuple(results)
+
+
+def _static(value: Any, what: str) -> int:
+    """``value`` as a Python int; a `ValueError` saying why when it is traced (JAX needs static result shapes)."""
+    if is_traced(value):
+        raise ValueError(
+            f"JAX needs {what} known when the function is traced: compute it from a shape "
+            "(e.g. ``xs.shape[0]``), not from an input's value"
+        )
+    return int(value)
+
+
+def _per_step_loop(
+    plan: LoopPlan, functions: Mapping[int, Fn], dtypes: Sequence[Any], row_dtypes: Sequence[Any], inputs: Sequence[Any], carry: tuple[Any, ...]
+) -> Any:
+    """A counted loop without conditions writing per-step outputs: ``lax.fori_loop`` over the carries and the results.
+
+    Each result is allocated before the loop, zeros of its number of rows (static)
+    and of the row shape the update body gives (``jax.eval_shape`` of step 0), and
+    step ``t`` writes its row ``t``: rows no step writes stay zero, as in Numba.
+    """
+    assert plan.count is not None
+    n = inputs[plan.count]
+    lengths = [_static(inputs[pos], f"the number of rows of per-step output {j}") for j, (_, pos) in enumerate(plan.per_step)]
+    if not is_traced(n) and any(int(n) > length for length in lengths):
+        raise ValueError(f"innergraph: a per-step output has fewer rows ({min(lengths)}) than the loop has steps ({int(n)})")
+
+    def apply(rows: Sequence[Any], c: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        outs = functions[plan.update](*_arguments(plan, plan.update, inputs, rows, c))
+        new = tuple(jnp.asarray(outs[o], dtype=d) for o, d in zip(plan.next_values, dtypes, strict=True))
+        return new, tuple(jnp.asarray(outs[o], dtype=d) for (o, _), d in zip(plan.per_step, row_dtypes, strict=True))
+
+    seqs = [inputs[pos] for pos in plan.sequences]
+    row_specs = [jax.ShapeDtypeStruct(jnp.shape(x)[1:], jnp.result_type(x)) for x in seqs]
+    shapes = jax.eval_shape(lambda rows, c: apply(rows, c)[1], row_specs, carry)
+    buffers = tuple(jnp.zeros((length, *shape.shape), dtype=d) for length, shape, d in zip(lengths, shapes, row_dtypes, strict=True))
+    if any(jnp.shape(x)[0] == 0 for x in seqs):  # no row to read (JAX refuses to index an empty axis, even in a dead loop)
+        return _results(plan, carry, buffers)
+
+    def body(t: Any, state: tuple[tuple[Any, ...], tuple[Any, ...]]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        c, bufs = state
+        new, written = apply([x[t] for x in seqs], c)
+        return new, tuple(b.at[t].set(w) for b, w in zip(bufs, written, strict=True))
+
+    final, results = lax.fori_loop(0, jnp.asarray(n), body, (carry, buffers))
+    return _results(plan, final, results)
 
 
 def jax_branch(plan: BranchPlan, functions: Sequence[Fn], dtypes: Sequence[Any]) -> Callable[..., Any]:
@@ -146,7 +201,8 @@ def jax_funcify_generated(op: Any, node: Any = None, **kwargs: Any) -> Callable[
         return jax_branch(bplan, fns, [o.type.dtype for o in node.outputs])
     plan = loop_plan(op, node)
     functions = {b: jax_body(body_value(node.inputs[plan.functions[b]])) for b in plan.bodies_run}
-    return jax_loop(plan, functions, [node.inputs[pos].type.dtype for pos in plan.carries])
+    rows = {k: node.outputs[i].type.dtype for i, (kind, k) in enumerate(plan.results) if kind == "per_step"}
+    return jax_loop(plan, functions, [node.inputs[pos].type.dtype for pos in plan.carries], [rows[j] for j in range(len(plan.per_step))])
 
 
 def register_generated(op_class: type, form: Form) -> None:

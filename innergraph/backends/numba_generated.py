@@ -21,13 +21,18 @@ exactly one runs per call. A loop, from the node's `LoopPlan`, runs:
   carried values to its outputs (no copy: a body's outputs alias no param but an
   overwritten carry, and no other output) and
   reads the post-condition;
-* the carried values, in the node's output order.
+* per-step outputs (counted loops without conditions): each step writes its row
+  ``t`` into the result, allocated once the first row's shape is known (zeros: rows
+  no step writes stay zero; a loop of no steps returns the static row shape, 0
+  where unknown);
+* the carried values' final values and the per-step outputs, in the node's output order.
 
 Its disk-cache key combines the source with the bodies' keys (`numba_function`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -53,8 +58,43 @@ def _indent(lines: list[str]) -> list[str]:
     return ["    " + line for line in lines]
 
 
-def generated_source(plan: LoopPlan, codes: dict[int, Any]) -> tuple[list[str], list[str], dict[str, Any]]:
-    """The generated function's params, body lines and environment, for ``plan`` and the bodies' `BodyCode`."""
+def _per_step_rows(plan: LoopPlan, outputs: list[str], dtypes: Sequence[tuple[str, tuple[int | None, ...]]]) -> tuple[list[str], list[str]]:
+    """Lines before the loop allocating each per-step output, and the step's lines writing its row ``t``.
+
+    Before the first step a row's shape is unknown: the result starts with its static
+    row shape (0 where unknown), which is what a loop of no steps returns, and is
+    allocated again, zeros, once the first row is known. Fewer rows than steps, or a
+    row of another shape than the first, is a `ValueError`, as in Scan.
+    """
+    before: list[str] = []
+    step: list[str] = []
+    for j, (out, length) in enumerate(plan.per_step):
+        dtype, row_shape = dtypes[j]
+        d = f"np.{np.dtype(dtype).type.__name__}"  # in the source, which the disk-cache key hashes
+        static = "".join(f"{0 if d is None else d}, " for d in row_shape)
+        v = outputs[out]
+        before += [
+            f"o{j} = np.zeros((i{length}.item(), {static}), {d})",
+            f"if i{plan.count}.item() > i{length}.item():",
+            f"    raise ValueError('innergraph: per-step output {j} has fewer rows than the loop has steps')",
+        ]
+        step += [
+            "if t == 0:",
+            f"    o{j} = np.zeros((i{length}.item(),) + np.shape({v}), {d})",
+            f"elif np.shape({v}) != o{j}.shape[1:]:",
+            f"    raise ValueError('innergraph: per-step output {j}: a step wrote a row of another shape than the first')",
+            f"o{j}[t] = {v}" if row_shape else f"o{j}[t] = {v}.item()",
+        ]
+    return before, step
+
+
+def generated_source(
+    plan: LoopPlan, codes: dict[int, Any], dtypes: Sequence[tuple[str, tuple[int | None, ...]]] = ()
+) -> tuple[list[str], list[str], dict[str, Any]]:
+    """The generated function's params, body lines and environment, for ``plan`` and the bodies' `BodyCode`.
+
+    ``dtypes`` gives, per per-step output, the dtype and static row shape of its result.
+    """
     conditioned = plan.pre is not None or plan.post is not None
     lines = [f"x{k} = i{pos}.copy()" for k, pos in enumerate(plan.carries)]
     env: dict[str, Any] = {"np": np}
@@ -68,6 +108,9 @@ def generated_source(plan: LoopPlan, codes: dict[int, Any]) -> tuple[list[str], 
     update = codes[plan.update].render("s_", [_value(r) for r in plan.roles[plan.update]])
     env |= update.env
     step += update.lines
+    rows, step_rows = _per_step_rows(plan, update.outputs, dtypes)
+    lines += rows
+    step += step_rows
     step += [f"x{k} = {update.outputs[o]}" for k, o in enumerate(plan.next_values)]
     if plan.post is not None:
         step.append(f"go = {update.outputs[plan.post]}.item()")
@@ -80,7 +123,7 @@ def generated_source(plan: LoopPlan, codes: dict[int, Any]) -> tuple[list[str], 
             lines += ["steps = 0", f"limit = i{plan.bound}.item()"]
             step.append("steps += 1")
         lines += [f"while {' and '.join(guard)}:", *_indent(step)]
-    returned = [f"x{k}" for k in plan.results]
+    returned = [f"x{k}" if kind == "carry" else f"o{k}" for kind, k in plan.results]
     lines.append(f"return {returned[0]}" if len(returned) == 1 else f"return ({', '.join(returned)},)")
     return [f"i{i}" for i in range(plan.n_inputs)], lines, env
 
@@ -117,11 +160,18 @@ def numba_funcify_generated(op: Any, node: Any = None, **kwargs: Any) -> Convert
 
     def make() -> Converted:
         codes = {b: numba_body_code(body, _owned(plan, b)) for b, body in bodies.items()}
-        params, lines, env = generated_source(plan, codes)
+        params, lines, env = generated_source(plan, codes, rows)
         return jitted(f"innergraph_{type(op).__name__.lower()}", params, lines, env, [codes[b].key for b in plan.bodies_run])
 
+    rows = _row_types(plan, node)
     keys = tuple((_owned(plan, b), code_key(body)) for b, body in bodies.items())  # what each body's code is keyed by
-    return bodies[plan.update].cached(("numba_generated", plan, others, keys), make)
+    return bodies[plan.update].cached(("numba_generated", plan, others, keys, rows), make)
+
+
+def _row_types(plan: LoopPlan, node: Any) -> tuple[tuple[str, tuple[int | None, ...]], ...]:
+    """Per per-step output of ``plan``, its result's dtype and static row shape."""
+    by_index = {k: i for i, (kind, k) in enumerate(plan.results) if kind == "per_step"}
+    return tuple((node.outputs[by_index[j]].type.dtype, tuple(node.outputs[by_index[j]].type.shape[1:])) for j in range(len(plan.per_step)))
 
 
 def branch_source(plan: BranchPlan, codes: list[Any]) -> tuple[list[str], list[str], dict[str, Any]]:

@@ -31,13 +31,16 @@ from weakref import WeakKeyDictionary
 from pytensor.graph.basic import Apply, Constant, NominalVariable, Variable
 from pytensor.graph.op import Op
 from pytensor.graph.type import Type
+from pytensor.scalar.basic import Composite
 
 from innergraph.core.errors import BodyTypeError, FreeVariableError, ParamError
 from innergraph.core.types import Body, InnerGraphType
 
 __all__ = [
     "InnerGraph",
+    "body_nodes",
     "body_of",
+    "body_ops",
     "is_function",
     "param",
     "params",
@@ -130,6 +133,42 @@ def scope_toposort(outputs: Sequence[Variable], stop: Collection[Variable] = ())
             stack.append((var, True))
             stack.extend((c, False) for c in reversed(children) if c not in seen)
     return order
+
+
+def body_nodes(function: Variable | Body, *, nested: bool = False) -> list[Apply]:
+    """The nodes of a body, inputs before users: for structural assertions in tests.
+
+    Parameters
+    ----------
+    function
+        A function variable (folded or not) or a `Body`.
+    nested
+        Also list the nodes of the bodies its nodes take as inputs (a scan or a
+        conditional inside the body), each nested body's nodes before the node that
+        takes it, recursively. By default only the body's own scope.
+    """
+    found: list[Apply] = []
+    for node in scope_toposort(body_of(function).outputs):
+        if nested:
+            for inp in node.inputs:
+                if is_function(inp):
+                    found += body_nodes(inp, nested=True)
+        found.append(node)
+    return found
+
+
+def body_ops(function: Variable | Body, *, nested: bool = False) -> list[Op]:
+    """The Op of each of `body_nodes`, an ``Elemwise`` given as its scalar Op (``Cosh``, ``Add``).
+
+    The form a structural assertion names: ``not any(isinstance(op, ps.Cosh) for op in
+    body_ops(fn))`` says the body computes no ``cosh``. A fused ``Composite`` is given as
+    the scalar Ops it computes, so the assertion holds whether or not fusion ran.
+    """
+    found: list[Op] = []
+    for node in body_nodes(function, nested=nested):
+        op = getattr(node.op, "scalar_op", node.op)
+        found += [n.op for n in op.fgraph.toposort()] if isinstance(op, Composite) else [op]
+    return found
 
 
 def scope_leaves(outputs: Sequence[Variable], stop: Collection[Variable] = ()) -> list[Variable]:

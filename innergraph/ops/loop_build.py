@@ -37,9 +37,12 @@ def _captures(fn: Callable[[list[Variable]], list[Variable]], like: Sequence[Var
     return list(inner_graph(fn(xs), xs, capture="leaves").captured)
 
 
-def _as_bool(c: Any) -> Variable:
+def _as_bool(c: Any, what: str) -> Variable:
+    """``c`` as a boolean scalar variable; a `TypeError` naming ``what`` for any other type (no silent ``c != 0``)."""
     c = pt.as_tensor_variable(c)
-    return c if c.dtype == "bool" else pt.neq(c, 0)
+    if c.ndim != 0 or c.dtype != "bool":
+        raise TypeError(f"build_while: the {what} must be a boolean scalar, got {c} of type {c.type}; compare it (e.g. `pt.neq(x, 0)`)")
+    return c
 
 
 def build_while(
@@ -56,11 +59,11 @@ def build_while(
     """
 
     def cond_outs(xs: list[Variable]) -> list[Variable]:
-        return [_as_bool(pre(xs))]
+        return [_as_bool(pre(xs), "pre-condition")]
 
     def step_outs(xs: list[Variable]) -> list[Variable]:
         new, post = step(xs)
-        return [*new, _as_bool(post)]
+        return [*new, _as_bool(post, "post-condition")]
 
     in_cond, in_step = _captures(cond_outs, init), _captures(step_outs, init)
     shared = [v for v in in_cond if any(v is w for w in in_step)]

@@ -27,8 +27,8 @@ __all__ = ["BranchPlan", "LoopPlan", "OncePlan", "Role", "branch_plan", "loop_pl
 
 _S = TypeVar("_S", Iterate, Branch, Once)
 
-#: The slot meanings a generated loop runs (per-step outputs and traced states are not generated).
-_LOOP_MEANINGS = ("invariant", "sequence", "carry", "condition")
+#: The slot meanings a generated loop runs (traced states and buffers, Scan's, are not generated).
+_LOOP_MEANINGS = ("invariant", "sequence", "carry", "per-step output", "condition")
 
 Role = tuple[str, int]
 
@@ -55,11 +55,16 @@ class LoopPlan:
         Per body, the `Role` of each of its params (empty for a body that never runs).
     next_values
         Per carried value, the update body's output giving its next value.
+    per_step
+        Per per-step output, the update body's output giving its row of each step and
+        the position of the node input giving its number of rows (at least the number
+        of steps; rows no step writes are zero).
     pre, post
         The pre-condition's output index in the pre-condition body, the post-condition's
         in the update body, or None.
     results
-        Per node output, the carried value it is.
+        Per node output, what it is: ``("carry", k)`` carried value ``k``'s final value,
+        ``("per_step", j)`` per-step output ``j`` (every step's row).
     """
 
     n_inputs: int
@@ -72,9 +77,10 @@ class LoopPlan:
     carries: tuple[int, ...]
     roles: tuple[tuple[Role, ...], ...]
     next_values: tuple[int, ...]
+    per_step: tuple[tuple[int, int], ...]
     pre: int | None
     post: int | None
-    results: tuple[int, ...]
+    results: tuple[Role, ...]
 
     @property
     def bodies_run(self) -> tuple[int, ...]:
@@ -161,6 +167,17 @@ def _declared(op: Any, node: Apply, kind: type[_S], missing: str, needs: str) ->
     return _Declared(form, header, slots, functions, bodies, [params(b.param_types) for b in bodies]), sem
 
 
+def _per_step(op: Any, node: Apply, sem: Iterate, slot: Any, taker: _OutputTaker) -> tuple[int, int]:
+    """A per-step output slot's update-body output and the position of its number of rows (``ValueError`` naming the Op)."""
+    where = f"{op}: per-step output slot of kind {slot.kind!r}"
+    if len(slot.args) != 1 or len(slot.results) != 1:
+        raise ValueError(f"{where} must have one argument (its number of rows) and one result; it has {len(slot.args)} and {len(slot.results)}")
+    outs = [o for b, o in slot.outputs if b == sem.update]
+    if len(outs) != 1 or len(slot.outputs) != 1:
+        raise ValueError(f"{where}: its row must be one output of the update body {sem.update}")
+    return taker.take(sem.update, outs[0]), _position(node, slot.args[0], f"the number of rows of a {slot.kind!r} slot")
+
+
 def loop_plan(op: Any, node: Apply) -> LoopPlan:
     """The `LoopPlan` of ``node``, a node of a registered consumer declaring `Iterate` semantics.
 
@@ -178,7 +195,8 @@ def loop_plan(op: Any, node: Apply) -> LoopPlan:
     sequences: list[int] = []
     carries: list[int] = []
     next_values: list[int] = []
-    results: dict[int, int] = {}
+    per_step: list[tuple[int, int]] = []
+    results: dict[int, Role] = {}
     conditions: dict[int, int] = {}
     taker = _OutputTaker(bodies)
     for slot in slots:
@@ -188,6 +206,10 @@ def loop_plan(op: Any, node: Apply) -> LoopPlan:
         if meaning == "condition":
             (b, out), = slot.outputs
             conditions[b] = taker.take(b, out)
+            continue
+        if meaning == "per-step output":
+            per_step.append(_per_step(op, node, sem, slot, taker))
+            results[_output_index(node.outputs, slot.results[0])] = ("per_step", len(per_step) - 1)
             continue
         pos = _position(node, slot.args[0], f"the argument of a {slot.kind!r} slot")
         if meaning == "sequence":
@@ -203,7 +225,7 @@ def loop_plan(op: Any, node: Apply) -> LoopPlan:
                 raise ValueError(f"{op}: a {slot.kind!r} slot's next value must be one output of the update body {sem.update}")
             next_values.append(taker.take(sem.update, outs[0]))
             for r in slot.results:
-                results[_output_index(node.outputs, r)] = len(carries) - 1
+                results[_output_index(node.outputs, r)] = ("carry", len(carries) - 1)
         else:
             role = ("input", pos)
         for b, p in slot.params:
@@ -221,8 +243,13 @@ def loop_plan(op: Any, node: Apply) -> LoopPlan:
     post = conditions.get(sem.update)
     if count is None and bound is None and post is None:
         raise ValueError(f"{op}: a loop that is not counted needs a post-condition (a CONDITION output of the update body) or a bound")
+    if per_step and (count is None or conditions):
+        raise ValueError(
+            f"{op}: a generated loop writes per-step outputs only when it is counted and has no condition "
+            "(the number of rows is known before the loop and every step runs)"
+        )
     if sorted(results) != list(range(len(node.outputs))):
-        raise ValueError(f"{op}: a generated loop's outputs must all be carried values' final values")
+        raise ValueError(f"{op}: a generated loop's outputs must each be a carried value's final value or a per-step output")
     return LoopPlan(
         n_inputs=len(node.inputs),
         functions=tuple(_position(node, f, "function input") for f in functions),
@@ -234,6 +261,7 @@ def loop_plan(op: Any, node: Apply) -> LoopPlan:
         carries=tuple(carries),
         roles=tuple(tuple(r[i] for i in range(len(ps))) if b in run else () for b, (r, ps) in enumerate(zip(roles, param_lists, strict=True))),
         next_values=tuple(next_values),
+        per_step=tuple(per_step),
         pre=conditions.get(sem.pre_condition) if sem.pre_condition is not None else None,
         post=post,
         results=tuple(results[i] for i in range(len(node.outputs))),

@@ -6,6 +6,9 @@
     Random closed bodies as data (`recipes` is a hypothesis strategy), built any
     number of times with fresh variables, other names and shuffled construction
     order, and mutated in meaning-changing ways (law 2).
+`body_nodes` / `body_ops`
+    A body's nodes, or their Ops (an ``Elemwise`` as its scalar Op), for structural
+    assertions (also in `innergraph.consumer`).
 `check_inner_graph_op`
     Checks a consumer against laws 1, 2, 4 and 5, pickling, ``infer_shape`` and
     gradients. See ``design/testing.md``.
@@ -21,10 +24,11 @@
 The strategies need hypothesis (the ``test`` extra).
 """
 
+from innergraph.core.graph import body_nodes, body_ops
 from innergraph.testing.assertions import alpha_equivalent, assert_alpha_equivalent, assert_not_alpha_equivalent
 from innergraph.testing.kit import OpCase, check_inner_graph_op
 from innergraph.testing.programs import check_against_vanilla
 from innergraph.testing.rewrites import check_rewrite
 
-__all__ = ["OpCase", "alpha_equivalent", "assert_alpha_equivalent", "assert_not_alpha_equivalent", "check_against_vanilla",
+__all__ = ["OpCase", "alpha_equivalent", "body_nodes", "body_ops", "assert_alpha_equivalent", "assert_not_alpha_equivalent", "check_against_vanilla",
            "check_inner_graph_op", "check_rewrite"]
