@@ -106,8 +106,8 @@ def test_no_monkey_patch_on_a_patched_pytensor_or_every_record_paired():
         # the hooks the edits call exist, with the names the series gives them
         for edit in series.EDITS:
             if isinstance(edit, series.Delegate):
-                module = importlib.import_module(edit.module.replace("pytensor.innergraph", "innergraph"))
-                assert callable(getattr(module, edit.replacement)), edit
+                delegate = importlib.import_module(edit.module.replace("pytensor.innergraph", "innergraph"))
+                assert callable(getattr(delegate, edit.replacement)), edit
 
 
 #: the names of PyTensor's conversions the series makes delegate to innergraph
