@@ -382,3 +382,46 @@ def test_verify_grad_fails_on_a_wrong_gradient_the_reference_shares():
     doubled = OpCase(**{**APPLY3.__dict__, "build": _apply3(DoubledGradient), "reference": _doubled_gradient_reference})
     with pytest.raises(AssertionError, match="verify_grad: the gradient of the consumer differs from finite differences"):
         check_inner_graph_op(doubled)
+
+
+# --- against="isolated": bodies rewritten on their own, as PyTensor rewrites an OpFromGraph -----
+
+
+def test_rewrite_bodies_in_isolation_rewrites_the_bodies_and_nothing_else():
+    from pytensor.scalar import basic as ps
+
+    from innergraph.testing import body_ops, rewrite_bodies_in_isolation
+
+    x = pt.dvector("x")
+    y = innergraph.call(lambda v: pt.log(pt.exp(v * 1.0)).sum(), x)
+    outer = y * 1.0  # outside every body: left as it is
+    (isolated,) = rewrite_bodies_in_isolation([outer])
+    assert isolated.owner.op == outer.owner.op and len(isolated.owner.inputs) == 2  # the outer Mul kept
+    before, after = body_ops(y.owner.inputs[0]), body_ops(isolated.owner.inputs[0].owner.inputs[0])
+    assert {type(op) for op in before} >= {ps.Log, ps.Exp, ps.Mul}
+    assert not {type(op) for op in after} & {ps.Log, ps.Exp, ps.Mul}  # log(exp(v * 1)) is v
+    assert body_ops(y.owner.inputs[0]) == before  # the user's graph is not changed
+    f = pytensor.function([x], [outer, isolated], mode=pytensor.compile.mode.get_default_mode().excluding("innergraph"))
+    got, want = f(np.arange(4.0))
+    np.testing.assert_allclose(got, want)
+    np.testing.assert_allclose(want, np.arange(4.0).sum())
+
+
+def test_the_kit_against_isolated_needs_no_vanilla_reference():
+    check_inner_graph_op(OpCase(**{**CALL.__dict__, "reference": None}), against="isolated")
+
+
+def test_law_5_against_isolated_fails_when_the_two_treatments_differ(monkeypatch):
+    """The comparison is real: a reference computing twice the consumer's value fails it."""
+    from innergraph.testing import kit, rewrite_bodies_in_isolation
+
+    monkeypatch.setattr(kit, "rewrite_bodies_in_isolation", lambda outputs, mode=None: [2.0 * o for o in rewrite_bodies_in_isolation(outputs, mode)])
+    with pytest.raises(AssertionError, match=r"law 5 \(against='isolated'\): result 0 differs"):
+        check_inner_graph_op(OpCase(**{**CALL.__dict__, "reference": None}), against="isolated")
+
+
+def test_the_kit_refuses_a_missing_reference_or_an_unknown_comparison():
+    with pytest.raises(ValueError, match="case.reference is None"):
+        check_inner_graph_op(OpCase(**{**CALL.__dict__, "reference": None}))
+    with pytest.raises(ValueError, match="against must be 'vanilla' or 'isolated', got 'opfromgraph'"):
+        check_inner_graph_op(CALL, against="opfromgraph")

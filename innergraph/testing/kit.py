@@ -15,7 +15,13 @@ infer_shape
 law 5
     Values and gradients equal the vanilla reference, built, compiled and first called
     with innergraph uninstalled (`innergraph.uninstalled`): vanilla PyTensor, patches
-    and all, not innergraph with its rewrites excluded.
+    and all, not innergraph with its rewrites excluded. With ``against="isolated"`` the
+    reference is the consumer itself treated as PyTensor treats a native Op's inner
+    graph: each body rewritten on its own by the mode's rewriter
+    (`innergraph.testing.isolated`), compiled with innergraph's rewrites excluded; for a
+    consumer with no vanilla equivalent (``case.reference`` may then be None). It checks
+    that rewriting bodies with the outer graph changes no value; whether the consumer
+    computes what it should, only a reference can say.
 law 4
     Built from callables equal up to canonicalization, the two consumers become one after
     full FAST_RUN: each output of the second is the very variable of the first in the
@@ -41,8 +47,11 @@ import pytensor.tensor as pt
 from pytensor.graph.basic import Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import MergeOptimizer
+from pytensor.compile.mode import get_mode
+
 from innergraph.patching import uninstalled
 from innergraph.stats import consumer_kind
+from innergraph.testing.isolated import rewrite_bodies_in_isolation
 
 __all__ = ["OpCase", "check_inner_graph_op"]
 
@@ -71,6 +80,7 @@ class OpCase:
         ``reference(args)``: the same computation in vanilla PyTensor. It is called with
         innergraph uninstalled, so it uses PyTensor's own constructs (``pytensor.scan``,
         ``pytensor.ifelse.ifelse``, ``OpFromGraph``), never innergraph's builders.
+        None when the check runs ``against="isolated"`` only.
     sample
         ``sample(rng)``: argument values.
     differentiable
@@ -86,7 +96,7 @@ class OpCase:
     bodies: Sequence[Callable[..., Any]]
     rewritten: Sequence[Callable[..., Any]]
     changed: Sequence[Callable[..., Any]]
-    reference: Callable[[Sequence[Variable]], Any]
+    reference: Callable[[Sequence[Variable]], Any] | None
     sample: Callable[[np.random.Generator], Sequence[Any]]
     differentiable: Sequence[int] = ()
     shapes_inferred: bool = True
@@ -96,15 +106,34 @@ def _as_list(value: Any) -> list[Variable]:
     return [value] if isinstance(value, Variable) else list(value)
 
 
-def check_inner_graph_op(case: OpCase, *, seed: int = 0, mode: Any = None) -> None:
-    """Run every check of the module docstring on ``case``."""
+def check_inner_graph_op(case: OpCase, *, seed: int = 0, mode: Any = None, against: str = "vanilla") -> None:
+    """Run every check of the module docstring on ``case``.
+
+    Parameters
+    ----------
+    case
+        How to build and check the consumer.
+    seed
+        Seeds the argument values and `verify_grad`'s points.
+    mode
+        The mode every function is compiled with (default: PyTensor's default mode).
+    against
+        Law 5's reference: ``"vanilla"`` (``case.reference`` with innergraph uninstalled)
+        or ``"isolated"`` (the consumer with its bodies rewritten on their own, as
+        PyTensor rewrites an ``OpFromGraph``'s inner graph: `rewrite_bodies_in_isolation`).
+    """
+    if against not in ("vanilla", "isolated"):
+        raise ValueError(f"check_inner_graph_op: against must be 'vanilla' or 'isolated', got {against!r}")
+    reference = case.reference
+    if against == "vanilla" and reference is None:
+        raise ValueError("check_inner_graph_op: case.reference is None; give a vanilla reference or pass against='isolated'")
     rng = np.random.default_rng(seed)
     args = [t(name=f"arg{i}") for i, t in enumerate(case.arg_types)]
     values = list(case.sample(rng))
     _law1(case, args)
     _law2(case, args)
     _infer_shape(case, args, values, mode)  # before law 5: a wrong shape can break the compiled gradient
-    fn = _law5(case, args, values, mode)
+    fn = _law5(case, reference, args, values, mode) if reference is not None and against == "vanilla" else _law5_isolated(case, args, values, mode)
     _law4(case, args, values, mode)
     _pickling(fn, values)
     _gradients(case, values, rng)
@@ -173,11 +202,11 @@ def _with_grads(outputs: list[Variable], args: list[Variable], positions: Sequen
     return outputs + list(grads)
 
 
-def _law5(case: OpCase, args: list[Variable], values: list[Any], mode: Any) -> Any:
+def _law5(case: OpCase, reference: Callable[[Sequence[Variable]], Any], args: list[Variable], values: list[Any], mode: Any) -> Any:
     ours = _with_grads(_as_list(case.build(case.bodies, args)), args, case.differentiable)
     fn = pytensor.function(args, ours, mode=mode, on_unused_input="ignore")
     with uninstalled():  # vanilla PyTensor: built, compiled and first called without innergraph
-        theirs = _with_grads(_as_list(case.reference(args)), args, case.differentiable)
+        theirs = _with_grads(_as_list(reference(args)), args, case.differentiable)
         ref = pytensor.function(args, theirs, mode=mode, on_unused_input="ignore")
         try:
             wanted = ref(*values)
@@ -189,6 +218,18 @@ def _law5(case: OpCase, args: list[Variable], values: list[Any], mode: Any) -> A
     for k, (got, want) in enumerate(zip(fn(*values), wanted, strict=True)):
         if not np.allclose(got, want, rtol=1e-7, atol=1e-10):
             raise AssertionError(f"law 5: result {k} differs from the vanilla reference: {got} vs {want}")
+    return fn
+
+
+def _law5_isolated(case: OpCase, args: list[Variable], values: list[Any], mode: Any) -> Any:
+    ours = _with_grads(_as_list(case.build(case.bodies, args)), args, case.differentiable)
+    fn = pytensor.function(args, ours, mode=mode, on_unused_input="ignore")
+    built = _with_grads(_as_list(case.build(case.bodies, args)), args, case.differentiable)
+    theirs = rewrite_bodies_in_isolation(built, mode)  # after differentiating: PyTensor rewrites inner graphs when it compiles
+    ref = pytensor.function(args, theirs, mode=get_mode(mode).excluding("innergraph"), on_unused_input="ignore")
+    for k, (got, want) in enumerate(zip(fn(*values), ref(*values), strict=True)):
+        if not np.allclose(got, want, rtol=1e-7, atol=1e-10):
+            raise AssertionError(f"law 5 (against='isolated'): result {k} differs from the consumer with its bodies rewritten on their own: {got} vs {want}")
     return fn
 
 
