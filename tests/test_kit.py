@@ -3,6 +3,7 @@
 """Every consumer of this project, checked with the public kit (innergraph.testing)."""
 
 import warnings
+from typing import Any
 
 import numpy as np
 import pytensor
@@ -393,9 +394,9 @@ def test_rewrite_bodies_in_isolation_rewrites_the_bodies_and_nothing_else():
     from innergraph.testing import body_ops, rewrite_bodies_in_isolation
 
     x = pt.dvector("x")
-    y = innergraph.call(lambda v: pt.log(pt.exp(v * 1.0)).sum(), x)
-    outer = y * 1.0  # outside every body: left as it is
-    (isolated,) = rewrite_bodies_in_isolation([outer])
+    y: Any = innergraph.call(lambda v: pt.log(pt.exp(v * 1.0)).sum(), x)
+    outer: Any = y * 1.0  # outside every body: left as it is
+    isolated: Any = rewrite_bodies_in_isolation([outer])[0]
     assert isolated.owner.op == outer.owner.op and len(isolated.owner.inputs) == 2  # the outer Mul kept
     before, after = body_ops(y.owner.inputs[0]), body_ops(isolated.owner.inputs[0].owner.inputs[0])
     assert {type(op) for op in before} >= {ps.Log, ps.Exp, ps.Mul}
@@ -415,7 +416,10 @@ def test_law_5_against_isolated_fails_when_the_two_treatments_differ(monkeypatch
     """The comparison is real: a reference computing twice the consumer's value fails it."""
     from innergraph.testing import kit, rewrite_bodies_in_isolation
 
-    monkeypatch.setattr(kit, "rewrite_bodies_in_isolation", lambda outputs, mode=None: [2.0 * o for o in rewrite_bodies_in_isolation(outputs, mode)])
+    def doubled(outputs: Any, mode: Any = None) -> list[Any]:
+        return [pt.mul(2.0, o) for o in rewrite_bodies_in_isolation(outputs, mode)]
+
+    monkeypatch.setattr(kit, "rewrite_bodies_in_isolation", doubled)
     with pytest.raises(AssertionError, match=r"law 5 \(against='isolated'\): result 0 differs"):
         check_inner_graph_op(OpCase(**{**CALL.__dict__, "reference": None}), against="isolated")
 
