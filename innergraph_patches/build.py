@@ -24,9 +24,9 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 AUTHOR = ("innergraph developers", "innergraph@users.noreply.github.com")
 DATE = "2026-01-01T00:00:00+00:00"
 _UNASSIGNED_HELP = """the upstream series cannot be built: every module of innergraph/ must be in exactly one patch.
-Add each module below to the `modules` of one PatchSpec in innergraph_patches/series.py
-(representation, hooks, consumers, rewrites or backends), or to LIBRARY_ONLY if it is not
-part of PyTensor's change (benchmarks, test kit):
+Add each module below to one patch's list in innergraph/startup/shipped.py (SHIPPED:
+representation, hooks, consumers, backends or rewrites), or to LIBRARY_ONLY in
+innergraph_patches/series.py if it is not part of PyTensor's change (start-up checks, test kit):
 """
 
 

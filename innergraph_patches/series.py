@@ -76,6 +76,7 @@ LIBRARY_ONLY: frozenset[str] = frozenset(
         "__main__.py",  # `python -m innergraph`: hands over to innergraph_bench
         "testing/__init__.py",  # the test kit of innergraph's own suite
         "testing/assertions.py",
+        "testing/isolated.py",
         "testing/kit.py",
         "testing/programs.py",
         "testing/recipes.py",

@@ -30,7 +30,7 @@ def test_an_unassigned_module_stops_the_build_and_says_what_to_add(tmp_path, mon
     (copy / "innergraph" / "rewriting" / "brand_new.py").write_text('"""A module nobody assigned."""\n')
     assert series.unassigned(copy) == ["rewriting/brand_new.py"]
     monkeypatch.setattr(build, "REPOSITORY", copy)
-    with pytest.raises(SystemExit, match=r"(?s)PatchSpec in innergraph_patches/series.py.*innergraph/rewriting/brand_new.py"):
+    with pytest.raises(SystemExit, match=r"(?s)innergraph/startup/shipped.py.*innergraph/rewriting/brand_new.py"):
         build.build_series(out=tmp_path / "out", sdist=tmp_path / "never-read.tar.gz")
 
 

@@ -42,6 +42,7 @@ SHIPPED: dict[str, tuple[str, ...]] = {
         "protocol/plans.py",
         "protocol/runtime.py",
         "protocol/semantics.py",
+        "protocol/shapes.py",
         "protocol/signature.py",
         "protocol/slots.py",
         "innergraph_pickle/__init__.py",
