@@ -84,9 +84,9 @@ LIBRARY_ONLY: frozenset[str] = frozenset(
     }
 )
 
-_TESTED = """Tested: PyTensor's own test files at rel-3.0.7 (534 passed, 8 xfailed,
-18 skipped, as without this series) and innergraph's test suite, run on a
-PyTensor with the whole series applied (innergraph's CI, `.ci/patched`)."""
+_TESTED = """Tested: PyTensor's own test files at 3.3.8, each test's outcome as
+without this series, and innergraph's test suite, run on a PyTensor with the
+series applied patch by patch (innergraph's CI, `.ci/patched`)."""
 
 _REPRESENTATION = PatchSpec(
     slug="innergraph-representation",
@@ -98,23 +98,32 @@ twice when two loops share it, and never with what surrounds it.
 This adds the in-graph representation those Ops can share instead, under
 pytensor.innergraph, with no change of behaviour yet (nothing imports it):
 
-- types.py: InnerGraphType, the type of a function variable, and Body, the
-  folded (constant) form of a body;
-- graph.py: NominalVariable params, the InnerGraph Op that turns a body
+core/, the body representation, which knows no consumer:
+
+- core/types.py: InnerGraphType, the type of a function variable, and Body,
+  the folded (constant) form of a body;
+- core/graph.py: NominalVariable params, the InnerGraph Op that turns a body
   (ordinary Apply nodes over params) into a function variable, and the
   closed-body verification (a body may only read its params and constants);
-- canonical.py: the canonical encoding that makes alpha-equivalent bodies
-  equal (merge, caching);
-- build.py, instantiate.py: closure conversion of a callable, scope-aware
-  substitution of params;
-- fold.py: folding function variables into constants before linking (and
-  unfolding them into rewritable nodes);
-- errors.py, slots.py, stats.py, dispatch.py, pickling.py, debugmode.py,
-  _compat.py, _pickle.py: errors naming the offending variable, consumer
-  slots, graph statistics, the backend registry, what a pickled graph keeps.
+- core/canonical.py: the canonical encoding that makes alpha-equivalent
+  bodies equal (merge, caching);
+- core/build.py, core/instantiate.py: closure conversion of a callable,
+  scope-aware substitution of params;
+- core/fold.py, hidden_folds.py, interning.py: folding function variables
+  into constants before linking (and unfolding them into rewritable nodes),
+  one Body per final body;
+- core/errors.py, compat.py, hooks.py, dispatch.py, and _pickle.py: errors
+  naming the offending variable, PyTensor internals, the records the hooks
+  of the next patch use, which linker compiles, pickles that load without
+  enabling anything.
 
-Review first: graph.py (InnerGraph, closed bodies) and fold.py (the one
-place bodies become constants).
+protocol/, how a consumer declares itself: its slots and their meanings
+(slots.py), its step semantics and their plans (semantics.py, plans.py),
+default shapes (shapes.py), any consumer node read as slots (signature.py),
+running bodies in Python (runtime.py), the lift/lower engine (conversion.py).
+
+Review first: core/graph.py (InnerGraph, closed bodies) and core/fold.py
+(the one place bodies become constants).
 
 {_TESTED}""",
     modules=SHIPPED["innergraph-representation"],
@@ -212,13 +221,14 @@ stabilize, specialize all see the body's nodes).
   lowering to PyTensor's own Scan;
 - ops/ifelse.py, ops/call.py: the lazy conditional and the in-graph
   OpFromGraph;
-- ops/loop.py, loops.py: while_loop, do_while, fori_loop and Loop;
-- consumer.py: the contributor API (declare a consumer's slots);
-- convert.py, handover.py: lifting PyTensor's own Scan/IfElse/OpFromGraph
-  into the in-graph form and back, and handing consumers over as native
-  Ops to a linker that cannot run them;
-- builders.py, checkpoint.py: pytensor.scan and op_from_graph building
-  in-graph consumers, checkpointed gradients.
+- ops/loop.py (+ loop_build.py, loop_derivatives.py), loops.py: while_loop,
+  do_while, fori_loop and Loop;
+- ops/checkpoint.py: checkpointed gradients of Scans;
+- lifting/rules.py, lifting/handover.py: lifting PyTensor's own
+  Scan/IfElse/OpFromGraph into the in-graph form and back, and handing
+  consumers over as native Ops to a linker that cannot run them;
+- builders.py, consumer.py, stats.py: pytensor.scan and op_from_graph
+  building in-graph consumers, the contributor API, graph statistics.
 
 Still inert: nothing enables innergraph yet.
 

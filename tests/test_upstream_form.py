@@ -76,7 +76,7 @@ def test_no_monkey_patch_on_a_patched_pytensor_or_every_record_paired():
     if PATCHED:
         assert hooks.records().applied == () and hooks.records().late == ()
         assert innergraph is sys.modules["pytensor.innergraph"]
-        assert innergraph.core.types is importlib.import_module("pytensor.innergraph.types")
+        assert innergraph.core.types is importlib.import_module("pytensor.innergraph.core.types")
         for module, path, defined_in in TARGETS:
             assert _resolve(module, path).__module__ == defined_in, path
         assert pytensor.dprint is pytensor.printing.debugprint

@@ -170,11 +170,11 @@ def alias_upstream() -> ModuleType:
 
 
 def _library_only_attribute(name: str) -> ModuleType:
-    """``from innergraph import cases``: a library-only module, which ``pytensor.innergraph`` does not ship.
+    """``from innergraph import testing``: a library-only package, which ``pytensor.innergraph`` does not ship.
 
     ``from package import name`` looks for ``<package.__name__>.name``, that is
-    ``pytensor.innergraph.cases``; this module ``__getattr__`` of the package answers
-    with the library's ``innergraph_bench.cases`` instead.
+    ``pytensor.innergraph.testing``; this module ``__getattr__`` of the package answers
+    with the library's ``innergraph.testing`` instead.
     """
     if name.startswith("__") or not os.path.exists(os.path.join(_LIBRARY, name)) and not os.path.exists(os.path.join(_LIBRARY, name + ".py")):
         raise AttributeError(f"module {UPSTREAM!r} has no attribute {name!r}")
