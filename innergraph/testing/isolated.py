@@ -27,7 +27,7 @@ from pytensor.graph.replace import clone_replace
 
 from innergraph.core.build import inner_graph
 from innergraph.core.fold import fold_function
-from innergraph.core.graph import body_of, is_function
+from innergraph.core.graph import body_of, is_function, scope_leaves
 from innergraph.core.instantiate import instantiate
 
 __all__ = ["rewrite_bodies_in_isolation"]
@@ -52,25 +52,8 @@ def rewrite_bodies_in_isolation(outputs: Sequence[Variable], mode: Any = None) -
         A body whose rewritten outputs change type (a refined static shape) is converted
         back to the declared type.
     """
-    replace = {f: _rewritten(f, mode) for f in _functions(outputs)}
+    replace = {f: _rewritten(f, mode) for f in scope_leaves(list(outputs)) if is_function(f)}  # not inside bodies
     return list(clone_replace(list(outputs), replace=replace)) if replace else list(outputs)
-
-
-def _functions(outputs: Sequence[Variable]) -> list[Variable]:
-    """The function variables ``outputs`` read, in order, without looking inside them (nor past them)."""
-    found: list[Variable] = []
-    seen: set[Variable] = set()
-    stack = list(reversed(outputs))
-    while stack:
-        var = stack.pop()
-        if var in seen:
-            continue
-        seen.add(var)
-        if is_function(var):
-            found.append(var)
-        elif var.owner is not None:
-            stack.extend(reversed(var.owner.inputs))
-    return found
 
 
 def _rewritten(function: Variable, mode: Any) -> Variable:
