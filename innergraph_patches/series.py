@@ -133,8 +133,10 @@ _HOOKS = PatchSpec(
     slug="innergraph-hooks",
     subject="Call innergraph's hooks from the linker, printing, pickling, DebugMode, Scan's gradient and JAX's dispatch",
     message=f"""Six places of PyTensor need to know about function variables. Each
-calls one function of pytensor.innergraph.patching, which does nothing
-until innergraph is enabled (the next patches do that):
+calls one function of pytensor.innergraph.patching through
+pytensor.innergraph.core.hooks.call_hook, which imports it only while
+innergraph is enabled (the last patch does that) and otherwise returns
+what PyTensor computed before:
 
 - Linker.schedule: prepare_schedule folds the function variables that
   consumers read into constants, so no linker allocates storage or makes
@@ -162,39 +164,40 @@ same functions as monkey-patches; these edits are their upstream form.
             "pytensor/link/basic.py",
             '        """\n',
             "        if callable(self._scheduler):",
-            "        from pytensor.innergraph.patching.linker import prepare_schedule\n\n"
-            "        prepare_schedule(self, fgraph)\n\n",
+            "        from pytensor.innergraph.core.hooks import call_hook\n\n"
+            '        call_hook("pytensor.innergraph.patching.linker", "prepare_schedule", None, self, fgraph)\n\n',
             replaces="Linker.schedule",
         ),
         Edit(
             "pytensor/printing.py",
             "",
             '    if file is _file:\n        return file\n    elif file == "str":',
-            "    from pytensor.innergraph.patching.printing import bodies_section\n\n"
-            "    _file.write(bodies_section(graph_like, used_ids))\n\n",
+            "    from pytensor.innergraph.core.hooks import call_hook\n\n"
+            '    _file.write(call_hook("pytensor.innergraph.patching.printing", "bodies_section", "", graph_like, used_ids))\n\n',
             replaces="printing.debugprint",
         ),
         Edit(
             "pytensor/graph/fg.py",
             "    def __getstate__(self):\n",
             "        d = self.__dict__.copy()\n        d.pop(\"_execute_callbacks_times_dict\", None)",
-            "        from pytensor.innergraph.patching.pickling import before_pickle\n\n        before_pickle(self)\n\n",
+            "        from pytensor.innergraph.core.hooks import call_hook\n\n"
+            '        call_hook("pytensor.innergraph.patching.pickling", "before_pickle", None, self)\n\n',
             replaces="copyreg.dispatch_table[FunctionGraph]",
         ),
         Edit(
             "pytensor/compile/debug/debugmode.py",
             '    graph).\n\n    """\n',
             "    for i, node in enumerate(order):",
-            "    from pytensor.innergraph.patching.debugmode import without_refused_in_place\n\n"
-            "    reasons = without_refused_in_place(order, reasons)\n\n",
+            "    from pytensor.innergraph.core.hooks import call_hook\n\n"
+            '    reasons = call_hook("pytensor.innergraph.patching.debugmode", "without_refused_in_place", reasons, order, reasons)\n\n',
             replaces="debugmode._find_bad_optimizations",
         ),
         Edit(
             "pytensor/scan/op.py",
             "    def pullback(self, inputs, outs, dC_douts):\n",
             "",
-            "        from pytensor.innergraph.patching.gradient import checkpointed_pullback\n\n"
-            "        grads = checkpointed_pullback(outs, dC_douts)\n"
+            "        from pytensor.innergraph.core.hooks import call_hook\n\n"
+            '        grads = call_hook("pytensor.innergraph.patching.gradient", "checkpointed_pullback", None, outs, dC_douts)\n'
             "        if grads is not None:\n"
             "            return grads\n\n",
             replaces="Scan.pullback",
@@ -203,8 +206,8 @@ same functions as monkey-patches; these edits are their upstream form.
             "pytensor/link/jax/dispatch/__init__.py",
             "# isort: on\n",
             "",
-            "\nfrom pytensor.innergraph.patching.on_import import dispatch_loaded  # noqa: E402\n\n"
-            "dispatch_loaded(__name__)\n",
+            "\nfrom pytensor.innergraph.core.hooks import call_hook  # noqa: E402\n\n"
+            'call_hook("pytensor.innergraph.patching.on_import", "dispatch_loaded", None, __name__)\n',
             replaces="sys.meta_path[ImportHook]",
         ),
     ),

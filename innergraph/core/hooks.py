@@ -21,6 +21,7 @@ and the rewrites read it, the installation (``innergraph.patching``) drives it.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -35,6 +36,7 @@ __all__ = [
     "Records",
     "activate",
     "apply",
+    "call_hook",
     "apply_late",
     "apply_pending",
     "deactivate",
@@ -156,9 +158,19 @@ def hook(module: str, name: str, base: Any) -> Any:
     """What a function of a patched PyTensor that delegates to innergraph calls: ``module.name`` if installed, else ``base``."""
     if not installed():
         return base
-    import importlib
-
     return getattr(importlib.import_module(module), name)
+
+
+def call_hook(module: str, name: str, default: Any, *args: Any) -> Any:
+    """What a patched PyTensor's file calls where it hands over to innergraph: ``module.name(*args)`` if installed, else ``default``.
+
+    The hook's module is imported only while innergraph is installed. So a PyTensor
+    carrying part of the upstream series, whose files already call the hooks
+    (``innergraph.patching``) but which lacks the layers those import, runs as released.
+    """
+    if not installed():
+        return default
+    return getattr(importlib.import_module(module), name)(*args)
 
 
 def apply_late(patch: Patch | DispatchPatch) -> None:
