@@ -35,13 +35,10 @@ from __future__ import annotations
 import fnmatch
 import warnings
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-from innergraph_bench.cases import Case
-
-if TYPE_CHECKING:  # at run time only `nuts_case` needs innergraph: the module loads without installing it
-    from innergraph_bench.cases import Case, Graph
+from innergraph_bench.case import Case, Graph  # not .cases: loading the models must not import innergraph
 
 __all__ = [
     "MODELS",

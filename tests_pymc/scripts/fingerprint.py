@@ -31,15 +31,9 @@ import numpy as np  # noqa: E402
 import pytensor  # noqa: E402
 from pytensor.compile.mode import Mode  # noqa: E402
 
-import importlib.util  # noqa: E402
-from pathlib import Path  # noqa: E402
+from innergraph_bench.pymc_models import MODELS, nuts_graph  # noqa: E402  (imports no innergraph module)
 
-# Loaded by path: in the vanilla order, importing the innergraph package would install it.
-_path = Path(__file__).resolve().parents[2] / "innergraph" / "pymc_models.py"
-_spec = importlib.util.spec_from_file_location("pymc_models", _path)
-pymc_models = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(pymc_models)
-MODELS, nuts_graph = pymc_models.MODELS, pymc_models.nuts_graph
+assert ("innergraph" in sys.modules) == (order != "vanilla"), "loading the models imported innergraph"
 
 
 def digest(text: str) -> str:
