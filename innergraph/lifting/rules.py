@@ -76,6 +76,7 @@ __all__ = [
     "lower_graph",
 ]
 
+
 def _lift_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable] | None:
     """The in-graph Scan of a native one, or None for one innergraph leaves native.
 

@@ -52,7 +52,8 @@ def declared_shapes(node: Apply, input_shapes: Sequence[Any]) -> list[Shape | No
         raise ShapeError(f"{node.op}: no slots declared for {node}, no shapes to infer from them")
     _, slots = split
     shape_of = {id(v): s for v, s in zip(node.inputs, input_shapes, strict=True)}
-    steps = _step_shapes(node, form, slots, shape_of)
+    bodies = [body_of(f) for f in form.functions(node)]
+    steps = _step_shapes(bodies, form, slots, shape_of)
     found: dict[int, Shape | None] = {}
     for slot in slots:
         meaning = form.meaning(slot)
@@ -60,14 +61,14 @@ def declared_shapes(node: Apply, input_shapes: Sequence[Any]) -> list[Shape | No
             continue
         if meaning is Meaning.CARRY:
             initial = shape_of[id(slot.args[0])]
-            kept = all(same_shape(initial, steps[b][_index(node, b, o)]) for b, o in slot.outputs)
+            kept = all(same_shape(initial, steps[b][_index(bodies, b, o)]) for b, o in slot.outputs)
             shape = tuple(initial) if kept else None
         elif meaning is Meaning.PER_STEP_OUTPUT:
             ((b, o),) = slot.outputs
-            row = steps[b][_index(node, b, o)]
+            row = steps[b][_index(bodies, b, o)]
             shape = (slot.args[0], *row) if row is not None and _known(row) else None
         elif meaning is Meaning.OUTPUT:
-            shapes = [steps[b][_index(node, b, o)] for b, o in slot.outputs]
+            shapes = [steps[b][_index(bodies, b, o)] for b, o in slot.outputs]
             first = shapes[0]
             shape = tuple(first) if first is not None and _known(first) and all(same_shape(first, s) for s in shapes[1:]) else None
         elif meaning is Meaning.BUFFER:
@@ -94,25 +95,18 @@ def _known(shape: Shape | None) -> bool:
     return shape is not None and all(d is not None for d in shape)
 
 
-def _index(node: Apply, b: int, output: Variable) -> int:
+def _index(bodies: Sequence[Any], b: int, output: Variable) -> int:
     """The position of ``output`` among body ``b``'s outputs."""
-    return next(i for i, o in enumerate(_bodies(node)[b].outputs) if o is output)
+    return next(i for i, o in enumerate(bodies[b].outputs) if o is output)
 
 
-def _bodies(node: Apply) -> list[Any]:
-    form = form_of(node.op)
-    assert form is not None
-    return [body_of(f) for f in form.functions(node)]
-
-
-def _step_shapes(node: Apply, form: Form, slots: Sequence[Any], shape_of: dict[int, Any]) -> list[list[Shape | None]]:
+def _step_shapes(bodies: Sequence[Any], form: Form, slots: Sequence[Any], shape_of: dict[int, Any]) -> list[list[Shape | None]]:
     """Per body, the shape of each output for one evaluation, its params bound as the slots say.
 
     An `INVARIANT` param is its argument; a `SEQUENCE` param is a row of its argument;
     a carried param (a `CARRY`, a tap of a `TRACE` or `BUFFER`) changes every step, so
     only its shape is known: the initial value's (a row of the initial rows, for taps).
     """
-    bodies = _bodies(node)
     args: list[list[Variable | None]] = [[None] * len(b.param_types) for b in bodies]
     arg_shapes: list[list[Any]] = [[None] * len(b.param_types) for b in bodies]
     lists = [params(b.param_types) for b in bodies]

@@ -215,22 +215,24 @@ def _law5(case: OpCase, reference: Callable[[Sequence[Variable]], Any], args: li
                 f"law 5: the vanilla reference (case.reference) failed to run under {type(ref.maker.linker).__name__}; "
                 f"give a reference this mode runs: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
             ) from error
-    for k, (got, want) in enumerate(zip(fn(*values), wanted, strict=True)):
-        if not np.allclose(got, want, rtol=1e-7, atol=1e-10):
-            raise AssertionError(f"law 5: result {k} differs from the vanilla reference: {got} vs {want}")
+    _same_results("law 5", "the vanilla reference", fn(*values), wanted)
     return fn
 
 
 def _law5_isolated(case: OpCase, args: list[Variable], values: list[Any], mode: Any) -> Any:
     ours = _with_grads(_as_list(case.build(case.bodies, args)), args, case.differentiable)
     fn = pytensor.function(args, ours, mode=mode, on_unused_input="ignore")
-    built = _with_grads(_as_list(case.build(case.bodies, args)), args, case.differentiable)
-    theirs = rewrite_bodies_in_isolation(built, mode)  # after differentiating: PyTensor rewrites inner graphs when it compiles
+    theirs = rewrite_bodies_in_isolation(ours, mode)  # after differentiating: PyTensor rewrites inner graphs when it compiles
     ref = pytensor.function(args, theirs, mode=get_mode(mode).excluding("innergraph"), on_unused_input="ignore")
-    for k, (got, want) in enumerate(zip(fn(*values), ref(*values), strict=True)):
-        if not np.allclose(got, want, rtol=1e-7, atol=1e-10):
-            raise AssertionError(f"law 5 (against='isolated'): result {k} differs from the consumer with its bodies rewritten on their own: {got} vs {want}")
+    _same_results("law 5 (against='isolated')", "the consumer with its bodies rewritten on their own", fn(*values), ref(*values))
     return fn
+
+
+def _same_results(check: str, reference: str, results: Sequence[Any], wanted: Sequence[Any]) -> None:
+    """`AssertionError` naming ``check`` and the first result that differs from ``reference``'s."""
+    for k, (got, want) in enumerate(zip(results, wanted, strict=True)):
+        if not np.allclose(got, want, rtol=1e-7, atol=1e-10):
+            raise AssertionError(f"{check}: result {k} differs from {reference}: {got} vs {want}")
 
 
 def _pickling(fn: Any, values: list[Any]) -> None:
