@@ -145,7 +145,6 @@ def load_on_link(backend: str, module: str) -> None:
     registrations), so that importing the consumer imports no Numba or JAX.
     Recorded once per process; it survives ``innergraph.uninstall()``/``install()``.
     """
-    linkers = {"numba": ("pytensor.link.numba.linker", "NumbaLinker"), "jax": ("pytensor.link.jax.linker", "JAXLinker")}
-    if backend not in linkers:
-        raise ValueError(f"load_on_link: backend must be one of {sorted(linkers)}, got {backend!r}")
-    _dispatch.load_on_link(linkers[backend], module)
+    if backend not in _dispatch.BACKEND_LINKERS:
+        raise ValueError(f"load_on_link: backend must be one of {sorted(_dispatch.BACKEND_LINKERS)}, got {backend!r}")
+    _dispatch.load_on_link(_dispatch.BACKEND_LINKERS[backend], module)

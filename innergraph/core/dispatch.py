@@ -57,6 +57,7 @@ from pytensor.link.basic import JITLinker, Linker, LocalLinker, WrapLinker
 from pytensor.link.c.basic import CLinker, DualLinker
 
 __all__ = [
+    "BACKEND_LINKERS",
     "ON_DEMAND",
     "compiling_for_numba",
     "conversion_dispatches",
@@ -221,6 +222,12 @@ def compiling_for_numba(fgraph: FunctionGraph | None = None) -> bool:
 #: DebugMode patch, `innergraph.consumer` the generated code). Matched by name so that no
 #: linker module (and no JAX or Numba) is imported before use.
 ON_DEMAND: tuple[tuple[str, str, str], ...] = ()
+
+#: The JIT backends a module can ask to load with (`load_on_link`): their linker's module and class name.
+BACKEND_LINKERS: dict[str, tuple[str, str]] = {
+    "numba": ("pytensor.link.numba.linker", "NumbaLinker"),
+    "jax": ("pytensor.link.jax.linker", "JAXLinker"),
+}
 
 
 def load_on_link(backend_linker: tuple[str, str], module: str) -> None:

@@ -38,11 +38,11 @@ __all__ = ["form", "install", "installed", "patched_pytensor", "uninstall", "uni
 # What a linker's first link loads (patching/linker.py's schedule calls `dispatch.load_on_demand`):
 # the backends, the code generated from step semantics for every consumer declaring them
 # (`Iterate`, `Branch`, `Once`), and the patch of DebugMode's check.
-_NUMBA, _JAX = ("pytensor.link.numba.linker", "NumbaLinker"), ("pytensor.link.jax.linker", "JAXLinker")
-dispatch.load_on_link(_NUMBA, "innergraph.backends.numba")
-dispatch.load_on_link(_NUMBA, "innergraph.backends.numba_generated")
-dispatch.load_on_link(_JAX, "innergraph.backends.jax")
-dispatch.load_on_link(_JAX, "innergraph.backends.jax_generated")
+# (literal module names: the upstream series rewrites them to pytensor.innergraph's)
+dispatch.load_on_link(dispatch.BACKEND_LINKERS["numba"], "innergraph.backends.numba")
+dispatch.load_on_link(dispatch.BACKEND_LINKERS["numba"], "innergraph.backends.numba_generated")
+dispatch.load_on_link(dispatch.BACKEND_LINKERS["jax"], "innergraph.backends.jax")
+dispatch.load_on_link(dispatch.BACKEND_LINKERS["jax"], "innergraph.backends.jax_generated")
 dispatch.load_on_link(("pytensor.compile.debug.debugmode", "_Linker"), "innergraph.patching.debugmode")
 
 
