@@ -190,6 +190,37 @@ def garch_custom_dist(n: int = 200) -> Any:
     return model
 
 
+def garch_groups(k: int = 8, n: int = 200) -> Any:
+    """``k`` GARCH(1,1) series, one variance recursion per group, each its own ``pytensor.scan``.
+
+    The shape a hierarchical time-series model takes when written the plain way: a
+    Python loop over groups, each group's returns a constant sequence, its three
+    parameters indexed from vectors, its likelihood a ``pm.Potential``. Every group's
+    step is the same function, so PyTensor's ``scan_merge`` fuses the ``k`` loops.
+    """
+    import pymc as pm
+    import pytensor
+    import pytensor.tensor as pt
+
+    rng = np.random.default_rng(_SEED)
+    ys = [_returns(n) * (1.0 + 0.1 * g) for g in range(k)]
+    with pm.Model() as model:
+        omega = pm.HalfNormal("omega", sigma=0.2, shape=k)
+        alpha = pm.Beta("alpha", 2.0, 10.0, shape=k)
+        beta = pm.Beta("beta", 10.0, 2.0, shape=k)
+        for g, y in enumerate(ys):
+            y = y + 0.01 * rng.normal(size=n)
+            sigma2 = pytensor.scan(
+                lambda y_tm1, s2_tm1, o, a, b: o + a * y_tm1**2 + b * s2_tm1,
+                sequences=[pt.as_tensor(y[:-1])],
+                outputs_info=[pt.as_tensor(np.var(y))],
+                non_sequences=[omega[g], alpha[g], beta[g]],
+                return_updates=False,
+            )
+            pm.Potential(f"likelihood_{g}", pm.logp(pm.Normal.dist(0.0, pt.sqrt(sigma2)), y[1:]).sum())
+    return model
+
+
 #: The models, by case id.
 MODELS: dict[str, tuple[str, Callable[[], Any]]] = {
     "pymc-structural": ("structural time series (trend + AR(2) + measurement error), Kalman filter", structural),

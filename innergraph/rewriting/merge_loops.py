@@ -31,7 +31,7 @@ from innergraph.core.graph import params
 from innergraph.core.instantiate import instantiate
 from innergraph.protocol.signature import Signature, Slot, consumers, replace_consumer
 
-__all__ = ["merge_equal_consumers", "merge_loops"]
+__all__ = ["loop_merge_key", "merge_equal_consumers", "merge_loops", "reads_result_of"]
 
 
 def merge_equal_consumers(fgraph: FunctionGraph) -> int:
@@ -73,12 +73,12 @@ def _fresh_slots(sig: Signature) -> list[Slot]:
     ]
 
 
-def _depends(node: Apply, on: Apply) -> bool:
+def reads_result_of(node: Apply, on: Apply) -> bool:
     """Whether ``node`` reads a result of ``on``, directly or through the outer graph."""
     return on in apply_ancestors(node.inputs)
 
 
-def _key(sig: Signature) -> Hashable | None:
+def loop_merge_key(sig: Signature) -> Hashable | None:
     """Loops with equal keys run the same steps the same way: the form's `loop_key`, with the class."""
     loop_key = sig.form.loop_key
     if loop_key is None or not sig.capabilities.loop:
@@ -109,7 +109,7 @@ def merge_loops(fgraph: FunctionGraph) -> int:
         groups: dict[Hashable, list[Signature]] = {}
         visible = visible_nodes(fgraph)
         for sig in consumers(fgraph):
-            key = _key(sig) if sig.node in visible else None  # loops of one scope only: the outer one
+            key = loop_merge_key(sig) if sig.node in visible else None  # loops of one scope only: the outer one
             if key is not None:
                 groups.setdefault(key, []).append(sig)
         if not fresh and any(_could_be_one(sigs) for sigs in groups.values()):
@@ -119,7 +119,7 @@ def merge_loops(fgraph: FunctionGraph) -> int:
                 continue  # equal loops are one now: group again
         pair = next(
             ((a, b) for sigs in groups.values() for i, a in enumerate(sigs) for b in sigs[i + 1 :]
-             if not _depends(b.node, a.node) and not _depends(a.node, b.node)),
+             if not reads_result_of(b.node, a.node) and not reads_result_of(a.node, b.node)),
             None,
         )
         if pair is None:

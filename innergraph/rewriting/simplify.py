@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import MergeOptimizer
 
+from innergraph.rewriting.batch_loops import batch_loops
 from innergraph.rewriting.args import merge_arguments, pass_nested_large_constants
 from innergraph.rewriting.carry import carry_cotangents
 from innergraph.rewriting.carry_from_zero import carry_from_zero
@@ -39,6 +40,7 @@ CONSUMER_REWRITES: tuple[tuple[Callable[[FunctionGraph], int], tuple[str, ...]],
     (forward_params, ()),
     (merge_arguments, ("scan_merge_duplicate_inputs", "scan_inline_invariant_constants")),
     (pass_nested_large_constants, ()),
+    (batch_loops, ("scan_merge",)),
     (hoist_invariants, ("scan_pushout", "scan_pushout_nonseqs_ops", "scan_push_out_non_seq")),
     (push_out_per_step_outputs, ()),
     (push_out_sequence_work, ("scan_pushout", "scan_pushout_seqs_ops", "scan_push_out_seq")),
