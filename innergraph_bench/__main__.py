@@ -86,9 +86,15 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--list", action="store_true", help="list the cases and exit")
     bench.add_argument(
         "--suite",
-        choices=("default", "pymc"),
+        choices=("default", "pymc", "sampling"),
         default="default",
-        help="'pymc': the NUTS functions of five PyMC models (needs the 'pymc' extra; innergraph_bench.pymc_models)",
+        help="'pymc': the NUTS functions of the PyMC models (needs the 'pymc' extra; innergraph_bench.pymc_models), "
+        "warm, then each model's cold start and edited rerun in fresh processes (innergraph_bench.cold); "
+        "'sampling': pm.sample and nutpie on the loop models, compile + sampling wall time, cold and warm",
+    )
+    bench.add_argument("--no-cold", action="store_true", help="--suite pymc: skip the cold starts (fresh processes)")
+    bench.add_argument(
+        "--draws", type=int, default=300, help="--suite sampling: draws (and as many tuning steps) of one chain (default: 300)"
     )
     bench.add_argument(
         "--rounds", type=int, default=5, help="timed compilations and first calls per variant, fastest kept (default: 5)"
@@ -201,6 +207,8 @@ def _without_composite_graphs(text: str) -> list[str]:
 
 
 def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if args.suite == "sampling":
+        return _sampling(args, parser)
     try:
         if args.suite == "pymc":
             from innergraph_bench.pymc_models import pymc_cases
@@ -229,6 +237,12 @@ def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         slope = row["slope"]
         print(f"{family} {ops} ops: compile ms per extra loop, vanilla {slope['vanilla'] * 1e3:.1f}, innergraph {slope['innergraph'] * 1e3:.1f}")
     report = bench.markdown_report(results, header=_header(rounds, budget))
+    if args.suite == "pymc" and not args.no_cold:
+        from innergraph_bench import cold
+
+        print("cold starts (each variant in a fresh process, empty compile cache):", flush=True)
+        colds = cold.cold_starts([case.id for case in chosen])
+        report += "\n### Cold start and edited rerun\n\n" + "\n".join(cold.cold_report(colds)) + "\n"
     path = args.out / "benchmarks.md"
     path.write_text(report)
     print(f"wrote {path}")
@@ -241,6 +255,34 @@ def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         args.update.write_text(bench.splice(args.update.read_text(), report))
         print(f"updated {args.update}")
     return 0
+
+
+def _sampling(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from innergraph_bench import cold
+    from innergraph_bench.pymc_models import MODELS, PLAIN_MODELS
+
+    every = {**MODELS, **PLAIN_MODELS}
+    chosen = args.cases or SAMPLING_CASES
+    unknown = [c for c in chosen if c not in every]
+    if unknown:
+        parser.error(f"no PyMC model {unknown}; models: {', '.join(every)}")
+    if args.list:
+        print("\n".join(chosen))
+        return 0
+    draws = 20 if args.quick else args.draws
+    print(f"sampling ({draws} tuning steps and draws, one chain; each variant in fresh processes, cold then warm):", flush=True)
+    results = cold.sampling_runs(chosen, draws=draws, tune=draws)
+    report = "\n".join(["### Samplers' wall time", "", _header(1, 0.0), "", *cold.sampling_report(results), ""])
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "sampling.md"
+    path.write_text(report)
+    print(report)
+    print(f"wrote {path}")
+    return 0
+
+
+#: The models `--suite sampling` samples by default: the loop models a user waits for, and one without a loop.
+SAMPLING_CASES = ["pymc-garch-potential", "pymc-garch-customdist", "pymc-groups-8", "pymc-structural", "pymc-eight-schools"]
 
 
 def _header(rounds: int, budget: float) -> str:

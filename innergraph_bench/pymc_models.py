@@ -12,10 +12,11 @@ model builder
     A function of no argument that returns a fresh ``pm.Model``, built with PyMC's
     and pymc-extras' public APIs on synthetic data (fixed seeds).
 
-The five models (issue 21): a structural time series (level + trend, AR(2),
+The models (issues 21 and 39): a structural time series (level + trend, AR(2),
 measurement error; Kalman filter by scan), SARIMAX(2,0,1), VARMAX(1,0), and a
 GARCH(1,1) likelihood written once with ``pm.Potential`` and once generatively with
-``pm.CustomDist(dist=...)``, whose logp PyMC derives from the scan.
+``pm.CustomDist(dist=...)``, whose logp PyMC derives from the scan, and K = 8 and 32
+GARCH(1,1) groups written with a Python loop, one scan per group (`garch_groups`).
 
 Four models without control flow (`PLAIN_MODELS`) check the other half of the promise:
 where innergraph cannot help it stays out of the way (the compiled graph is vanilla's,
@@ -32,6 +33,7 @@ models without installing innergraph.
 
 from __future__ import annotations
 
+import contextvars
 import fnmatch
 import warnings
 from collections.abc import Callable, Sequence
@@ -43,8 +45,10 @@ from innergraph_bench.case import Case, Graph  # not .cases: loading the models 
 __all__ = [
     "MODELS",
     "PLAIN_MODELS",
+    "build",
     "eight_schools",
     "garch_custom_dist",
+    "garch_groups",
     "garch_potential",
     "hierarchical_logistic",
     "normal_mixture",
@@ -58,6 +62,14 @@ __all__ = [
 ]
 
 _SEED = 2026
+
+#: How much the edited prior's scale is multiplied by (`build` with ``edited=True``).
+_EDIT: contextvars.ContextVar[float] = contextvars.ContextVar("innergraph_bench_prior_edit", default=1.0)
+
+
+def _edited(scale: float) -> float:
+    """``scale``, times the edit `build` asks for: one prior per model reads its scale through this."""
+    return scale * _EDIT.get()
 
 
 def _series(n: int, k: int = 1) -> np.ndarray:
@@ -74,16 +86,17 @@ def _priors(mod: Any) -> None:
     import pymc as pm
     import pytensor.tensor as pt
 
-    for name in mod.param_names:
+    for i, name in enumerate(mod.param_names):
         info = mod.param_info[name]
+        edit = _edited(1.0) if i == 0 else 1.0
         shape, dims, constraint = info["shape"], info.get("dims"), (info.get("constraints") or "").lower()
         if "definite" in constraint:  # a covariance: a diagonal one from positive scales
-            scales = pm.HalfNormal(f"{name}_scale", sigma=0.5, shape=shape[0])
+            scales = pm.HalfNormal(f"{name}_scale", sigma=0.5 * edit, shape=shape[0])
             pm.Deterministic(name, pt.diag(scales**2), dims=dims)
         elif "positive" in constraint:
-            pm.HalfNormal(name, sigma=0.5, shape=shape, dims=dims)
+            pm.HalfNormal(name, sigma=0.5 * edit, shape=shape, dims=dims)
         else:
-            pm.Normal(name, sigma=0.3, shape=shape, dims=dims)
+            pm.Normal(name, sigma=0.3 * edit, shape=shape, dims=dims)
 
 
 def _statespace_model(mod: Any, data: np.ndarray) -> Any:
@@ -134,7 +147,7 @@ def _returns(n: int) -> np.ndarray:
 def _garch_priors() -> tuple[Any, Any, Any]:
     import pymc as pm
 
-    return pm.HalfNormal("omega", sigma=0.2), pm.Beta("alpha", 2.0, 10.0), pm.Beta("beta", 10.0, 2.0)
+    return pm.HalfNormal("omega", sigma=_edited(0.2)), pm.Beta("alpha", 2.0, 10.0), pm.Beta("beta", 10.0, 2.0)
 
 
 def garch_potential(n: int = 200) -> Any:
@@ -205,7 +218,7 @@ def garch_groups(k: int = 8, n: int = 200) -> Any:
     rng = np.random.default_rng(_SEED)
     ys = [_returns(n) * (1.0 + 0.1 * g) for g in range(k)]
     with pm.Model() as model:
-        omega = pm.HalfNormal("omega", sigma=0.2, shape=k)
+        omega = pm.HalfNormal("omega", sigma=_edited(0.2), shape=k)
         alpha = pm.Beta("alpha", 2.0, 10.0, shape=k)
         beta = pm.Beta("beta", 10.0, 2.0, shape=k)
         for g, y in enumerate(ys):
@@ -228,6 +241,8 @@ MODELS: dict[str, tuple[str, Callable[[], Any]]] = {
     "pymc-varmax": ("VARMAX(1,0), two series, Kalman filter", varmax),
     "pymc-garch-potential": ("GARCH(1,1) likelihood as pm.Potential", garch_potential),
     "pymc-garch-customdist": ("GARCH(1,1) as pm.CustomDist(dist=...), logp derived by PyMC", garch_custom_dist),
+    "pymc-groups-8": ("8 GARCH(1,1) groups, one scan each in a Python loop", lambda: garch_groups(8)),
+    "pymc-groups-32": ("32 GARCH(1,1) groups, one scan each in a Python loop", lambda: garch_groups(32)),
 }
 
 
@@ -238,7 +253,7 @@ def eight_schools() -> Any:
     y = np.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
     sigma = np.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
     with pm.Model() as model:
-        mu, tau = pm.Normal("mu", 0.0, 5.0), pm.HalfCauchy("tau", 5.0)
+        mu, tau = pm.Normal("mu", 0.0, _edited(5.0)), pm.HalfCauchy("tau", 5.0)
         theta = pm.Normal("theta", 0.0, 1.0, shape=8)
         pm.Normal("y", mu + tau * theta, sigma, observed=y)
     return model
@@ -252,7 +267,7 @@ def student_t_regression(n: int = 500, k: int = 10) -> Any:
     x = rng.normal(size=(n, k))
     y = x @ rng.normal(size=k) + rng.standard_t(4, size=n)
     with pm.Model() as model:
-        b, a, s = pm.Normal("b", 0.0, 1.0, shape=k), pm.Normal("a", 0.0, 1.0), pm.HalfNormal("s", 1.0)
+        b, a, s = pm.Normal("b", 0.0, 1.0, shape=k), pm.Normal("a", 0.0, _edited(1.0)), pm.HalfNormal("s", 1.0)
         pm.StudentT("y", nu=4, mu=a + pm.math.dot(x, b), sigma=s, observed=y)
     return model
 
@@ -265,7 +280,7 @@ def hierarchical_logistic(n: int = 1000, groups: int = 20) -> Any:
     group, x = rng.integers(0, groups, n), rng.normal(size=n)
     y = rng.integers(0, 2, n)
     with pm.Model() as model:
-        mu, sd = pm.Normal("mu", 0.0, 1.0), pm.HalfNormal("sd", 1.0)
+        mu, sd = pm.Normal("mu", 0.0, _edited(1.0)), pm.HalfNormal("sd", 1.0)
         z, beta = pm.Normal("z", 0.0, 1.0, shape=groups), pm.Normal("beta", 0.0, 1.0)
         pm.Bernoulli("y", logit_p=mu + sd * z[group] + beta * x, observed=y)
     return model
@@ -280,7 +295,7 @@ def normal_mixture(n: int = 300) -> Any:
     with pm.Model() as model:
         w = pm.Dirichlet("w", np.ones(3))
         mu = pm.Normal("mu", 0.0, 5.0, shape=3, transform=pm.distributions.transforms.ordered, initval=[-1.0, 0.0, 1.0])
-        pm.NormalMixture("y", w=w, mu=mu, sigma=pm.HalfNormal("sd", 2.0, shape=3), observed=y)
+        pm.NormalMixture("y", w=w, mu=mu, sigma=pm.HalfNormal("sd", _edited(2.0), shape=3), observed=y)
     return model
 
 
@@ -291,6 +306,21 @@ PLAIN_MODELS: dict[str, tuple[str, Callable[[], Any]]] = {
     "pymc-hierarchical-logistic": ("hierarchical logistic regression, 20 groups (no loop)", hierarchical_logistic),
     "pymc-normal-mixture": ("three-component Normal mixture (no loop)", normal_mixture),
 }
+
+
+def build(case_id: str, edited: bool = False) -> Any:
+    """The model of case ``case_id``, as built; ``edited``: with one prior's scale changed (x 1.5).
+
+    The edit changes a constant of the logp graph and nothing of its loops: the
+    edited model's NUTS function is a new function whose loop bodies are the
+    original's.
+    """
+    _, builder = {**MODELS, **PLAIN_MODELS}[case_id]
+    token = _EDIT.set(1.5 if edited else 1.0)
+    try:
+        return builder()
+    finally:
+        _EDIT.reset(token)
 
 
 def nuts_graph(model: Any) -> tuple[Graph, np.ndarray]:

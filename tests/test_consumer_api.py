@@ -121,7 +121,7 @@ def test_compiled_function_validates_its_inputs_unless_trusted():
 
 
 def test_no_generic_rewrite_reads_a_consumer_class_or_kind_name():
-    generic = ["signature", "dce", "args", "licm", "merge_loops", "forward", "untrace", "push_out", "simplify", "carry", "duplicates", "inline_args"]
+    generic = ["signature", "dce", "args", "licm", "merge_loops", "batch_loops", "forward", "untrace", "push_out", "simplify", "carry", "duplicates", "inline_args"]
     for name in generic:
         path = ROOT / "innergraph" / ("protocol" if name == "signature" else "rewriting") / f"{name}.py"
         tree = ast.parse(path.read_text())

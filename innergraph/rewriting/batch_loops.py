@@ -37,6 +37,7 @@ trace without a copy.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from typing import Any
 
 import numpy as np
 import pytensor.tensor as pt
@@ -75,7 +76,7 @@ def _batched_type(t: TensorType, k: int) -> TensorType:
     return TensorType(t.dtype, shape=(k, *t.shape))
 
 
-def _stacked(args: Sequence[Variable], axis: int) -> Variable:
+def _stacked(args: Sequence[Variable], axis: int) -> Any:
     """``args`` stacked on a new ``axis``, computed batched where they are one computation over slices.
 
     See `_lifted` and `_repeated`; what cannot be lifted is stacked as it is.
@@ -93,7 +94,7 @@ def _stacked(args: Sequence[Variable], axis: int) -> Variable:
 _MAX_LIFT_DEPTH = 12
 
 
-def _lifted(args: list[Variable], depth: int) -> tuple[Variable, bool] | None:
+def _lifted(args: list[Variable], depth: int) -> tuple[Any, bool] | None:
     """``args`` stacked on a new leading axis without stacking them, or None.
 
     Returns ``(x, False)`` when the K are one value ``x`` (one variable, equal
@@ -121,7 +122,7 @@ def _lifted(args: list[Variable], depth: int) -> tuple[Variable, bool] | None:
         return None
     index = node.outputs.index(first)
     inputs = []
-    for column in zip(*(a.owner.inputs for a in args), strict=True):  # type: ignore[union-attr]
+    for column in zip(*(a.owner.inputs for a in args), strict=True):
         lifted = _lifted(list(column), depth - 1)
         if lifted is None:
             return None
@@ -142,23 +143,23 @@ def _lifted(args: list[Variable], depth: int) -> tuple[Variable, bool] | None:
     return (new, True) if new is not None else None
 
 
-def _inc_subtensor_batched(node: Apply, inputs: list[tuple[Variable, bool]], k: int) -> Variable | None:
+def _inc_subtensor_batched(node: Apply, inputs: list[tuple[Any, bool]], k: int) -> Any:
     """``node``'s (Inc|Set)Subtensor over a batched target or value (PyTensor vectorises it only as a Blockwise)."""
     (x, x_batched), (y, y_batched), *indices = inputs
     if any(batched for _, batched in indices):
         return None
     if not x_batched:
         x = _repeated(x, k)
-    idx = get_idx_list([node.inputs[0], *node.inputs[2:]], node.op.idx_list)  # type: ignore[attr-defined]
+    idx = get_idx_list([node.inputs[0], *node.inputs[2:]], node.op.idx_list)
     target = x[(slice(None), *idx)]
     if y_batched and y.type.ndim < target.type.ndim:  # keep the batch axis first when y broadcasts
         y = pt.shape_padaxis(y, 1) if y.type.ndim + 1 == target.type.ndim else None
         if y is None:
             return None
-    return pt.set_subtensor(target, y) if node.op.set_instead_of_inc else pt.inc_subtensor(target, y)  # type: ignore[attr-defined]
+    return pt.set_subtensor(target, y) if node.op.set_instead_of_inc else pt.inc_subtensor(target, y)
 
 
-def _repeated(x: Variable, k: int, depth: int = _MAX_LIFT_DEPTH) -> Variable:
+def _repeated(x: Any, k: int, depth: int = _MAX_LIFT_DEPTH) -> Any:
     """``x`` K times on a new leading axis, with shapes as static as ``x``'s own (JAX needs them concrete).
 
     An ``Alloc`` (or ``AllocEmpty``) is allocated again with K first, and a
@@ -183,7 +184,7 @@ def _repeated(x: Variable, k: int, depth: int = _MAX_LIFT_DEPTH) -> Variable:
     return pt.stack([x] * k)
 
 
-def _slices(args: Sequence[Variable]) -> Variable | None:
+def _slices(args: Sequence[Variable]) -> Any:
     """The K slices ``args`` of one ``X`` on one axis, at constant indices, as one variable with that axis first.
 
     Each arg is ``X[a, b, ..., i]``, the same ``a, b, ...`` for all and a constant
@@ -195,7 +196,7 @@ def _slices(args: Sequence[Variable]) -> Variable | None:
     node = args[0].owner
     assert node is not None
     x = node.inputs[0]
-    idx = get_idx_list(node.inputs, node.op.idx_list)  # type: ignore[attr-defined]
+    idx = get_idx_list(node.inputs, node.op.idx_list)
     axis = sum(isinstance(entry, slice) for entry in idx[:-1])  # the axis the last index takes, in X[a, b, ...]
     order = [_slice_index(a, node) for a in args]
     if None in order or isinstance(idx[-1], slice):
@@ -210,7 +211,7 @@ def _slices(args: Sequence[Variable]) -> Variable | None:
 def _one_value(args: Sequence[Variable]) -> bool:
     """Whether ``args`` are one variable or equal constants."""
     first = args[0]
-    return all(a is first for a in args) or all(isinstance(a, Constant) and a.equals(first) for a in args)  # type: ignore[attr-defined]
+    return all(a is first for a in args) or all(isinstance(a, Constant) and a.equals(first) for a in args)
 
 
 def _slice_index(var: Variable, like: Apply) -> int | None:
@@ -257,7 +258,7 @@ def _batch(fgraph: FunctionGraph, sigs: list[Signature]) -> bool:
     fresh: dict[tuple[int, Variable], Variable] = {}
     body_outputs: list[dict[Variable, Variable]] = []
     for b, body in enumerate(first.bodies):
-        ps = [t() for t in body.param_types]
+        ps: list[Variable] = [t() for t in body.param_types]
         fresh.update(((b, p), q) for p, q in zip(params(body.param_types), ps, strict=True))
         body_outputs.append(dict(zip(body.outputs, instantiate(body, ps), strict=True)))
 
@@ -298,12 +299,13 @@ def _batch(fgraph: FunctionGraph, sigs: list[Signature]) -> bool:
     slots: list[Slot] = []
     for j, slot in enumerate(first.slots):
         axis = _AXIS[meanings[j]]
-        ps = tuple((b, new_params.get(fresh[b, p], fresh[b, p])) for b, p in slot.params)
-        outs, types = [], []
-        for old, t in zip(outputs_of(slot), slot.output_types, strict=True):
-            new = by_old[old]
+        slot_params = tuple((b, new_params.get(fresh[b, p], fresh[b, p])) for b, p in slot.params)
+        outs: list[Variable] = []
+        types: list[Any] = []
+        for old, declared in zip(outputs_of(slot), slot.output_types, strict=True):
+            new: Any = by_old[old]
+            t: Any = _batched_type(declared, k) if batched[j] else declared  # type: ignore[arg-type]
             if batched[j]:
-                t = _batched_type(t, k)
                 if new.type.ndim == old.type.ndim:  # reads no batched param: the same value K times
                     new = _repeated(new, k)
             if new.type != t:
@@ -312,13 +314,13 @@ def _batch(fgraph: FunctionGraph, sigs: list[Signature]) -> bool:
                     return False
             outs.append(new)
             types.append(t)
-        args = slot.args
+        args: tuple[Any, ...] = slot.args
         if batched[j] and meanings[j] is not Meaning.PER_STEP_OUTPUT:
             args = tuple(_stacked([s.args[a] for s in columns[j]], axis) for a in range(len(slot.args)))
         slots.append(
             slot.with_(
                 args=args,
-                params=ps,
+                params=slot_params,
                 outputs=tuple((b, v) for (b, _), v in zip(slot.outputs, outs, strict=True)),
                 output_types=tuple(types),
             )
@@ -332,11 +334,11 @@ def _batch(fgraph: FunctionGraph, sigs: list[Signature]) -> bool:
         axis = _AXIS[meanings[j]]
         for i, slot in enumerate(column):
             for old, template in zip(slot.results, first.slots[j].results, strict=True):
-                new = mapping[template]
+                result: Any = mapping[template]
                 if batched[j]:
-                    new = new[(slice(None),) * axis + (i,)] if axis else new[i]
+                    result = result[(slice(None),) * axis + (i,)]
                 if old in fgraph.clients:
-                    pairs.append((old, new))
+                    pairs.append((old, result))
     fgraph.replace_all(pairs, reason="batch_loops")
     return True
 

@@ -92,6 +92,7 @@ SHIPPED: dict[str, tuple[str, ...]] = {
         "__init__.py",
         "rewriting/__init__.py",
         "rewriting/args.py",
+        "rewriting/batch_loops.py",
         "rewriting/carry.py",
         "rewriting/carry_from_zero.py",
         "rewriting/copies.py",

@@ -1,0 +1,234 @@
+"""Cold starts and samplers' wall time: each variant in a fresh process, with an empty compile cache.
+
+Terms
+-----
+cold start
+    ``pytensor.function`` (PyMC's compile of the NUTS function) plus its first
+    call, in a process that never compiled anything before and whose
+    ``base_compiledir`` is a new empty folder: Numba's on-disk cache, which
+    PyTensor keeps under it, is empty too. This is what a user waits for with a
+    new model, a changed machine or CI. Timed inside the process, after the imports
+    and the model's construction, which are reported apart.
+edited rerun
+    The same model with one prior changed (`innergraph_bench.pymc_models.edited`),
+    run in a new process after the original, the compile cache kept: what a user
+    waits for after editing a model.
+warm
+    A second process on the cache the cold one left (for the samplers).
+vanilla
+    A process that never imports innergraph (the child is told which variant it is
+    and imports innergraph only for ``innergraph``).
+
+The parent (`cold_starts`, `sampling_runs`) starts one child per variant and
+measurement, alternating the variants model by model so that drift on the machine
+touches both alike, and sets one BLAS/OpenMP thread. The child is this module run
+as ``python -m innergraph_bench.cold``; it prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ColdResult", "cold_report", "cold_starts", "sampling_report", "sampling_runs"]
+
+#: The environment every child runs with: one thread for BLAS and OpenMP.
+THREADS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+@dataclass
+class ColdResult:
+    """One model's figures for both variants (seconds), as the children reported them."""
+
+    case: str
+    runs: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # variant -> run name -> figures
+
+    def figure(self, variant: str, run: str, key: str) -> float:
+        return float(self.runs[variant][run][key])
+
+    def ratio(self, run: str, key: str) -> float:
+        return self.figure("innergraph", run, key) / self.figure("vanilla", run, key)
+
+
+def _child(args: list[str], compiledir: str, python: str) -> dict[str, Any]:
+    env = {**os.environ, **THREADS, "PYTENSOR_FLAGS": f"base_compiledir={compiledir}"}
+    done = subprocess.run(
+        [python, "-m", "innergraph_bench.cold", *args], env=env, capture_output=True, text=True, check=False
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"cold-start child {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return dict(json.loads(lines[-1]))
+
+
+def cold_starts(cases: Sequence[str], edited: bool = True, python: str = sys.executable, log: Any = print) -> list[ColdResult]:
+    """Each case's cold start (and edited rerun) for both variants, each variant on its own empty compile cache."""
+    results = []
+    for case in cases:
+        result = ColdResult(case)
+        for variant in ("vanilla", "innergraph"):
+            with tempfile.TemporaryDirectory(prefix="innergraph-cold-") as compiledir:
+                runs = {"cold": _child(["nuts", case, variant], compiledir, python)}
+                if edited:
+                    runs["edited"] = _child(["nuts", case, variant, "--edited"], compiledir, python)
+            result.runs[variant] = runs
+            cold = runs["cold"]
+            log(f"  {case} {variant}: function {cold['function']:.2f} s + first call {cold['first_call']:.2f} s"
+                + (f"; edited {runs['edited']['cold_start']:.2f} s" if edited else ""))
+        results.append(result)
+    return results
+
+
+def sampling_runs(
+    cases: Sequence[str], draws: int = 300, tune: int = 300, samplers: Sequence[str] = ("pymc", "nutpie"),
+    python: str = sys.executable, log: Any = print,
+) -> list[ColdResult]:
+    """Each case sampled by each sampler, cold then warm (the cache the cold run left), for both variants."""
+    results = []
+    for case in cases:
+        for sampler in samplers:
+            result = ColdResult(f"{case} / {sampler}")
+            for variant in ("vanilla", "innergraph"):
+                with tempfile.TemporaryDirectory(prefix="innergraph-sample-") as compiledir:
+                    args = ["sample", case, variant, "--sampler", sampler, "--draws", str(draws), "--tune", str(tune)]
+                    result.runs[variant] = {"cold": _child(args, compiledir, python), "warm": _child(args, compiledir, python)}
+                figures = result.runs[variant]
+                log(f"  {result.case} {variant}: cold total {figures['cold']['total']:.2f} s, warm total {figures['warm']['total']:.2f} s")
+            results.append(result)
+    return results
+
+
+def _cells(cells: Sequence[Any]) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def cold_report(results: Sequence[ColdResult]) -> list[str]:
+    """A markdown table of cold starts and edited reruns, innergraph against vanilla."""
+    edited = all("edited" in r.runs["vanilla"] for r in results)
+    head = ["case", "vanilla: function + first call", "innergraph", "cold ratio", "steady ratio"]
+    if edited:
+        head += ["edited rerun: vanilla", "innergraph", "ratio"]
+    lines = [_cells(head), _cells(["---"] + ["---:"] * (len(head) - 1))]
+    for r in results:
+        v, i = r.runs["vanilla"]["cold"], r.runs["innergraph"]["cold"]
+        row = [
+            r.case,
+            f"{v['function']:.2f} + {v['first_call']:.2f} s",
+            f"{i['function']:.2f} + {i['first_call']:.2f} s",
+            f"{r.ratio('cold', 'cold_start'):.2f}",
+            f"{r.ratio('cold', 'steady'):.2f}",
+        ]
+        if edited:
+            row += [
+                f"{r.figure('vanilla', 'edited', 'cold_start'):.2f} s",
+                f"{r.figure('innergraph', 'edited', 'cold_start'):.2f} s",
+                f"{r.ratio('edited', 'cold_start'):.2f}",
+            ]
+        lines.append(_cells(row))
+    return lines
+
+
+def sampling_report(results: Sequence[ColdResult]) -> list[str]:
+    """A markdown table of the samplers' compile, sampling and total wall time, cold and warm."""
+    head = ["model / sampler", "run", "vanilla: compile + sampling", "innergraph", "total ratio"]
+    lines = [_cells(head), _cells(["---", "---", "---:", "---:", "---:"])]
+    for r in results:
+        for run in ("cold", "warm"):
+            v, i = r.runs["vanilla"][run], r.runs["innergraph"][run]
+            lines.append(_cells([
+                r.case, run, f"{v['compile']:.2f} + {v['sampling']:.2f} s", f"{i['compile']:.2f} + {i['sampling']:.2f} s",
+                f"{r.ratio(run, 'total'):.2f}",
+            ]))
+    return lines
+
+
+# The child -----------------------------------------------------------------------
+
+
+def _nuts(case: str, edited: bool, steady_calls: int) -> dict[str, Any]:
+    from innergraph_bench import pymc_models
+
+    start = time.perf_counter()
+    model = pymc_models.build(case, edited=edited)
+    (inputs, outputs), point = pymc_models.nuts_graph(model)
+    built = time.perf_counter()
+    from pymc.pytensorf import compile as pymc_compile
+
+    fn = pymc_compile(inputs, outputs, mode="NUMBA")
+    compiled = time.perf_counter()
+    value = fn(point)
+    called = time.perf_counter()
+    fn(point)
+    begin = time.perf_counter()
+    for _ in range(steady_calls):
+        fn(point)
+    steady = (time.perf_counter() - begin) / steady_calls
+    return {
+        "build": built - start, "function": compiled - built, "first_call": called - compiled,
+        "cold_start": called - built, "steady": steady, "logp": float(value[0]),
+    }
+
+
+def _sample(case: str, sampler: str, draws: int, tune: int) -> dict[str, Any]:
+    from innergraph_bench import pymc_models
+
+    model = pymc_models.build(case)
+    start = time.perf_counter()
+    if sampler == "nutpie":
+        import nutpie
+
+        compiled = nutpie.compile_pymc_model(model, backend="numba")
+        ready = time.perf_counter()
+        trace = nutpie.sample(compiled, draws=draws, tune=tune, chains=1, seed=2026, progress_bar=False)
+    else:
+        import pymc as pm
+
+        with model:
+            step = pm.NUTS(compile_kwargs={"mode": "NUMBA"})
+            ready = time.perf_counter()
+            trace = pm.sample(
+                draws=draws, tune=tune, chains=1, cores=1, step=step, random_seed=2026, progressbar=False,
+                compute_convergence_checks=False, compile_kwargs={"mode": "NUMBA"},
+            )
+    done = time.perf_counter()
+    first = next(iter(trace.posterior.data_vars.values()))
+    return {"compile": ready - start, "sampling": done - ready, "total": done - start, "mean": float(first.mean())}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m innergraph_bench.cold", description="one cold-start child (see the module)")
+    parser.add_argument("what", choices=("nuts", "sample"))
+    parser.add_argument("case")
+    parser.add_argument("variant", choices=("vanilla", "innergraph"))
+    parser.add_argument("--edited", action="store_true")
+    parser.add_argument("--steady-calls", type=int, default=200)
+    parser.add_argument("--sampler", choices=("pymc", "nutpie"), default="pymc")
+    parser.add_argument("--draws", type=int, default=300)
+    parser.add_argument("--tune", type=int, default=300)
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    if args.variant == "innergraph":
+        import innergraph  # noqa: F401  (installs itself)
+    import pymc  # noqa: F401
+    imported = time.perf_counter() - start
+    import warnings
+
+    warnings.simplefilter("ignore")
+    if args.what == "nuts":
+        figures = _nuts(args.case, args.edited, args.steady_calls)
+    else:
+        figures = _sample(args.case, args.sampler, args.draws, args.tune)
+    print(json.dumps({"case": args.case, "variant": args.variant, "import": imported, **figures}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
