@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytensor
 
-from innergraph_bench import bench, cases
+from innergraph_bench import bench, cases, cold
 from innergraph_bench.bench import CaseResult, Measurement, measure_case, mode_for
 from innergraph_bench.cases import Case, ar2, issue_1669, student_t
 
@@ -238,8 +238,6 @@ def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print(f"{family} {ops} ops: compile ms per extra loop, vanilla {slope['vanilla'] * 1e3:.1f}, innergraph {slope['innergraph'] * 1e3:.1f}")
     report = bench.markdown_report(results, header=_header(rounds, budget))
     if args.suite == "pymc" and not args.no_cold:
-        from innergraph_bench import cold
-
         print("cold starts (each variant in a fresh process, empty compile cache):", flush=True)
         colds = cold.cold_starts([case.id for case in chosen])
         report += "\n### Cold start and edited rerun\n\n" + "\n".join(cold.cold_report(colds)) + "\n"
@@ -258,7 +256,6 @@ def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def _sampling(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from innergraph_bench import cold
     from innergraph_bench.pymc_models import MODELS, PLAIN_MODELS
 
     every = {**MODELS, **PLAIN_MODELS}

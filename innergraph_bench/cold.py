@@ -38,6 +38,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from innergraph_bench import pymc_models  # imports neither PyMC nor innergraph
+
 __all__ = ["ColdResult", "cold_report", "cold_starts", "sampling_report", "sampling_runs"]
 
 #: The environment every child runs with: one thread for BLAS and OpenMP.
@@ -154,8 +156,6 @@ def sampling_report(results: Sequence[ColdResult]) -> list[str]:
 
 
 def _nuts(case: str, edited: bool, steady_calls: int) -> dict[str, Any]:
-    from innergraph_bench import pymc_models
-
     start = time.perf_counter()
     model = pymc_models.build(case, edited=edited)
     (inputs, outputs), point = pymc_models.nuts_graph(model)
@@ -178,8 +178,6 @@ def _nuts(case: str, edited: bool, steady_calls: int) -> dict[str, Any]:
 
 
 def _sample(case: str, sampler: str, draws: int, tune: int) -> dict[str, Any]:
-    from innergraph_bench import pymc_models
-
     model = pymc_models.build(case)
     start = time.perf_counter()
     if sampler == "nutpie":

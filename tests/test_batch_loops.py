@@ -165,3 +165,18 @@ def test_batching_is_deterministic_and_scan_merge_excludes_it():
     assert [str(n.op) for n in first.toposort()] == [str(n.op) for n in second.toposort()]
     excluded = pytensor.function(*_grouped(), mode=mode.excluding("scan_merge")).maker.fgraph
     assert len([n for n in excluded.apply_nodes if isinstance(n.op, NativeScan)]) == 2 * K
+
+
+def test_what_the_k_loops_feed_is_batched_too_so_the_graph_does_not_grow_with_k():
+    def outer_nodes(k, vanilla=False):
+        build = lambda: _grouped(k)  # noqa: E731
+        fn = vanilla_function(build, "FAST_RUN") if vanilla else pytensor.function(*build(), mode="FAST_RUN")
+        return [type(n.op).__name__ for n in fn.maker.fgraph.apply_nodes]
+
+    small, large = outer_nodes(3), outer_nodes(6)
+    # each group's cost and its share of the gradient: one batched computation, and one increment of
+    # the gradient at the K indices instead of a chain of K; per group only the final sum's two reads remain
+    assert len(large) - len(small) <= 2 * 3
+    assert large.count("IncSubtensor") == small.count("IncSubtensor")
+    assert large.count("AdvancedIncSubtensor") == small.count("AdvancedIncSubtensor") >= 1
+    assert len(outer_nodes(6, vanilla=True)) - len(outer_nodes(3, vanilla=True)) >= 4 * 3  # vanilla: per group

@@ -45,7 +45,7 @@ from pytensor.tensor.basic import Alloc, AllocEmpty
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.replace import vectorize_graph
-from pytensor.graph.traversal import ancestors, applys_between
+from pytensor.graph.traversal import ancestors, apply_ancestors, applys_between
 from pytensor.tensor.blockwise import Blockwise
 from pytensor.tensor.subtensor import IncSubtensor, Subtensor, get_idx_list
 from pytensor.tensor.type import TensorType
@@ -129,18 +129,28 @@ def _lifted(args: list[Variable], depth: int) -> tuple[Any, bool] | None:
         inputs.append(lifted)
     if not any(batched for _, batched in inputs):
         return first, False  # K equal computations that merging left apart
+    outputs = _vectorized(node, inputs, len(args))
+    return None if outputs is None else (outputs[index], True)
+
+
+def _vectorized(node: Apply, inputs: list[tuple[Any, bool]], k: int) -> list[Any] | None:
+    """``node``'s Op over ``inputs`` (``(variable, batched)``: batched ones have K first): its outputs, or None.
+
+    Refused (None) when PyTensor can vectorise the Op only as a ``Blockwise``; an
+    (Inc|Set)Subtensor is vectorised here (PyTensor has no rule for it).
+    """
     if isinstance(node.op, IncSubtensor):
-        new = _inc_subtensor_batched(node, inputs, len(args))
-    else:
-        placeholders = [v.type() for v in node.inputs]  # the Op alone, so vectorising walks no further
-        try:
-            out = node.op.make_node(*placeholders).outputs[index]
-            new = vectorize_graph(out, replace=dict(zip(placeholders, (v for v, _ in inputs), strict=True)))
-        except (NotImplementedError, TypeError, ValueError):
-            return None
-        if new.owner is not None and isinstance(new.owner.op, Blockwise) and not isinstance(node.op, Blockwise):
-            return None
-    return (new, True) if new is not None else None
+        new = _inc_subtensor_batched(node, inputs, k)
+        return None if new is None else [new]
+    placeholders = [v.type() for v in node.inputs]  # the Op alone, so vectorising walks no further
+    try:
+        outs = node.op.make_node(*placeholders).outputs
+        new_outs = vectorize_graph(list(outs), replace=dict(zip(placeholders, (v for v, _ in inputs), strict=True)))
+    except (NotImplementedError, TypeError, ValueError):
+        return None
+    if any(o.owner is not None and isinstance(o.owner.op, Blockwise) for o in new_outs) and not isinstance(node.op, Blockwise):
+        return None
+    return list(new_outs)
 
 
 def _inc_subtensor_batched(node: Apply, inputs: list[tuple[Any, bool]], k: int) -> Any:
@@ -340,7 +350,113 @@ def _batch(fgraph: FunctionGraph, sigs: list[Signature]) -> bool:
                 if old in fgraph.clients:
                     pairs.append((old, result))
     fgraph.replace_all(pairs, reason="batch_loops")
+    _sink(fgraph, _slice_groups(pairs, k))
     return True
+
+
+def _fold_increment_chain(fgraph: FunctionGraph, group: list[Variable], nodes: list[Apply], position: int) -> bool:
+    """K increments ``acc[c_i] += slice_i``, one after the other, as one: ``acc[c] += X`` (True if done).
+
+    The gradient of K groups' parameters indexed from one vector (``omega[g]``) adds
+    each group's share at its index, a chain of K ``IncSubtensor``: with the K shares
+    the slices of one batched result, it is one increment at the K (distinct,
+    constant) indices. Each position is added to once, as in the chain.
+    """
+    if position != 1 or not isinstance(nodes[0].op, IncSubtensor) or nodes[0].op.set_instead_of_inc:
+        return False
+    if len(nodes[0].op.idx_list) != 1 or len(nodes[0].inputs) != 3:
+        return False
+    outputs = {n.outputs[0]: n for n in nodes}
+    firsts = [n for n in nodes if n.inputs[0] not in outputs]
+    if len(firsts) != 1:
+        return False
+    chain, node = [], firsts[0]
+    while True:
+        chain.append(node)
+        readers = fgraph.clients[node.outputs[0]]
+        nexts = [n for n, p in readers if isinstance(n, Apply) and n in nodes and p == 0]
+        if not nexts:
+            break
+        if len(readers) != 1:
+            return False  # an intermediate sum is read elsewhere
+        node = nexts[0]
+    indices = [n.inputs[2] for n in chain]
+    if len(chain) != len(nodes) or not all(isinstance(i, Constant) for i in indices):
+        return False
+    where = [int(i.data) for i in indices]  # type: ignore[attr-defined]
+    if len(set(where)) != len(where):
+        return False
+    lifted = _lifted([n.inputs[1] for n in chain], _MAX_LIFT_DEPTH)
+    if lifted is None or not lifted[1]:
+        return False
+    acc: Any = chain[0].inputs[0]
+    new = pt.inc_subtensor(acc[np.array(where, dtype="int64")], lifted[0])
+    if new.type != chain[-1].outputs[0].type:
+        return False
+    fgraph.replace_all([(chain[-1].outputs[0], new)], reason="batch_loops")
+    return True
+
+
+def _slice_groups(pairs: list[tuple[Variable, Any]], k: int) -> list[list[Variable]]:
+    """The K slices of each batched result among ``pairs`` (old result -> new variable), loop by loop."""
+    by_base: dict[Variable, list[Variable]] = {}
+    for _, new in pairs:
+        node = new.owner
+        if node is not None and isinstance(node.op, Subtensor):
+            by_base.setdefault(node.inputs[0], []).append(new)
+    return [group for group in by_base.values() if len(group) == k]
+
+
+def _sink(fgraph: FunctionGraph, groups: list[list[Variable]]) -> None:
+    """Batch what the K loops' results feed: K nodes of one Op reading slice ``i`` at one position become one.
+
+    The readers of a batched loop's K slices are, in a grouped model, K copies of one
+    computation (each group's likelihood, each group's share of the gradient). Where
+    each slice ``i`` has a reader of one Op at one input position, whose other inputs
+    lift (`_lifted`) and none of which depends on another, they become the Op
+    vectorised once, read through K new slices; those are batched in turn, until the
+    readers differ (a sum over the K terms, a chain of updates). The outer graph then
+    holds each group's computation once, not K times.
+    """
+    work = list(groups)
+    while work:
+        group = work.pop(0)
+        if any(v not in fgraph.clients for v in group):
+            continue
+        for client, position in list(fgraph.clients[group[0]]):
+            if not isinstance(client, Apply) or client not in fgraph.apply_nodes:
+                continue
+            nodes = [client]
+            for v in group[1:]:
+                match = next(
+                    (n for n, p in fgraph.clients[v] if isinstance(n, Apply) and p == position and n.op == client.op
+                     and len(n.inputs) == len(client.inputs) and n not in nodes),
+                    None,
+                )
+                if match is None:
+                    break
+                nodes.append(match)
+            if len(nodes) != len(group):
+                continue
+            if set(apply_ancestors([i for n in nodes for i in n.inputs])) & set(nodes):
+                if _fold_increment_chain(fgraph, group, nodes, position):
+                    break
+                continue  # one reads another's result
+            lifted = [_lifted(list(column), _MAX_LIFT_DEPTH) for column in zip(*(n.inputs for n in nodes), strict=True)]
+            if any(entry is None for entry in lifted):
+                continue
+            outputs = _vectorized(client, [entry for entry in lifted if entry is not None], len(group))
+            if outputs is None:
+                continue
+            pairs, produced = [], []
+            for o, batched in enumerate(outputs):
+                slices = [batched[i] for i in range(len(group))]
+                pairs += [(n.outputs[o], sl) for n, sl in zip(nodes, slices, strict=True) if n.outputs[o] in fgraph.clients]
+                produced.append(slices)
+            fgraph.replace_all(pairs, reason="batch_loops")
+            work += [slices for slices in produced if all(sl in fgraph.clients for sl in slices)]
+            work.append(group)  # its other readers
+            break
 
 
 def batch_loops(fgraph: FunctionGraph) -> int:
