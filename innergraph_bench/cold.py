@@ -78,7 +78,7 @@ def cold_starts(cases: Sequence[str], edited: bool = True, python: str = sys.exe
         result = ColdResult(case)
         for variant in ("vanilla", "innergraph"):
             with tempfile.TemporaryDirectory(prefix="innergraph-cold-") as compiledir:
-                runs = {"cold": _child(["nuts", case, variant], compiledir, python)}
+                runs = {"cold": _child(["where", case, variant], compiledir, python)}
                 if edited:
                     runs["edited"] = _child(["nuts", case, variant, "--edited"], compiledir, python)
             result.runs[variant] = runs
@@ -113,7 +113,7 @@ def _cells(cells: Sequence[Any]) -> str:
 
 
 def cold_report(results: Sequence[ColdResult]) -> list[str]:
-    """A markdown table of cold starts and edited reruns, innergraph against vanilla."""
+    """Markdown tables: cold starts and edited reruns, innergraph against vanilla; where the cold start goes."""
     edited = all("edited" in r.runs["vanilla"] for r in results)
     head = ["case", "vanilla: function + first call", "innergraph", "cold ratio", "steady ratio"]
     if edited:
@@ -135,6 +135,23 @@ def cold_report(results: Sequence[ColdResult]) -> list[str]:
                 f"{r.ratio('edited', 'cold_start'):.2f}",
             ]
         lines.append(_cells(row))
+    lines += [
+        "",
+        "Where the cold start goes (seconds; `function`: rewriting and linking; the first call's Numba "
+        "compilation: `loops`, the Scans' functions with what they call; `rest`, the other functions and the "
+        "outer one; `LLVM`, the part of both under Numba's LLVM lock; functions: how many Numba compiled):",
+        "",
+        _cells(["case", "variant", "function", "first call: loops", "rest", "(LLVM)", "Numba functions"]),
+        _cells(["---", "---", "---:", "---:", "---:", "---:", "---:"]),
+    ]
+    for r in results:
+        for variant in ("vanilla", "innergraph"):
+            c = r.runs[variant]["cold"]
+            if "loops" in c:
+                lines.append(_cells([
+                    r.case, variant, f"{c['function']:.2f}", f"{c['loops']:.2f}", f"{c['rest']:.2f}", f"{c['llvm']:.2f}",
+                    c["numba_functions"],
+                ]))
     return lines
 
 
@@ -177,6 +194,52 @@ def _nuts(case: str, edited: bool, steady_calls: int) -> dict[str, Any]:
     }
 
 
+def _covered(intervals: list[tuple[float, float]]) -> float:
+    """The time the union of ``intervals`` covers (nested spans, a loop in a loop, count once)."""
+    total, reached = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reached:
+            total += end - max(start, reached)
+            reached = end
+    return total
+
+
+def _where(case: str) -> dict[str, Any]:
+    """Where a cold start goes: `_nuts`'s figures, and the first call's Numba compilations taken apart.
+
+    ``numba_functions``: functions Numba compiled; ``llvm``: time under Numba's LLVM
+    lock (optimising and emitting machine code); ``loops``: compiling the Scans'
+    functions, what they call included; ``rest``: the first call's other time
+    (typing and lowering the other functions, the outer function itself).
+    """
+    from numba.core import event
+
+    spans: list[tuple[str, float, float]] = []  # (event:function, start, end)
+    stack: list[tuple[float, str]] = []
+
+    class Listener(event.Listener):
+        def on_start(self, ev: Any) -> None:
+            data = ev.data or {}
+            name = getattr(getattr(data.get("dispatcher"), "py_func", None), "__name__", ev.kind)
+            stack.append((time.perf_counter(), f"{ev.kind}:{name}"))
+
+        def on_end(self, ev: Any) -> None:
+            began, name = stack.pop()
+            spans.append((name, began, time.perf_counter()))
+
+    listener = Listener()
+    for kind in ("numba:compile", "numba:llvm_lock"):
+        event.register(kind, listener)
+    figures = _nuts(case, edited=False, steady_calls=20)
+    compiles = [s for s in spans if s[0].startswith("numba:compile")]
+    in_loops = _covered([(start, end) for name, start, end in compiles if name.endswith(":scan")])
+    llvm = _covered([(start, end) for name, start, end in spans if name.startswith("numba:llvm_lock")])
+    return {
+        **figures, "numba_functions": len(compiles), "llvm": llvm, "loops": in_loops,
+        "rest": figures["first_call"] - in_loops,
+    }
+
+
 def _sample(case: str, sampler: str, draws: int, tune: int) -> dict[str, Any]:
     model = pymc_models.build(case)
     start = time.perf_counter()
@@ -203,7 +266,7 @@ def _sample(case: str, sampler: str, draws: int, tune: int) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m innergraph_bench.cold", description="one cold-start child (see the module)")
-    parser.add_argument("what", choices=("nuts", "sample"))
+    parser.add_argument("what", choices=("nuts", "sample", "where"))
     parser.add_argument("case")
     parser.add_argument("variant", choices=("vanilla", "innergraph"))
     parser.add_argument("--edited", action="store_true")
@@ -222,6 +285,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.simplefilter("ignore")
     if args.what == "nuts":
         figures = _nuts(args.case, args.edited, args.steady_calls)
+    elif args.what == "where":
+        figures = _where(args.case)
     else:
         figures = _sample(args.case, args.sampler, args.draws, args.tune)
     print(json.dumps({"case": args.case, "variant": args.variant, "import": imported, **figures}))
