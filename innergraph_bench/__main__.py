@@ -269,7 +269,16 @@ def _sampling(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     draws = 20 if args.quick else args.draws
     print(f"sampling ({draws} tuning steps and draws, one chain; each variant in fresh processes, cold then warm):", flush=True)
     results = cold.sampling_runs(chosen, draws=draws, tune=draws)
-    report = "\n".join(["### Samplers' wall time", "", _header(1, 0.0), "", *cold.sampling_report(results), ""])
+    import numba
+
+    header = (
+        f"Measured {datetime.date.today().isoformat()} on {platform.machine()} with {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, PyTensor {pytensor.__version__}, Numba {numba.__version__}; "
+        f"one chain, {draws} tuning steps and {draws} draws, seed 2026; each variant in fresh processes, cold "
+        f"(an empty compile cache) then warm (the cache the cold run left). Command: `python -m innergraph "
+        + " ".join(sys.argv[1:]) + "`."
+    )
+    report = "\n".join(["### Samplers' wall time", "", header, "", *cold.sampling_report(results), ""])
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "sampling.md"
     path.write_text(report)

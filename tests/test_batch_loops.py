@@ -13,7 +13,6 @@ import pytensor
 import pytensor.tensor as pt
 import pytest
 from pytensor.graph.basic import equal_computations
-from pytensor.graph.rewriting.basic import MergeOptimizer
 from pytensor.scan.op import Scan as NativeScan
 
 import innergraph
@@ -23,6 +22,7 @@ from innergraph.ops.scan import Scan
 from innergraph.rewriting.batch_loops import batch_loops
 from innergraph.rewriting.merge_loops import merge_loops
 from innergraph.testing.rewrites import check_rewrite, rewritten
+from test_rewrites import merged_then
 from vanilla import vanilla_function
 
 K, N = 4, 6
@@ -49,15 +49,6 @@ def groups(order=range(K), shared_init=False):
         )
         for g in order
     ]
-
-
-def merged_then(rewrite):
-    def run(fgraph):
-        MergeOptimizer().rewrite(fgraph)
-        return rewrite(fgraph)
-
-    run.__name__ = rewrite.__name__
-    return run
 
 
 def scans(fgraph):

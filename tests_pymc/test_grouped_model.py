@@ -71,4 +71,10 @@ def test_the_cold_start_child_reports_both_variants_on_empty_caches():
     assert edited_logp[0] == pytest.approx(edited_logp[1], rel=1e-10)
     assert edited_logp[0] != pytest.approx(cold_logp[0], rel=1e-6)  # the edit changed the model
     table = cold.cold_report([result])
-    assert len(table) == 3 and "pymc-garch-potential" in table[2]
+    assert "pymc-garch-potential" in table[2] and table[3] == ""  # one row of cold starts
+    where = [row for row in table if row.startswith("| pymc-garch-potential |")][1:]
+    assert [row.split(" | ")[1] for row in where] == ["vanilla", "innergraph"]  # where each one's cold start went
+    for variant in ("vanilla", "innergraph"):
+        figures = result.runs[variant]["cold"]
+        assert figures["numba_functions"] > 0 and 0 < figures["loops"] < figures["first_call"]
+        assert 0 < figures["llvm"] < figures["first_call"]

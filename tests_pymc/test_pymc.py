@@ -39,11 +39,16 @@ def _fingerprint(order, model):
 
 
 def _ops_per_step(fn):
-    """Ops of each loop of a compiled (and called) function, by loop name: what one step runs."""
+    """Ops of each loop of a compiled (and called) function, by loop name: what one step runs.
+
+    A loop merged from several is named by its loops' names (vanilla's ``scan_merge`` joins them
+    with ``&``, K times for K loops of one step; innergraph's batched loop keeps the one name).
+    """
     loops = [n.op for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, Scan)]
     counts = {}
     for op in loops:
-        counts.setdefault(op.name, []).append(sum(type(n.op).__name__ != "DeepCopyOp" for n in op.fgraph.apply_nodes))
+        name = "&".join(sorted(set(op.name.split("&"))))
+        counts.setdefault(name, []).append(sum(type(n.op).__name__ != "DeepCopyOp" for n in op.fgraph.apply_nodes))
     return {name: sorted(c) for name, c in counts.items()}
 
 
