@@ -236,7 +236,7 @@ def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     for (family, ops), row in bench.family_slopes(results).items():
         slope = row["slope"]
         print(f"{family} {ops} ops: compile ms per extra loop, vanilla {slope['vanilla'] * 1e3:.1f}, innergraph {slope['innergraph'] * 1e3:.1f}")
-    report = bench.markdown_report(results, header=_header(rounds, budget))
+    report = bench.markdown_report(results, header=_header(f"warm, {rounds} round(s), steady budget {budget} s per variant"))
     if args.suite == "pymc" and not args.no_cold:
         print("cold starts (each variant in a fresh process, empty compile cache):", flush=True)
         colds = cold.cold_starts([case.id for case in chosen])
@@ -269,14 +269,9 @@ def _sampling(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     draws = 20 if args.quick else args.draws
     print(f"sampling ({draws} tuning steps and draws, one chain; each variant in fresh processes, cold then warm):", flush=True)
     results = cold.sampling_runs(chosen, draws=draws, tune=draws)
-    import numba
-
-    header = (
-        f"Measured {datetime.date.today().isoformat()} on {platform.machine()} with {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}, PyTensor {pytensor.__version__}, Numba {numba.__version__}; "
+    header = _header(
         f"one chain, {draws} tuning steps and {draws} draws, seed 2026; each variant in fresh processes, cold "
-        f"(an empty compile cache) then warm (the cache the cold run left). Command: `python -m innergraph "
-        + " ".join(sys.argv[1:]) + "`."
+        "(an empty compile cache) then warm (the cache the cold run left)"
     )
     report = "\n".join(["### Samplers' wall time", "", header, "", *cold.sampling_report(results), ""])
     args.out.mkdir(parents=True, exist_ok=True)
@@ -291,14 +286,15 @@ def _sampling(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 SAMPLING_CASES = ["pymc-garch-potential", "pymc-garch-customdist", "pymc-groups-8", "pymc-structural", "pymc-eight-schools"]
 
 
-def _header(rounds: int, budget: float) -> str:
+def _header(how: str) -> str:
+    """A report's first line: the machine, the versions, ``how`` it was measured and the command."""
     import numba
 
     command = "python -m innergraph " + " ".join(sys.argv[1:]) if sys.argv[1:] else "python -m innergraph bench"
     return (
         f"Measured {datetime.date.today().isoformat()} on {platform.machine()} with {os.cpu_count()} cores, "
         f"Python {platform.python_version()}, PyTensor {pytensor.__version__}, Numba {numba.__version__}; "
-        f"warm, {rounds} round(s), steady budget {budget} s per variant. Command: `{command}`."
+        f"{how}. Command: `{command}`."
     )
 
 

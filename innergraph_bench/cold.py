@@ -204,7 +204,7 @@ def _covered(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def _where(case: str) -> dict[str, Any]:
+def _where(case: str, steady_calls: int) -> dict[str, Any]:
     """Where a cold start goes: `_nuts`'s figures, and the first call's Numba compilations taken apart.
 
     ``numba_functions``: functions Numba compiled; ``llvm``: time under Numba's LLVM
@@ -230,7 +230,7 @@ def _where(case: str) -> dict[str, Any]:
     listener = Listener()
     for kind in ("numba:compile", "numba:llvm_lock"):
         event.register(kind, listener)
-    figures = _nuts(case, edited=False, steady_calls=20)
+    figures = _nuts(case, edited=False, steady_calls=steady_calls)
     compiles = [s for s in spans if s[0].startswith("numba:compile")]
     in_loops = _covered([(start, end) for name, start, end in compiles if name.endswith(":scan")])
     llvm = _covered([(start, end) for name, start, end in spans if name.startswith("numba:llvm_lock")])
@@ -286,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.what == "nuts":
         figures = _nuts(args.case, args.edited, args.steady_calls)
     elif args.what == "where":
-        figures = _where(args.case)
+        figures = _where(args.case, args.steady_calls)
     else:
         figures = _sample(args.case, args.sampler, args.draws, args.tune)
     print(json.dumps({"case": args.case, "variant": args.variant, "import": imported, **figures}))

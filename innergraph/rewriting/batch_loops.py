@@ -31,7 +31,9 @@ bodies side by side) when any body node would vectorise only as a ``Blockwise``
 the loops' per-step output row counts differ, or when a loop has a condition.
 Stacking K slices ``x[:, i]`` of one result along the axis they were taken from
 gives ``x`` itself, so a batched gradient loop reads the batched forward loop's
-trace without a copy.
+trace without a copy. What the K results feed is batched in turn (`_sink`): K
+readers of one Op become the Op vectorised, and a chain of K increments at
+constant indices becomes one increment (`_fold_increment_chain`).
 """
 
 from __future__ import annotations
@@ -339,18 +341,19 @@ def _batch(fgraph: FunctionGraph, sigs: list[Signature]) -> bool:
         node, mapping = rebuild(first, slots)
     except (TypeError, ValueError):
         return False
-    pairs = []
+    pairs: list[tuple[Variable, Any]] = []
+    groups: list[list[Variable]] = []  # each batched result's K slices, every one read
     for j, column in enumerate(columns):
         axis = _AXIS[meanings[j]]
-        for i, slot in enumerate(column):
-            for old, template in zip(slot.results, first.slots[j].results, strict=True):
-                result: Any = mapping[template]
-                if batched[j]:
-                    result = result[(slice(None),) * axis + (i,)]
-                if old in fgraph.clients:
-                    pairs.append((old, result))
+        for r, template in enumerate(first.slots[j].results):
+            whole: Any = mapping[template]
+            results = [whole[(slice(None),) * axis + (i,)] if batched[j] else whole for i in range(k)]
+            read = [(slot.results[r], new) for slot, new in zip(column, results, strict=True) if slot.results[r] in fgraph.clients]
+            pairs += read
+            if batched[j] and len(read) == k:
+                groups.append(results)
     fgraph.replace_all(pairs, reason="batch_loops")
-    _sink(fgraph, _slice_groups(pairs, k))
+    _sink(fgraph, groups)
     return True
 
 
@@ -395,16 +398,6 @@ def _fold_increment_chain(fgraph: FunctionGraph, group: list[Variable], nodes: l
         return False
     fgraph.replace_all([(chain[-1].outputs[0], new)], reason="batch_loops")
     return True
-
-
-def _slice_groups(pairs: list[tuple[Variable, Any]], k: int) -> list[list[Variable]]:
-    """The K slices of each batched result among ``pairs`` (old result -> new variable), loop by loop."""
-    by_base: dict[Variable, list[Variable]] = {}
-    for _, new in pairs:
-        node = new.owner
-        if node is not None and isinstance(node.op, Subtensor):
-            by_base.setdefault(node.inputs[0], []).append(new)
-    return [group for group in by_base.values() if len(group) == k]
 
 
 def _sink(fgraph: FunctionGraph, groups: list[list[Variable]]) -> None:

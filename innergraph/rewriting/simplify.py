@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import MergeOptimizer
 
-from innergraph.rewriting.batch_loops import batch_loops
 from innergraph.rewriting.args import merge_arguments, pass_nested_large_constants
+from innergraph.rewriting.batch_loops import batch_loops
 from innergraph.rewriting.carry import carry_cotangents
 from innergraph.rewriting.carry_from_zero import carry_from_zero
 from innergraph.rewriting.dce import remove_dead_slots
