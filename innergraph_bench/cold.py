@@ -40,7 +40,7 @@ from typing import Any
 
 from innergraph_bench import pymc_models  # imports neither PyMC nor innergraph
 
-__all__ = ["ColdResult", "cold_report", "cold_starts", "sampling_report", "sampling_runs"]
+__all__ = ["ColdResult", "cold_report", "cold_starts", "nuts_figures", "sampling_report", "sampling_runs"]
 
 #: The environment every child runs with: one thread for BLAS and OpenMP.
 THREADS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -172,7 +172,8 @@ def sampling_report(results: Sequence[ColdResult]) -> list[str]:
 # The child -----------------------------------------------------------------------
 
 
-def _nuts(case: str, edited: bool, steady_calls: int) -> dict[str, Any]:
+def nuts_figures(case: str, edited: bool, steady_calls: int) -> dict[str, Any]:
+    """The NUTS function of ``case`` compiled with PyMC's compile and called: build, function, first call, steady (seconds)."""
     start = time.perf_counter()
     model = pymc_models.build(case, edited=edited)
     (inputs, outputs), point = pymc_models.nuts_graph(model)
@@ -205,7 +206,7 @@ def _covered(intervals: list[tuple[float, float]]) -> float:
 
 
 def _where(case: str, steady_calls: int) -> dict[str, Any]:
-    """Where a cold start goes: `_nuts`'s figures, and the first call's Numba compilations taken apart.
+    """Where a cold start goes: `nuts_figures`, and the first call's Numba compilations taken apart.
 
     ``numba_functions``: functions Numba compiled; ``llvm``: time under Numba's LLVM
     lock (optimising and emitting machine code); ``loops``: compiling the Scans'
@@ -230,7 +231,7 @@ def _where(case: str, steady_calls: int) -> dict[str, Any]:
     listener = Listener()
     for kind in ("numba:compile", "numba:llvm_lock"):
         event.register(kind, listener)
-    figures = _nuts(case, edited=False, steady_calls=steady_calls)
+    figures = nuts_figures(case, edited=False, steady_calls=steady_calls)
     compiles = [s for s in spans if s[0].startswith("numba:compile")]
     in_loops = _covered([(start, end) for name, start, end in compiles if name.endswith(":scan")])
     llvm = _covered([(start, end) for name, start, end in spans if name.startswith("numba:llvm_lock")])
@@ -284,7 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     warnings.simplefilter("ignore")
     if args.what == "nuts":
-        figures = _nuts(args.case, args.edited, args.steady_calls)
+        figures = nuts_figures(args.case, args.edited, args.steady_calls)
     elif args.what == "where":
         figures = _where(args.case, args.steady_calls)
     else:

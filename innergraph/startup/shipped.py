@@ -72,6 +72,7 @@ SHIPPED: dict[str, tuple[str, ...]] = {
         "ops/call.py",
         "ops/checkpoint.py",
         "ops/ifelse.py",
+        "ops/link_argument.py",
         "ops/loop.py",
         "ops/loop_build.py",
         "ops/loop_derivatives.py",
@@ -87,6 +88,7 @@ SHIPPED: dict[str, tuple[str, ...]] = {
         "backends/numba.py",
         "backends/numba_code.py",
         "backends/numba_generated.py",
+        "backends/numba_link.py",
     ),
     "innergraph-rewrites": (
         "__init__.py",
@@ -108,6 +110,7 @@ SHIPPED: dict[str, tuple[str, ...]] = {
         "rewriting/licm.py",
         "rewriting/lift.py",
         "rewriting/lift_ofg.py",
+        "rewriting/link_arguments.py",
         "rewriting/merge_loops.py",
         "rewriting/ofg_outputs.py",
         "rewriting/outer.py",
