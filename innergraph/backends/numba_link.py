@@ -39,12 +39,10 @@ value, so a changed value never changes the code (a value-based rule, such as ba
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-import types
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from pytensor import config
 from pytensor.graph.basic import Apply, Constant, Variable, clone_get_equiv
 from pytensor.graph.traversal import io_toposort
 from pytensor.graph.fg import FunctionGraph
@@ -57,6 +55,7 @@ from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.type import TensorType
 from pytensor.tensor.variable import TensorConstant, TensorVariable
 
+from innergraph.backends.numba_once import direct_key, guarded, named_stably
 from innergraph.core.hooks import Patch, apply_late, installed, original
 from innergraph.ops.link_argument import LinkArgument
 from innergraph.rewriting.lift import mark_lifted, was_lifted
@@ -75,6 +74,9 @@ __all__ = [
 _original_fgraph_convert = original(NumbaLinker, "fgraph_convert")
 _original_create_thunk_inputs = original(NumbaLinker, "create_thunk_inputs")
 _original_jit_compile = original(NumbaLinker, "jit_compile")
+
+#: The suffix of the key a compiled function's final dispatcher is cached under (`direct_key`).
+FINAL = "_innergraph_outlined_final"
 
 #: The attribute of a linker that holds the values of its outlined constants (`fgraph_convert` sets it).
 _VALUES = "innergraph_outlined_values"
@@ -250,22 +252,9 @@ def jit_compile(self: NumbaLinker, fn_and_cache: tuple[Any, str | None]) -> Call
     fn, key = fn_and_cache
     if key is None:
         return numba_njit(fn.py_func, final_function=True)
-    py_func = _named_stably(fn.py_func)
-    CACHED_SRC_FUNCTIONS[py_func] = f"{key}_outlined_final_fastmath{int(config.numba__fastmath)}"
-    return numba_njit(py_func, final_function=True, cache=True)
-
-
-def _named_stably(py_func: Any) -> Any:
-    """``py_func`` with the file name ``<string>``, as PyTensor names the functions it caches.
-
-    PyTensor writes a converted graph's source to a temporary file of a new name each
-    time; Numba names a cache entry after the function's file, so the entry of such a
-    function would never be found again.
-    """
-    code = py_func.__code__.replace(co_filename="<string>")
-    stable = types.FunctionType(code, py_func.__globals__, py_func.__name__, py_func.__defaults__, py_func.__closure__)
-    stable.__source__ = getattr(py_func, "__source__", None)  # type: ignore[attr-defined]
-    return stable
+    py_func = named_stably(fn.py_func)
+    CACHED_SRC_FUNCTIONS[py_func] = direct_key(key, FINAL)
+    return guarded(numba_njit(py_func, final_function=True, cache=True))
 
 
 apply_late(Patch(NumbaLinker, "fgraph_convert", fgraph_convert))

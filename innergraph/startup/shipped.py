@@ -89,6 +89,7 @@ SHIPPED: dict[str, tuple[str, ...]] = {
         "backends/numba_code.py",
         "backends/numba_generated.py",
         "backends/numba_link.py",
+        "backends/numba_once.py",
     ),
     "innergraph-rewrites": (
         "__init__.py",
