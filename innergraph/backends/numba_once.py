@@ -12,8 +12,8 @@ goes": 53 s of 204 s on the structural model, 80 s of 267 s on VARMAX).
 under the same key and a suffix of its own, so Numba compiles it once and finds it in
 its disk cache next time. PyTensor's own entries (the wrappers) are left alone:
 ``innergraph.uninstall()`` finds vanilla's cache as it was. A converted function that
-is not a plain jitted Python function (an intrinsic, an overload) gets PyTensor's
-wrapper, as without innergraph.
+is not a plain jitted Python function gets PyTensor's wrapper, as without innergraph,
+under a key of innergraph's (`WRAPPED`).
 
 Every function innergraph caches this way (and the final function of
 `innergraph.backends.numba_link`) reads its entry through `GuardedCache`: an entry that
@@ -54,6 +54,10 @@ _ensure_cache = original(numba_basic, "numba_funcify_ensure_cache")
 
 #: The suffix of a converted function's own cache entry (PyTensor's wrapper is keyed ``{key}_fastmath{0|1}``).
 DIRECT = "_innergraph_direct"
+
+#: The suffix of PyTensor's wrapper where innergraph keeps it (a converted function that is no plain jitted
+#: function): every entry innergraph writes has a name of its own, none of vanilla's is overwritten.
+WRAPPED = "_innergraph_wrapped"
 
 
 def direct_key(key: str, kind: str = DIRECT) -> str:
@@ -138,6 +142,6 @@ def compiled_once(op: Any, node: Any = None, *args: Any, **kwargs: Any) -> tuple
         src=f"def {name}(*args): return jitable_func(*args)",
         function_name=name,
         global_env=vars(numba_basic) | {"jitable_func": fn},
-        cache_key=f"{key}_fastmath{int(config.numba__fastmath)}",
+        cache_key=direct_key(key, WRAPPED),
     )
     return numba_njit(wrapper, cache=True), key
