@@ -13,6 +13,9 @@ edited rerun
     The same model with one prior changed (`innergraph_bench.pymc_models.edited`),
     run in a new process after the original, the compile cache kept: what a user
     waits for after editing a model.
+rerun
+    The same model again, unchanged, in a new process on the cache the cold start
+    and the edited rerun left: what a user waits for on every later run.
 warm
     A second process on the cache the cold one left (for the samplers).
 vanilla
@@ -81,10 +84,11 @@ def cold_starts(cases: Sequence[str], edited: bool = True, python: str = sys.exe
                 runs = {"cold": _child(["where", case, variant], compiledir, python)}
                 if edited:
                     runs["edited"] = _child(["nuts", case, variant, "--edited"], compiledir, python)
+                    runs["rerun"] = _child(["nuts", case, variant], compiledir, python)
             result.runs[variant] = runs
             cold = runs["cold"]
             log(f"  {case} {variant}: function {cold['function']:.2f} s + first call {cold['first_call']:.2f} s"
-                + (f"; edited {runs['edited']['cold_start']:.2f} s" if edited else ""))
+                + (f"; edited {runs['edited']['cold_start']:.2f} s; rerun {runs['rerun']['cold_start']:.2f} s" if edited else ""))
         results.append(result)
     return results
 
@@ -117,7 +121,7 @@ def cold_report(results: Sequence[ColdResult]) -> list[str]:
     edited = all("edited" in r.runs["vanilla"] for r in results)
     head = ["case", "vanilla: function + first call", "innergraph", "cold ratio", "steady ratio"]
     if edited:
-        head += ["edited rerun: vanilla", "innergraph", "ratio"]
+        head += ["edited rerun: vanilla", "innergraph", "ratio", "rerun: vanilla", "innergraph", "ratio"]
     lines = [_cells(head), _cells(["---"] + ["---:"] * (len(head) - 1))]
     for r in results:
         v, i = r.runs["vanilla"]["cold"], r.runs["innergraph"]["cold"]
@@ -134,6 +138,12 @@ def cold_report(results: Sequence[ColdResult]) -> list[str]:
                 f"{r.figure('innergraph', 'edited', 'cold_start'):.2f} s",
                 f"{r.ratio('edited', 'cold_start'):.2f}",
             ]
+            if "rerun" in r.runs["vanilla"]:
+                row += [
+                    f"{r.figure('vanilla', 'rerun', 'cold_start'):.2f} s",
+                    f"{r.figure('innergraph', 'rerun', 'cold_start'):.2f} s",
+                    f"{r.ratio('rerun', 'cold_start'):.2f}",
+                ]
         lines.append(_cells(row))
     lines += [
         "",
