@@ -94,7 +94,7 @@ def test_numbers_of_several_dtypes_arrays_and_a_constant_output():
         c = pt.zvector("c")
         data = np.linspace(0.5, 2.0, 7)
         strided = np.arange(20.0)[::3]  # not contiguous, as PyTensor keeps it
-        y = (x * data).sum() * np.float64(1.25) + pt.sqrt(x[:6] + strided[:6]).sum()
+        y = (x * data).sum() * np.float64(1.25) + pt.sqrt(x[:6] + strided[:6]).sum() + pt.concatenate([x, np.zeros(0)]).sum()
         g = (f * np.float32(0.3) + np.float32(1.5)).sum()
         z = (c * (0.5 + 2.0j)).real.sum()
         return [x, f, c], [y, g, z, pt.constant(np.array([1.0, 2.0]))]

@@ -51,6 +51,7 @@ from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, numb
 from pytensor.link.numba.linker import NumbaLinker
 from pytensor.scalar.basic import Composite, ScalarConstant, ScalarType
 from pytensor.tensor.basic import scalar_from_tensor
+from pytensor.tensor.shape import specify_shape
 from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.type import TensorType
 from pytensor.tensor.variable import TensorConstant, TensorVariable
@@ -167,28 +168,37 @@ def _without_link_arguments(fgraph: FunctionGraph, order: list[Apply]) -> list[A
     return kept
 
 
-def _packed(constant: Constant) -> bool:
-    """Whether ``constant`` holds one number (a scalar, or a tensor of one element): it goes into its dtype's pool."""
-    return isinstance(constant.type, ScalarType) or all(s == 1 for s in constant.type.shape)
+#: A constant of more bytes than this is an argument of its own (not copied into its dtype's pool);
+#: Numba embeds constants up to this size in a function's code, larger ones make it uncacheable.
+POOL_LIMIT = 10**6
 
 
-def _read(pool: TensorVariable, i: int, constant: Constant) -> Variable:
-    """The graph that reads number ``i`` of ``pool`` as ``constant``'s type."""
-    number = pool[i]
+def _pooled(constant: Constant) -> bool:
+    """Whether ``constant`` is copied into its dtype's pool (module docstring of `outline_constants_for_link`)."""
+    return bool(np.asarray(constant.data).nbytes <= POOL_LIMIT)
+
+
+def _read(pool: TensorVariable, start: int, constant: Constant) -> Variable:
+    """The graph that reads ``constant`` from ``pool`` at ``start``: views only, nothing allocated per call."""
+    data = np.asarray(constant.data)
+    part = pool[start : start + data.size]
     if isinstance(constant.type, ScalarType):
-        return scalar_from_tensor(number)
-    ndim = constant.type.ndim
-    return number.dimshuffle(["x"] * ndim) if ndim else number
+        return scalar_from_tensor(part.dimshuffle([]))
+    shape = data.shape
+    if all(s == 1 for s in shape):  # a number, as a 0-d or broadcastable tensor: a dimshuffle of the slice
+        return part.dimshuffle([] if not shape else ["x"] * (len(shape) - 1) + [0])
+    return specify_shape(part.reshape(shape), shape)
 
 
 def outline_constants_for_link(fgraph: FunctionGraph, order: Sequence[Apply], storage_map: dict[Variable, list[Any]]) -> Outlined:
     """Clone ``fgraph``, lift the fused nodes' float constants and turn every outlinable constant into an argument.
 
-    A constant of one number is read from its dtype's *pool*, one vector argument
-    holding every such number of that dtype (a Numba argument costs about 0.1-0.2 us
-    per call; a PyMC model has dozens of such numbers); a larger one is an argument
-    of its own. The pools' reads come first in the returned order, the linker's
-    order follows (it holds the in-place decisions).
+    The constants of one dtype are copied, one after the other, into that dtype's
+    *pool*, one vector argument (an argument costs 0.1-0.4 us per call in Numba's
+    dispatcher; a PyMC model has dozens of numbers and a few data arrays), and read
+    from it as views (a slice, reshaped); a constant of more than `POOL_LIMIT` bytes is
+    an argument of its own, not copied. The pools' reads come first in the returned
+    order, the linker's order follows (it holds the in-place decisions).
     """
     equiv: dict[Any, Any] = clone_get_equiv(fgraph.inputs, fgraph.outputs, copy_inputs=True, copy_orphans=True)
     clone = FunctionGraph([equiv[i] for i in fgraph.inputs], [equiv[o] for o in fgraph.outputs], clone=False)
@@ -204,7 +214,7 @@ def outline_constants_for_link(fgraph: FunctionGraph, order: Sequence[Apply], st
     pools: dict[str, list[Constant]] = {}
     values: list[Any] = []
     for c in constants:
-        if _packed(c):
+        if _pooled(c):
             pools.setdefault(c.type.dtype, []).append(c)
             continue
         param = c.type()
@@ -214,11 +224,13 @@ def outline_constants_for_link(fgraph: FunctionGraph, order: Sequence[Apply], st
         values.append(numba_typify(c.data, variable=c))
     reads: list[Apply] = []
     for dtype, group in pools.items():
-        pool: TensorVariable = TensorType(dtype, shape=(len(group),))(name=f"outlined_{dtype}")
+        sizes = [np.asarray(c.data).size for c in group]
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(int)
+        pool: TensorVariable = TensorType(dtype, shape=(sum(sizes),))(name=f"outlined_{dtype}")
         clone.add_input(pool)
-        values.append(np.array([np.asarray(c.data).item() for c in group], dtype=dtype))
-        for i, c in enumerate(group):
-            read = _read(pool, i, c)
+        values.append(np.concatenate([np.asarray(c.data, dtype=dtype).ravel() for c in group]))
+        for start, c in zip(starts, group, strict=True):
+            read = _read(pool, int(start), c)
             clone.replace(c, read, reason="innergraph_outline_for_link", import_missing=True)
             reads.extend(n for n in io_toposort([pool], [read]) if n not in reads)
     storage = {equiv[v]: cell for v, cell in storage_map.items() if v in equiv and not isinstance(v, Constant)}
