@@ -41,10 +41,15 @@ def _params(fn):
     return code.co_varnames[: code.co_argcount]
 
 
+def _smoothed(x):
+    """A loop over ``x`` (graphs without a loop keep their numbers in their code)."""
+    return pytensor.scan(lambda v, c: 0.5 * c + v, sequences=[x], outputs_info=[pt.zeros(())], return_updates=False)[-1]
+
+
 def _density(scale, shift=3.7, power=2):
     def build():
         x = pt.dvector("x")
-        y = pt.exp(-0.5 * (x / scale) ** power).sum() + pt.log(x.sum() + shift)
+        y = pt.exp(-0.5 * (x / scale) ** power).sum() + pt.log(x.sum() + shift) + _smoothed(x)
         return [x], [y, pytensor.grad(y, x)]
 
     return build
@@ -81,7 +86,7 @@ def test_a_changed_integer_or_structure_changes_the_key():
     assert _final_key(_ours(_density(1.5, power=3))) != base  # an integer exponent stays baked
     def other():
         x = pt.dvector("x")
-        y = pt.exp(-0.5 * (x / 1.5) ** 2).sum() + pt.log(x.sum() * 3.7)  # * for +
+        y = pt.exp(-0.5 * (x / 1.5) ** 2).sum() + pt.log(x.sum() * 3.7) + _smoothed(x)  # * for +
         return [x], [y, pytensor.grad(y, x)]
 
     assert _final_key(_ours(other)) != base
@@ -95,6 +100,7 @@ def test_numbers_of_several_dtypes_arrays_and_a_constant_output():
         data = np.linspace(0.5, 2.0, 7)
         strided = np.arange(20.0)[::3]  # not contiguous, as PyTensor keeps it
         y = (x * data).sum() * np.float64(1.25) + pt.sqrt(x[:6] + strided[:6]).sum() + pt.concatenate([x, np.zeros(0)]).sum()
+        y = y + _smoothed(x)
         g = (f * np.float32(0.3) + np.float32(1.5)).sum()
         z = (c * (0.5 + 2.0j)).real.sum()
         return [x, f, c], [y, g, z, pt.constant(np.array([1.0, 2.0]))]
@@ -107,7 +113,7 @@ def test_in_place_work_beside_the_pool_leaves_the_numbers_alone():
     def build():
         x = pt.dvector("x")
         a = pt.exp(x) + 2.5  # an elementwise node that may overwrite its input in place
-        b = a * 0.5
+        b = a * 0.5 + _smoothed(x)
         return [x], [b, (b + 2.5).sum()]
 
     _check(build, np.arange(4.0))
@@ -134,6 +140,18 @@ def test_the_users_graph_is_not_changed():
     assert len(graph.inputs) == 1  # the pool is the linker's, not the function's
 
 
+def test_a_graph_without_a_loop_keeps_its_numbers_and_is_compiled_once():
+    def build():
+        x = pt.dvector("x")
+        y = pt.exp(-0.5 * (x / 1.5) ** 2).sum() + pt.log(x.sum() + 3.7)
+        return [x], [y, pytensor.grad(y, x)]
+
+    ours = _check(build, np.arange(1.0, 5.0))
+    assert not any(isinstance(n.op, LinkArgument) for n in ours.maker.fgraph.apply_nodes)
+    assert _params(ours) == ("x",)  # no pool: the numbers are in the code, as vanilla has them
+    assert "_innergraph_outlined_final" in _final_key(ours)  # the converted graph itself, compiled once
+
+
 def test_vanilla_bakes_the_numbers_in():
     fn = vanilla_function(_density(1.5), mode=NUMBA, first_call=[np.arange(1.0, 4.0)])
     assert not any(isinstance(n.op, LinkArgument) for n in fn.maker.fgraph.apply_nodes)
@@ -154,6 +172,7 @@ _CHILD = textwrap.dedent(
     scale = float(sys.argv[1])
     x = pt.dvector("x")
     y = pt.exp(-0.5 * (x / scale) ** 2).sum() + pt.log(x.sum() + 3.7)
+    y = y + pytensor.scan(lambda v, c: 0.5 * c + v, sequences=[x], outputs_info=[pt.zeros(())], return_updates=False)[-1]
     fn = pytensor.function([x], [y, pytensor.grad(y, x)], mode="NUMBA")
     value = fn(np.arange(1.0, 4.0))
     stats = fn.vm.jit_fn.stats
@@ -174,7 +193,7 @@ def test_an_edited_function_comes_from_numbas_disk_cache_in_a_new_process(tmp_pa
     edited = _child(tmp_path, 2.5)
     assert (first["hits"], first["misses"]) == (0, 1)
     assert (edited["hits"], edited["misses"]) == (1, 0)
-    want = np.exp(-0.5 * (np.arange(1.0, 4.0) / 2.5) ** 2).sum() + np.log(6.0 + 3.7)
+    want = np.exp(-0.5 * (np.arange(1.0, 4.0) / 2.5) ** 2).sum() + np.log(6.0 + 3.7) + (0.25 * 1 + 0.5 * 2 + 3)
     assert edited["value"] == pytest.approx(want, rel=1e-14)
 
 

@@ -30,6 +30,10 @@ one compilation of the outer function
     in both. `jit_compile` compiles the converted graph itself as the final function,
     cached under its own key, so its code is optimised once.
 
+A graph without a loop keeps its numbers in its code, as vanilla compiles it (reading an
+argument costs about 1 us per call, which a loop-free model's cheap recompile does not
+repay: `innergraph.rewriting.link_arguments.has_loop`); it is compiled once all the same.
+
 Nothing the user built changes: the linker converts a clone of its graph; the
 function's inputs, outputs and storage are PyTensor's. The rule is by type, not by
 value, so a changed value never changes the code (a value-based rule, such as baking
@@ -60,7 +64,7 @@ from innergraph.backends.numba_once import direct_key, guarded, named_stably
 from innergraph.core.hooks import Patch, apply_late, installed, original
 from innergraph.ops.link_argument import LinkArgument
 from innergraph.rewriting.lift import mark_lifted, was_lifted
-from innergraph.rewriting.link_arguments import outlinable_dtype
+from innergraph.rewriting.link_arguments import has_loop, outlinable_dtype
 
 __all__ = [
     "Outlined",
@@ -241,6 +245,9 @@ def fgraph_convert(self: NumbaLinker, fgraph: FunctionGraph, **kwargs: Any) -> A
     """``NumbaLinker.fgraph_convert`` converting the outlined clone (module docstring); PyTensor's when not installed."""
     if not installed() or not isinstance(fgraph, FunctionGraph):
         return _original_fgraph_convert(self, fgraph, **kwargs)
+    if not has_loop(fgraph):  # as vanilla converts it (`innergraph.rewriting.link_arguments`), compiled once
+        setattr(self, _VALUES, [])
+        return numba_funcify_and_cache_key(fgraph, **kwargs)
     order = kwargs.pop("order", None) or fgraph.toposort()
     outlined = outline_constants_for_link(fgraph, order, kwargs.pop("storage_map", None) or {})
     setattr(self, _VALUES, outlined.values)
