@@ -21,13 +21,16 @@ Op
     The PyTensor Op (or ``FunctionGraph``) whose conversion produced a function,
     recorded by wrapping ``numba_funcify_ensure_cache`` for the run.
 
-Run one child per measurement, as the cold starts do (`innergraph_bench.cold`
-passes ``where``)::
+One child per measurement, each in a fresh process::
 
     python -m innergraph_bench.numba_time CASE VARIANT [--edited] --out FILE.json
 
 The JSON holds the figures of `innergraph_bench.cold`'s ``nuts`` child and one
-record per compilation; `summary` reads it.
+record per compilation; `summary` reads it. `compare` (``python -m
+innergraph_bench.numba_time --compare CASE ...``) runs, per case and variant (the
+order alternating case by case), the cold start on an empty compile directory, the
+edited rerun and the unchanged rerun on the cache it left, and prints the table of
+``design/benchmarks.md``, "Where Numba's time goes".
 """
 
 from __future__ import annotations
@@ -35,14 +38,18 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from innergraph_bench.cold import nuts_figures  # imports neither PyMC nor innergraph
+from innergraph_bench.cold import THREADS, nuts_figures  # imports neither PyMC nor innergraph
 
-__all__ = ["CompileRecorder", "summary"]
+__all__ = ["RUNS", "CompileRecorder", "compare", "summary"]
 
 
 class CompileRecorder:
@@ -162,13 +169,52 @@ def summary(data: dict[str, Any], top: int = 8) -> dict[str, Any]:
     }
 
 
+#: The runs of one variant, in order, on one compile directory: (name, edited).
+RUNS = (("cold", False), ("edited", True), ("rerun", False))
+
+
+def compare(cases: Sequence[str], python: str = sys.executable, log: Any = print) -> list[str]:
+    """Both variants' runs (`RUNS`) of each case, each a fresh child; a markdown table of them."""
+    rows = [
+        "| case | run | vanilla: function + first call | Numba functions | LLVM | innergraph | Numba functions | LLVM | ratio |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for n, case in enumerate(cases):
+        figures: dict[tuple[str, str], dict[str, Any]] = {}
+        for variant in ("vanilla", "innergraph") if n % 2 == 0 else ("innergraph", "vanilla"):
+            with tempfile.TemporaryDirectory(prefix="innergraph-numba-time-") as compiledir:
+                for run, edited in RUNS:
+                    out = os.path.join(compiledir, f"{run}.json")
+                    env = {**os.environ, **THREADS, "PYTENSOR_FLAGS": f"base_compiledir={compiledir}"}
+                    args = [python, "-m", "innergraph_bench.numba_time", case, variant, "--out", out, *(["--edited"] if edited else [])]
+                    subprocess.run(args, env=env, check=True, capture_output=True)
+                    with open(out) as f:
+                        data = json.load(f)
+                    figures[variant, run] = {**data, **summary(data)}
+                    log(f"  {case} {variant} {run}: {data['function']:.2f} + {data['first_call']:.2f} s")
+        for run, _ in RUNS:
+            v, i = figures["vanilla", run], figures["innergraph", run]
+            total = (i["function"] + i["first_call"]) / (v["function"] + v["first_call"])
+            rows.append(
+                f"| {case} | {run} | {v['function']:.2f} + {v['first_call']:.2f} s | {v['compilations']} | {v['llvm']:.2f} s "
+                f"| {i['function']:.2f} + {i['first_call']:.2f} s | {i['compilations']} | {i['llvm']:.2f} s | {total:.2f} |"
+            )
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m innergraph_bench.numba_time", description=__doc__.split("\n")[0])
-    parser.add_argument("case")
-    parser.add_argument("variant", choices=("vanilla", "innergraph"))
+    parser.add_argument("--compare", nargs="+", metavar="CASE", help="run both variants' cold, edited and rerun children and print the table")
+    parser.add_argument("case", nargs="?")
+    parser.add_argument("variant", nargs="?", choices=("vanilla", "innergraph"))
     parser.add_argument("--edited", action="store_true")
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out")
     args = parser.parse_args(argv)
+    if args.compare:
+        print("\n".join(compare(args.compare)))
+        return 0
+    if not (args.case and args.variant and args.out):
+        parser.error("a child needs CASE, VARIANT and --out")
     if args.variant == "innergraph":
         import innergraph  # noqa: F401  (installs itself)
     import warnings

@@ -55,7 +55,6 @@ from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, numb
 from pytensor.link.numba.linker import NumbaLinker
 from pytensor.scalar.basic import Composite, ScalarConstant, ScalarType
 from pytensor.tensor.basic import scalar_from_tensor
-from pytensor.tensor.shape import specify_shape
 from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.type import TensorType
 from pytensor.tensor.variable import TensorConstant, TensorVariable
@@ -172,37 +171,31 @@ def _without_link_arguments(fgraph: FunctionGraph, order: list[Apply]) -> list[A
     return kept
 
 
-#: A constant of more bytes than this is an argument of its own (not copied into its dtype's pool);
-#: Numba embeds constants up to this size in a function's code, larger ones make it uncacheable.
-POOL_LIMIT = 10**6
-
-
 def _pooled(constant: Constant) -> bool:
-    """Whether ``constant`` is copied into its dtype's pool (module docstring of `outline_constants_for_link`)."""
-    return bool(np.asarray(constant.data).nbytes <= POOL_LIMIT)
+    """Whether ``constant`` is one number, which goes into its dtype's pool (`outline_constants_for_link`)."""
+    return bool(np.asarray(constant.data).size == 1)
 
 
 def _read(pool: TensorVariable, start: int, constant: Constant) -> Variable:
-    """The graph that reads ``constant`` from ``pool`` at ``start``: views only, nothing allocated per call."""
-    data = np.asarray(constant.data)
-    part = pool[start : start + data.size]
+    """The graph that reads the number ``constant`` from ``pool`` at ``start``: a view, nothing allocated per call."""
+    part = pool[start : start + 1]
     if isinstance(constant.type, ScalarType):
         return scalar_from_tensor(part.dimshuffle([]))
-    shape = data.shape
-    if all(s == 1 for s in shape):  # a number, as a 0-d or broadcastable tensor: a dimshuffle of the slice
-        return part.dimshuffle([] if not shape else ["x"] * (len(shape) - 1) + [0])
-    return specify_shape(part.reshape(shape), shape)
+    ndim = len(np.shape(constant.data))
+    return part.dimshuffle(["x"] * (ndim - 1) + [0] if ndim else [])
 
 
 def outline_constants_for_link(fgraph: FunctionGraph, order: Sequence[Apply], storage_map: dict[Variable, list[Any]]) -> Outlined:
     """Clone ``fgraph``, lift the fused nodes' float constants and turn every outlinable constant into an argument.
 
-    The constants of one dtype are copied, one after the other, into that dtype's
-    *pool*, one vector argument (an argument costs 0.1-0.4 us per call in Numba's
-    dispatcher; a PyMC model has dozens of numbers and a few data arrays), and read
-    from it as views (a slice, reshaped); a constant of more than `POOL_LIMIT` bytes is
-    an argument of its own, not copied. The pools' reads come first in the returned
-    order, the linker's order follows (it holds the in-place decisions).
+    The single numbers of one dtype (scalars, 0-d and ``(1, ..., 1)`` tensors) are
+    copied into that dtype's *pool*, one vector argument (an argument costs 0.1-0.4 us
+    per call in Numba's dispatcher, and a PyMC model has dozens of numbers), and read
+    from it as views (a slice, dimshuffled). A larger constant is an argument of its
+    own: passed as the array it is, it keeps its C layout, which a view of a pool would
+    lose (Numba types a slice's reshape as of any layout, and a dot product of such
+    arrays in a Kalman filter's loop ran 3x slower). The pools' reads come first in the
+    returned order, the linker's order follows (it holds the in-place decisions).
     """
     equiv: dict[Any, Any] = clone_get_equiv(fgraph.inputs, fgraph.outputs, copy_inputs=True, copy_orphans=True)
     clone = FunctionGraph([equiv[i] for i in fgraph.inputs], [equiv[o] for o in fgraph.outputs], clone=False)
@@ -228,13 +221,11 @@ def outline_constants_for_link(fgraph: FunctionGraph, order: Sequence[Apply], st
         values.append(numba_typify(c.data, variable=c))
     reads: list[Apply] = []
     for dtype, group in pools.items():
-        sizes = [np.asarray(c.data).size for c in group]
-        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(int)
-        pool: TensorVariable = TensorType(dtype, shape=(sum(sizes),))(name=f"outlined_{dtype}")
+        pool: TensorVariable = TensorType(dtype, shape=(len(group),))(name=f"outlined_{dtype}")
         clone.add_input(pool)
-        values.append(np.concatenate([np.asarray(c.data, dtype=dtype).ravel() for c in group]))
-        for start, c in zip(starts, group, strict=True):
-            read = _read(pool, int(start), c)
+        values.append(np.array([np.asarray(c.data).item() for c in group], dtype=dtype))
+        for start, c in enumerate(group):
+            read = _read(pool, start, c)
             clone.replace(c, read, reason="innergraph_outline_for_link", import_missing=True)
             reads.extend(n for n in io_toposort([pool], [read]) if n not in reads)
     storage = {equiv[v]: cell for v, cell in storage_map.items() if v in equiv and not isinstance(v, Constant)}
