@@ -145,7 +145,7 @@ def summary(results: Sequence[CaseResult]) -> str:
     return (
         f"In short: over these {len(results)} tables innergraph compiled to {ig['loops']} loops where vanilla "
         f"needed {v['loops']}, {ig['nodes']} nodes where vanilla had {v['nodes']} (outer + hidden), and "
-        f"{ig['unread']} unused loop outputs (dead outputs + unread buffers) where vanilla had {v['unread']}; "
+        f"{ig['unread']} unused outputs of loops and calls (dead outputs + unread buffers) where vanilla had {v['unread']}; "
         f"its steady calls took {_ratio_range(results, 'steady_s')} times vanilla's time and its compilations "
         f"{_ratio_range(results, 'compile_s')} times, with results equal to within {difference:.1e}."
     )

@@ -58,7 +58,7 @@ def test_the_summary_numbers_are_the_tables_numbers():
     text = demo.summary(RESULTS)
     figures = re.fullmatch(
         r"In short: over these 3 tables innergraph compiled to (\d+) loops where vanilla needed (\d+), (\d+) nodes where "
-        r"vanilla had (\d+) \(outer \+ hidden\), and (\d+) unused loop outputs \(dead outputs \+ unread buffers\) where "
+        r"vanilla had (\d+) \(outer \+ hidden\), and (\d+) unused outputs of loops and calls \(dead outputs \+ unread buffers\) where "
         r"vanilla had (\d+); its steady calls took ([\d.]+)-([\d.]+) times vanilla's time and its compilations "
         r"([\d.]+)-([\d.]+) times, with results equal to within ([\d.e+-]+)\.",
         text,
