@@ -133,7 +133,8 @@ def _check_carried(i: int, out: Variable, entry: Any) -> None:
     initial = entry.get("initial") if isinstance(entry, dict) else entry
     if initial is None or not hasattr(out.type, "ndim"):
         return
-    taps = list(entry.get("taps", [-1])) if isinstance(entry, dict) else [-1]
+    taps = entry.get("taps") if isinstance(entry, dict) else None
+    taps = [-1] if taps is None else list(taps) if isinstance(taps, list | tuple) else [taps]
     initial = initial if isinstance(initial, Variable) else pt.as_tensor_variable(initial)
     if not hasattr(initial.type, "ndim"):
         return

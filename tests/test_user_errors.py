@@ -55,6 +55,10 @@ def test_scan_checks_keep_every_valid_form_working_and_leave_the_callers_dicts_a
     seq = {"input": xs}
     mapped, summed = innergraph.scan(lambda v, c: (v * 2, c + v), sequences=[seq], outputs_info=[None, x0], return_updates=False)
     assert seq == {"input": xs}  # pytensor.scan alone would add "taps": [0]
+    explicit_none = {"initial": x0, "taps": None}  # PyTensor warns and reads taps [-1]
+    with pytest.warns(UserWarning, match="taps is explicitly set to None"):
+        halved = innergraph.scan(lambda c: c / 2, outputs_info=[explicit_none], n_steps=2, return_updates=False)
+    assert halved.eval({x0: 4.0}).tolist() == [2.0, 1.0] and explicit_none["taps"] is None
     assert summed.eval({xs: [1.0, 2.0], x0: 0.5}).tolist() == [1.5, 3.5]
     with pytest.raises(BodyTypeError, match=r"stacks the states of taps \[-2, -1\] along its first axis; expected a scalar"):
         innergraph.scan(lambda a, b: pt.stack([a, b]), outputs_info=[taps], n_steps=4, return_updates=False)
@@ -65,7 +69,7 @@ def test_scan_checks_keep_every_valid_form_working_and_leave_the_callers_dicts_a
     [
         (lambda x: innergraph.call(lambda v: "oops", x), "call: fn returns the Python string 'oops'; expected a variable, or a list or tuple of variables"),
         (lambda x: innergraph.scan(lambda v: "oops", sequences=[x], return_updates=False), "scan: fn returns the Python string 'oops'; expected a variable, or a list or tuple of variables"),
-        (lambda x: innergraph.ifelse(x.sum() > 0, "oops", x), "ifelse: then_branch is the Python string 'oops'; a branch is a variable or a list of variables"),
+        (lambda x: innergraph.ifelse(x.sum() > 0, "oops", x), "ifelse: then_branch is the Python string 'oops'; a branch is a variable or a list of variables"),  # type: ignore[arg-type]
         (lambda x: innergraph.while_loop(lambda s: s.sum() < 3, lambda s: "oops", x), "while_loop: body_fun returns the Python string 'oops'; a state is tensors"),
         (lambda x: innergraph.call(lambda v: None, x), "call: fn returns None (a missing `return`?)"),
     ],

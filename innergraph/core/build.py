@@ -25,7 +25,7 @@ constant folding reaches them.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.type import Type
@@ -148,6 +148,7 @@ def _as_outputs(result: object, what: str, verb: str) -> list[Variable]:
         raise BodyTypeError(f"{what} {verb} the Python string {result!r}; {expected}")
     if result is None:
         raise BodyTypeError(f"{what} {verb} None (a missing `return`?); {expected}")
+    outputs: list[Any]
     if isinstance(result, Variable):
         outputs = [result]
     elif isinstance(result, Iterable):
