@@ -3,7 +3,9 @@
 Terms
 -----
 outer node
-    A node the linker executes (visible, not an inner-graph node).
+    A node the linker executes (visible, not an inner-graph node). A `LinkArgument`
+    (a constant the Numba linker passes as an argument,
+    `innergraph.rewriting.link_arguments`) is not one: the linker drops it.
 hidden node
     A node that belongs to a body: an unfolded body in the graph, a folded `Body`,
     or the inner ``fgraph`` of PyTensor's own Scan / OpFromGraph. Nested bodies
@@ -37,6 +39,7 @@ from pytensor.graph.fg import AbstractFunctionGraph, FunctionGraph
 from innergraph.core.fold import visible_nodes
 from innergraph.core.graph import InnerGraph, is_function, scope_leaves, scope_toposort
 from innergraph.core.types import Body
+from innergraph.ops.link_argument import LinkArgument
 from innergraph.protocol.slots import form_of
 
 __all__ = ["CONSUMER_KINDS", "consumer_kind", "graph_stats", "unread_buffers"]
@@ -79,7 +82,7 @@ def unread_buffers(graph: FunctionGraph | Any) -> list[tuple[Apply, int]]:
 def _count(graph: FunctionGraph | Any) -> _Counter:
     fgraph = graph.maker.fgraph if hasattr(graph, "maker") else graph
     counter = _Counter()
-    counter.outer = list(visible_nodes(fgraph))
+    counter.outer = [node for node in visible_nodes(fgraph) if not isinstance(node.op, LinkArgument)]
     counter.scope(counter.outer, fgraph.clients, hidden=False)
     for node in fgraph.apply_nodes:  # unfolded bodies reached only through inner-graph nodes
         if isinstance(node.op, InnerGraph):

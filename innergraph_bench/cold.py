@@ -13,6 +13,9 @@ edited rerun
     The same model with one prior changed (`innergraph_bench.pymc_models.edited`),
     run in a new process after the original, the compile cache kept: what a user
     waits for after editing a model.
+rerun
+    The same model again, unchanged, in a new process on the cache the cold start
+    and the edited rerun left: what a user waits for on every later run.
 warm
     A second process on the cache the cold one left (for the samplers).
 vanilla
@@ -40,7 +43,7 @@ from typing import Any
 
 from innergraph_bench import pymc_models  # imports neither PyMC nor innergraph
 
-__all__ = ["ColdResult", "cold_report", "cold_starts", "sampling_report", "sampling_runs"]
+__all__ = ["ColdResult", "cold_report", "cold_starts", "nuts_figures", "sampling_report", "sampling_runs"]
 
 #: The environment every child runs with: one thread for BLAS and OpenMP.
 THREADS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -81,10 +84,11 @@ def cold_starts(cases: Sequence[str], edited: bool = True, python: str = sys.exe
                 runs = {"cold": _child(["where", case, variant], compiledir, python)}
                 if edited:
                     runs["edited"] = _child(["nuts", case, variant, "--edited"], compiledir, python)
+                    runs["rerun"] = _child(["nuts", case, variant], compiledir, python)
             result.runs[variant] = runs
             cold = runs["cold"]
             log(f"  {case} {variant}: function {cold['function']:.2f} s + first call {cold['first_call']:.2f} s"
-                + (f"; edited {runs['edited']['cold_start']:.2f} s" if edited else ""))
+                + (f"; edited {runs['edited']['cold_start']:.2f} s; rerun {runs['rerun']['cold_start']:.2f} s" if edited else ""))
         results.append(result)
     return results
 
@@ -117,7 +121,7 @@ def cold_report(results: Sequence[ColdResult]) -> list[str]:
     edited = all("edited" in r.runs["vanilla"] for r in results)
     head = ["case", "vanilla: function + first call", "innergraph", "cold ratio", "steady ratio"]
     if edited:
-        head += ["edited rerun: vanilla", "innergraph", "ratio"]
+        head += ["edited rerun: vanilla", "innergraph", "ratio", "rerun: vanilla", "innergraph", "ratio"]
     lines = [_cells(head), _cells(["---"] + ["---:"] * (len(head) - 1))]
     for r in results:
         v, i = r.runs["vanilla"]["cold"], r.runs["innergraph"]["cold"]
@@ -134,6 +138,12 @@ def cold_report(results: Sequence[ColdResult]) -> list[str]:
                 f"{r.figure('innergraph', 'edited', 'cold_start'):.2f} s",
                 f"{r.ratio('edited', 'cold_start'):.2f}",
             ]
+            if "rerun" in r.runs["vanilla"]:
+                row += [
+                    f"{r.figure('vanilla', 'rerun', 'cold_start'):.2f} s",
+                    f"{r.figure('innergraph', 'rerun', 'cold_start'):.2f} s",
+                    f"{r.ratio('rerun', 'cold_start'):.2f}",
+                ]
         lines.append(_cells(row))
     lines += [
         "",
@@ -172,7 +182,8 @@ def sampling_report(results: Sequence[ColdResult]) -> list[str]:
 # The child -----------------------------------------------------------------------
 
 
-def _nuts(case: str, edited: bool, steady_calls: int) -> dict[str, Any]:
+def nuts_figures(case: str, edited: bool, steady_calls: int) -> dict[str, Any]:
+    """The NUTS function of ``case`` compiled with PyMC's compile and called: build, function, first call, steady (seconds)."""
     start = time.perf_counter()
     model = pymc_models.build(case, edited=edited)
     (inputs, outputs), point = pymc_models.nuts_graph(model)
@@ -205,7 +216,7 @@ def _covered(intervals: list[tuple[float, float]]) -> float:
 
 
 def _where(case: str, steady_calls: int, edited: bool = False) -> dict[str, Any]:
-    """Where a cold start goes: `_nuts`'s figures, and the first call's Numba compilations taken apart.
+    """Where a cold start goes: `nuts_figures`, and the first call's Numba compilations taken apart.
 
     ``edited``: of the model with one prior changed (the edited rerun), as for ``nuts``.
 
@@ -232,7 +243,7 @@ def _where(case: str, steady_calls: int, edited: bool = False) -> dict[str, Any]
     listener = Listener()
     for kind in ("numba:compile", "numba:llvm_lock"):
         event.register(kind, listener)
-    figures = _nuts(case, edited=edited, steady_calls=steady_calls)
+    figures = nuts_figures(case, edited=edited, steady_calls=steady_calls)
     compiles = [s for s in spans if s[0].startswith("numba:compile")]
     in_loops = _covered([(start, end) for name, start, end in compiles if name.endswith(":scan")])
     llvm = _covered([(start, end) for name, start, end in spans if name.startswith("numba:llvm_lock")])
@@ -286,7 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     warnings.simplefilter("ignore")
     if args.what == "nuts":
-        figures = _nuts(args.case, args.edited, args.steady_calls)
+        figures = nuts_figures(args.case, args.edited, args.steady_calls)
     elif args.what == "where":
         figures = _where(args.case, args.steady_calls, args.edited)
     else:

@@ -277,13 +277,17 @@ _BACKENDS = PatchSpec(
     message=f"""The Numba and JAX conversions of the in-graph consumers (a body compiled
 once however many consumers read it), loaded on a linker's first link
 once innergraph is enabled.
-Four functions of PyTensor delegate to innergraph while it is enabled,
+Seven functions of PyTensor delegate to innergraph while it is enabled,
 keeping their body as _<name>_base:
 
 - numba's numba_funcify_ensure_cache: equal nodes of one conversion
   (native Scans of one Op among them) convert once;
 - numba's cache_key_for_constant: a folded body whose Ops do not pickle
   gets a key of its own instead of failing the conversion;
+- NumbaLinker.fgraph_convert, create_thunk_inputs and jit_compile: the
+  function's floating-point constants are passed as arguments (the code
+  and its cache key do not depend on their values) and the converted
+  graph is compiled once, as the final function;
 - JAXLinker.jit_compile: a graph with a while loop, or with a Scan whose
   trip count is not a constant, falls back to eager execution where
   jax.jit cannot trace it;
@@ -318,6 +322,30 @@ inner graphs of Scan and OpFromGraph.
             "pytensor.innergraph.backends.numba",
             "cache_key_for_constant",
             replaces="numba_basic.cache_key_for_constant",
+        ),
+        Delegate(
+            "pytensor/link/numba/linker.py",
+            "fgraph_convert",
+            "pytensor.innergraph.backends.numba_link",
+            "fgraph_convert",
+            cls="NumbaLinker",
+            replaces="NumbaLinker.fgraph_convert",
+        ),
+        Delegate(
+            "pytensor/link/numba/linker.py",
+            "create_thunk_inputs",
+            "pytensor.innergraph.backends.numba_link",
+            "create_thunk_inputs",
+            cls="NumbaLinker",
+            replaces="NumbaLinker.create_thunk_inputs",
+        ),
+        Delegate(
+            "pytensor/link/numba/linker.py",
+            "jit_compile",
+            "pytensor.innergraph.backends.numba_link",
+            "jit_compile",
+            cls="NumbaLinker",
+            replaces="NumbaLinker.jit_compile",
         ),
         Delegate(
             "pytensor/link/jax/dispatch/scan.py",

@@ -10,6 +10,9 @@ the smallest loop model: its figures are there and both variants agree.
 """
 
 import functools
+import json
+import os
+import subprocess
 import sys
 
 import numpy as np
@@ -65,6 +68,8 @@ def test_the_cold_start_child_reports_both_variants_on_empty_caches():
             figures = result.runs[variant][run]
             assert figures["function"] > 0 and figures["first_call"] > 0 and figures["steady"] > 0
             assert np.isfinite(figures["logp"])
+    for variant in ("vanilla", "innergraph"):  # the unchanged model again, on the cache the runs before left
+        assert result.runs[variant]["rerun"]["logp"] == pytest.approx(result.runs[variant]["cold"]["logp"], rel=1e-12)
     cold_logp = [result.runs[v]["cold"]["logp"] for v in ("vanilla", "innergraph")]
     edited_logp = [result.runs[v]["edited"]["logp"] for v in ("vanilla", "innergraph")]
     assert cold_logp[0] == pytest.approx(cold_logp[1], rel=1e-10)
@@ -78,3 +83,20 @@ def test_the_cold_start_child_reports_both_variants_on_empty_caches():
         figures = result.runs[variant]["cold"]
         assert figures["numba_functions"] > 0 and 0 < figures["loops"] < figures["first_call"]
         assert 0 < figures["llvm"] < figures["first_call"]
+
+
+def test_an_edited_model_compiles_no_numba_function(tmp_path):
+    """After one prior's scale changed, innergraph's function comes from Numba's disk cache; vanilla's is compiled again."""
+    compiled = {}
+    for variant in ("vanilla", "innergraph"):
+        compiledir = tmp_path / variant
+        for edited in ("", "--edited"):
+            out = tmp_path / f"{variant}{edited}.json"
+            env = {**os.environ, **cold.THREADS, "PYTENSOR_FLAGS": f"base_compiledir={compiledir}"}
+            args = [sys.executable, "-m", "innergraph_bench.numba_time", "pymc-garch-potential", variant, "--out", str(out)]
+            subprocess.run([*args, *([edited] if edited else [])], env=env, check=True, capture_output=True)
+            compiled[variant, edited] = json.loads(out.read_text())
+    assert compiled["innergraph", "--edited"]["records"] == []
+    assert compiled["vanilla", "--edited"]["records"]  # the outer function at least
+    for edited in ("", "--edited"):
+        assert compiled["innergraph", edited]["logp"] == pytest.approx(compiled["vanilla", edited]["logp"], rel=1e-12)

@@ -34,6 +34,7 @@ from pytensor.link.numba.dispatch.basic import (
     numba_njit,
     numba_typify,
     register_funcify_and_cache_key,
+    register_funcify_default_op_cache_key,
 )
 from pytensor.graph.fg import FunctionGraph
 from pytensor.link.numba.cache import compile_numba_function_src
@@ -51,6 +52,7 @@ from innergraph.backends.numba_code import (
 from innergraph.core.dispatch import register_conversion_dispatch
 from innergraph.core.hooks import DispatchPatch, Patch, apply_late, original
 from innergraph.rewriting.lift import was_lifted
+from innergraph.ops.link_argument import LinkArgument
 from innergraph.ops.scan import Scan, backend_native_scan
 from innergraph.protocol.runtime import body_value, compile_count
 from innergraph.core.types import Body
@@ -123,6 +125,17 @@ def _numba_dispatches() -> tuple[Any, ...]:
 # The consumers this module implements run under Numba: said, not discovered from the
 # linker's bytecode (`innergraph.core.dispatch`), so no Python version's bytecode can hide it.
 register_conversion_dispatch(NumbaLinker, _numba_dispatches)
+
+
+@register_funcify_default_op_cache_key(LinkArgument)
+def _funcify_link_argument(op: LinkArgument, node: Any = None, **kwargs: Any) -> Any:
+    """The identity: where the linker does not pass a `LinkArgument` (a loop body), its value is the constant's."""
+
+    @numba_njit
+    def link_argument(value: Any) -> Any:
+        return value
+
+    return link_argument
 
 
 @numba_typify.register(Body)

@@ -44,19 +44,18 @@ from pytensor.compile.aliasing import add_supervisor_to_fgraph, insert_deepcopy
 from pytensor.compile.io import In, Out
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
-from pytensor.link.numba.dispatch import basic as numba_basic
 from pytensor.link.numba.dispatch.basic import cache_key_for_constant, numba_typify
 
+from innergraph.backends.numba_once import compiled_once
 from innergraph.core.errors import FreeVariableError
 from innergraph.core.fold import fold_inner_graphs
 from innergraph.core.instantiate import is_large_constant, private_fgraph
 from innergraph.protocol.runtime import body_rewriter, skips_pipeline_passes
 from innergraph.rewriting.tracks import skipping_untracked
 from innergraph.core.types import Body
-from innergraph.core.hooks import original
 
-# PyTensor's own conversion of a node, which `convert_once` replaces (a patched PyTensor keeps it under another name)
-numba_funcify_ensure_cache = original(numba_basic, "numba_funcify_ensure_cache")
+# The conversion of a node `convert_once` shares: PyTensor's, with the converted function cached itself
+numba_funcify_ensure_cache = compiled_once
 
 __all__ = [
     "BodyCode",

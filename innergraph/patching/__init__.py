@@ -41,6 +41,7 @@ __all__ = ["form", "install", "installed", "patched_pytensor", "uninstall", "uni
 # (literal module names: the upstream series rewrites them to pytensor.innergraph's)
 dispatch.load_on_link(dispatch.BACKEND_LINKERS["numba"], "innergraph.backends.numba")
 dispatch.load_on_link(dispatch.BACKEND_LINKERS["numba"], "innergraph.backends.numba_generated")
+dispatch.load_on_link(dispatch.BACKEND_LINKERS["numba"], "innergraph.backends.numba_link")
 dispatch.load_on_link(dispatch.BACKEND_LINKERS["jax"], "innergraph.backends.jax")
 dispatch.load_on_link(dispatch.BACKEND_LINKERS["jax"], "innergraph.backends.jax_generated")
 dispatch.load_on_link(("pytensor.compile.debug.debugmode", "_Linker"), "innergraph.patching.debugmode")

@@ -16,6 +16,7 @@ name                                  position  tags
 ``innergraph_set_rows``               2.01      fast_run, innergraph
 ``innergraph_ofg_dead_outputs``       48.3      fast_run, innergraph, innergraph_ofg
 ``innergraph_fold``                   48.5      fast_run, fast_compile, minimum_compile
+``innergraph_link_arguments``        48.95     fast_run, innergraph                 
 ``innergraph_fusion``                 49.1      fast_run, fusion
 ``innergraph_inline_outlined_loops``  49.15     fast_run, innergraph
 ``innergraph_fresh_carries``          49.3      fast_run, innergraph
@@ -145,6 +146,7 @@ from innergraph.rewriting.fusion import fuse_bodies
 from innergraph.rewriting.inline_args import inline_lifted_arguments
 from innergraph.rewriting.lift import fold_bodies, lift_native, lower_consumers
 from innergraph.rewriting.lift_ofg import lift_op_from_graphs
+from innergraph.rewriting.link_arguments import link_float_constants
 from innergraph.rewriting.ofg_outputs import remove_dead_ofg_outputs
 from innergraph.rewriting.read_back import local_read_of_written_region
 from innergraph.rewriting.scan_inplace import replace_pytensor_pass, restore_pytensor_pass
@@ -227,6 +229,7 @@ _REWRITES: list[tuple[str, Any, float, tuple[str, ...]]] = [
     ("innergraph_set_rows", dfs_rewriter(local_set_row_of_expand_dims, ignore_newtrees=True), 2.01, ("fast_run", "innergraph")),
     ("innergraph_ofg_dead_outputs", FunctionRewriter(remove_dead_ofg_outputs), 48.3, ("fast_run", "innergraph", "innergraph_ofg")),
     ("innergraph_fold", FunctionRewriter(fold_bodies), 48.5, ("fast_run", "fast_compile", "minimum_compile")),
+    ("innergraph_link_arguments", FunctionRewriter(link_float_constants), 48.95, ("fast_run", "innergraph")),
     ("innergraph_fusion", FunctionRewriter(fuse_bodies), 49.1, ("fast_run", "fusion")),
     ("innergraph_inline_outlined_loops", FunctionRewriter(inline_outlined_loops), 49.15, ("fast_run", "innergraph")),
     ("innergraph_fresh_carries", FunctionRewriter(fresh_carries), 49.3, ("fast_run", "innergraph")),

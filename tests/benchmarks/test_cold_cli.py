@@ -25,7 +25,7 @@ def test_where_and_nuts_pass_edited_on(no_pymc, monkeypatch, capsys, edited):
         seen.append(edited)
         return {"first_call": 1.0}
 
-    monkeypatch.setattr(cold, "_nuts", nuts)
+    monkeypatch.setattr(cold, "nuts_figures", nuts)
     for what in ("where", "nuts"):
         assert cold.main([what, "pymc-garch-potential", "vanilla", *(["--edited"] if edited else [])]) == 0
         assert json.loads(capsys.readouterr().out.splitlines()[-1])["case"] == "pymc-garch-potential"

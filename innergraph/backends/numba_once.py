@@ -1,0 +1,147 @@
+"""Each converted function compiled once under Numba, and cached itself.
+
+PyTensor caches the function it converts an Op to (the *converted function*) by
+compiling a second function, ``def op(*args): return converted(*args)``, registered
+with its cache locator under the Op's key (``numba_funcify_ensure_cache``). Numba
+compiles the converted function, then the wrapper, whose LLVM module links the
+converted function's code and optimises it again. On a state-space model the wrappers
+are a quarter of Numba's cold start (``design/benchmarks.md``, "Where Numba's time
+goes": 53 s of 204 s on the structural model, 80 s of 267 s on VARMAX).
+
+`compiled_once` registers the converted function itself with PyTensor's locator,
+under the same key and a suffix of its own, so Numba compiles it once and finds it in
+its disk cache next time. PyTensor's own entries (the wrappers) are left alone:
+``innergraph.uninstall()`` finds vanilla's cache as it was. A converted function that
+is not a plain jitted Python function gets PyTensor's wrapper, as without innergraph,
+under a key of innergraph's (`WRAPPED`).
+
+Every function innergraph caches this way (and the final function of
+`innergraph.backends.numba_link`) reads its entry through `GuardedCache`: an entry that
+cannot be read (truncated, overwritten, written by something else) is removed with one
+warning and the function compiled again, where Numba would raise.
+
+Terms
+-----
+stable name
+    Numba names a cache entry after the file its function was defined in; PyTensor
+    writes generated source to a temporary file of a new name each time, so such a
+    function's entry would never be found again. `named_stably` gives the function
+    the file name ``<string>``, as PyTensor's own cached functions have.
+"""
+
+from __future__ import annotations
+
+import types
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numba
+from numba.core.caching import FunctionCache
+from numba.core.registry import CPUDispatcher
+import pytensor
+from pytensor import config
+from pytensor.graph.fg import AbstractFunctionGraph
+from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS, compile_numba_function_src
+from pytensor.link.numba.dispatch import basic as numba_basic
+from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, numba_njit
+
+from innergraph.core.hooks import original
+
+__all__ = ["GuardedCache", "compiled_once", "direct_key", "guarded", "named_stably"]
+
+_ensure_cache = original(numba_basic, "numba_funcify_ensure_cache")
+
+#: The suffix of a converted function's own cache entry (PyTensor's wrapper is keyed ``{key}_fastmath{0|1}``).
+DIRECT = "_innergraph_direct"
+
+#: The suffix of PyTensor's wrapper where innergraph keeps it (a converted function that is no plain jitted
+#: function): every entry innergraph writes has a name of its own, none of vanilla's is overwritten.
+WRAPPED = "_innergraph_wrapped"
+
+
+def direct_key(key: str, kind: str = DIRECT) -> str:
+    """The key a function innergraph caches is registered under: PyTensor's ``key``, ``kind``, and what else its code depends on.
+
+    PyTensor's keys name what an Op's conversion reads (its class, props, the graph), not
+    the code PyTensor generates from it, and its locator stamps no version: an entry made
+    by another PyTensor would be served. innergraph's entries carry PyTensor's version
+    (Numba's index already refuses another Numba's) and the fastmath setting.
+    """
+    return f"{key}{kind}_pytensor{pytensor.__version__}_fastmath{int(config.numba__fastmath)}"
+
+
+def named_stably(py_func: Any) -> Any:
+    """``py_func`` with the file name ``<string>`` (module docstring), its globals and closure shared."""
+    code = py_func.__code__.replace(co_filename="<string>")
+    stable = types.FunctionType(code, py_func.__globals__, py_func.__name__, py_func.__defaults__, py_func.__closure__)
+    stable.__source__ = getattr(py_func, "__source__", None)  # type: ignore[attr-defined]
+    return stable
+
+
+class GuardedCache(FunctionCache):
+    """Numba's cache of one function, which removes an unreadable entry instead of raising (module docstring)."""
+
+    def load_overload(self, sig: Any, target_context: Any) -> Any:
+        try:
+            return super().load_overload(sig, target_context)
+        except Exception as exc:  # whatever an unreadable file raises (pickle, int(), EOF, OSError)
+            removed = self.remove_entries()
+            warnings.warn(
+                f"innergraph: the Numba cache entry of {self._py_func.__name__} could not be read ({exc!r}); "
+                f"removed {len(removed)} file(s) from {self._cache_path} and compiling it again",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return None
+
+    def remove_entries(self) -> list[str]:
+        """Delete this function's index and data files; their names."""
+        cache_file, folder = self._cache_file, Path(self._cache_path)
+        paths = [folder / cache_file._index_name, *folder.glob(cache_file._data_name_pattern.replace("{number:d}", "*"))]
+        removed = []
+        for path in paths:
+            try:
+                path.unlink()
+                removed.append(path.name)
+            except FileNotFoundError:  # another process removed it first
+                pass
+        return removed
+
+
+def guarded(dispatcher: Any) -> Any:
+    """``dispatcher``, caching through a `GuardedCache`."""
+    dispatcher._cache = GuardedCache(dispatcher.py_func)
+    return dispatcher
+
+
+def _cached_itself(fn: Any, key: str) -> Any:
+    """A dispatcher of ``fn``'s Python function with ``fn``'s options, cached under `direct_key`; None if ``fn`` is no such dispatcher."""
+    if type(fn) is not CPUDispatcher or not isinstance(fn.py_func, types.FunctionType):
+        return None
+    stable = named_stably(fn.py_func)
+    CACHED_SRC_FUNCTIONS[stable] = direct_key(key)
+    return guarded(numba.jit(stable, **{**fn.targetoptions, "cache": True}))
+
+
+def compiled_once(op: Any, node: Any = None, *args: Any, **kwargs: Any) -> tuple[Any, str | None]:
+    """PyTensor's ``numba_funcify_ensure_cache``, the converted function cached itself (module docstring)."""
+    if args or not config.numba__cache:
+        return _ensure_cache(op, node, *args, **kwargs)
+    fn, key = numba_funcify_and_cache_key(op, node=node, **kwargs)
+    if key is None:
+        return fn, None
+    itself = _cached_itself(fn, key)
+    if itself is not None:
+        return itself, key
+    graph = op if isinstance(op, AbstractFunctionGraph) else node
+    if len(graph.inputs) > 1000:  # PyTensor's limit for its wrapper's *args
+        return fn, key
+    name = fn.__name__
+    wrapper = compile_numba_function_src(
+        src=f"def {name}(*args): return jitable_func(*args)",
+        function_name=name,
+        global_env=vars(numba_basic) | {"jitable_func": fn},
+        cache_key=direct_key(key, WRAPPED),
+    )
+    return numba_njit(wrapper, cache=True), key

@@ -1,0 +1,87 @@
+"""Before fusion, under Numba: the float constants of a function's graph become link arguments.
+
+Terms
+-----
+link argument
+    `innergraph.ops.link_argument.LinkArgument` applied to a constant: a value the
+    rewrites after it do not see, which the Numba linker passes to the compiled
+    function as an argument (`innergraph.backends.numba_link`).
+
+Why here
+--------
+PyTensor's fusion (``elemwise_fusion``, position 49) copies the numbers an
+elementwise graph reads into the fused scalar code, so a prior's scale ends up in
+``Composite{(-11.11 * sqr(i0))}`` and in Numba's cache key for it. At 48.95 every
+rewrite that decides something from a constant's value has run (canonicalize,
+stabilize, specialize: ``x ** 2`` is ``sqr(x)`` by now, ``x * 1`` is gone), so
+hiding the values from what follows changes no decision; only the function's own
+graph is rewritten (a loop's body keeps its numbers: its code is compiled as a
+unit and does not change when a prior does).
+
+Which constants: those `innergraph.backends.numba_link.outlinable` accepts (a
+floating-point dtype, by type and never by value) that an elementwise node reads.
+Integer and boolean constants (indices, shapes, axes) stay visible.
+
+Which graphs: those with a loop (`has_loop`). Reading a number from an argument costs
+a little on every call (about 1 us on a 12 us loop-free PyMC model, the eight schools);
+a loop-free model recompiles in about a second when edited, a model with loops in 15-100
+s. So a graph without a loop is compiled as vanilla compiles it, numbers in its code.
+"""
+
+from __future__ import annotations
+
+from pytensor.graph.basic import Constant
+from pytensor.graph.fg import FunctionGraph
+from pytensor.scan.op import Scan as NativeScan
+from pytensor.tensor.elemwise import Elemwise
+
+from innergraph.core.dispatch import compiling_for_numba
+from innergraph.ops.link_argument import LinkArgument, link_argument
+
+__all__ = ["has_loop", "is_function_graph", "link_float_constants", "outlinable_dtype"]
+
+
+def outlinable_dtype(dtype: str) -> bool:
+    """Whether a constant of ``dtype`` is passed by value (floating-point and complex dtypes)."""
+    return dtype.startswith(("float", "complex"))
+
+
+def is_function_graph(fgraph: FunctionGraph) -> bool:
+    """Whether ``fgraph`` is the graph of a function being compiled, not a loop's body (its ``update_mapping`` is set)."""
+    return getattr(fgraph, "update_mapping", None) is not None
+
+
+def has_loop(fgraph: FunctionGraph) -> bool:
+    """Whether ``fgraph`` runs a loop: PyTensor's Scan, or a consumer of innergraph's that iterates."""
+    return any(isinstance(n.op, NativeScan) or getattr(type(n.op), "kind", None) in _LOOP_KINDS for n in fgraph.apply_nodes)
+
+
+_LOOP_KINDS = ("scan", "loop")
+
+
+def link_float_constants(fgraph: FunctionGraph) -> int:
+    """Wrap each float constant an elementwise node of ``fgraph`` reads in a `LinkArgument`; the number wrapped.
+
+    Only under the Numba linker, on a function's own graph, with a loop (module docstring).
+    """
+    if not is_function_graph(fgraph) or not compiling_for_numba(fgraph) or not has_loop(fgraph):
+        return 0
+    outputs = set(fgraph.outputs)
+    found: list[Constant] = []
+    for node in fgraph.toposort():
+        if not isinstance(node.op, Elemwise):
+            continue
+        for inp in node.inputs:
+            if (
+                isinstance(inp, Constant)
+                and outlinable_dtype(getattr(inp.type, "dtype", ""))
+                and inp not in outputs
+                and not any(inp is f for f in found)
+            ):
+                found.append(inp)
+    for constant in found:
+        clients = [(node, i) for node, i in fgraph.clients[constant] if not isinstance(getattr(node, "op", None), LinkArgument)]
+        wrapped = link_argument.make_node(constant).outputs[0]
+        for node, i in clients:
+            fgraph.change_node_input(node, i, wrapped, reason="innergraph_link_arguments")
+    return len(found)

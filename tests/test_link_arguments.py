@@ -1,0 +1,205 @@
+"""Under Numba, a function's float constants are arguments: an edited number reuses the compiled code.
+
+`innergraph.rewriting.link_arguments` hides the float constants of a function's graph
+from fusion; `innergraph.backends.numba_link` passes them (and every other float
+constant) to the compiled function as arguments and compiles the converted graph once.
+Checked here: values against vanilla PyTensor under Numba (fused elementwise code,
+fused reductions, packed numbers of several dtypes, arrays, a constant output, in-place
+work beside the pool, loop bodies), the compiled function's cache key independent of
+the numbers and dependent on everything else, the user's graph untouched, and, in fresh
+processes sharing a compile directory, an edited function taken from Numba's disk cache.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from pytensor.graph.basic import Constant
+from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS
+
+import innergraph
+from innergraph.ops.link_argument import LinkArgument
+from vanilla import vanilla_function
+
+NUMBA = "NUMBA"
+
+
+def _final_key(fn):
+    """The cache key the compiled function's final Numba dispatcher was registered under."""
+    jitted = fn.vm.jit_fn
+    return CACHED_SRC_FUNCTIONS.get(jitted.py_func)
+
+
+def _params(fn):
+    code = fn.vm.jit_fn.py_func.__code__
+    return code.co_varnames[: code.co_argcount]
+
+
+def _smoothed(x):
+    """A loop over ``x`` (graphs without a loop keep their numbers in their code)."""
+    return pytensor.scan(lambda v, c: 0.5 * c + v, sequences=[x], outputs_info=[pt.zeros(())], return_updates=False)[-1]
+
+
+def _density(scale, shift=3.7, power=2):
+    def build():
+        x = pt.dvector("x")
+        y = pt.exp(-0.5 * (x / scale) ** power).sum() + pt.log(x.sum() + shift) + _smoothed(x)
+        return [x], [y, pytensor.grad(y, x)]
+
+    return build
+
+
+def _ours(build):
+    inputs, outputs = build()
+    return pytensor.function(inputs, outputs, mode=NUMBA)
+
+
+def _check(build, *args):
+    ours, vanilla = _ours(build), vanilla_function(build, mode=NUMBA)
+    for _ in range(2):  # a second call reads the same numbers: nothing wrote into them
+        for got, want in zip(ours(*args), vanilla(*args), strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-14, atol=0)
+    return ours
+
+
+def test_an_edited_number_keeps_the_compiled_functions_key():
+    a, b = _check(_density(1.5), np.arange(1.0, 5.0)), _check(_density(2.5), np.arange(1.0, 5.0))
+    assert _final_key(a) is not None and _final_key(a) == _final_key(b)
+    assert "outlined_float64" in _params(a)
+
+
+def test_the_rule_is_by_type_not_by_value():
+    # 2.0 and 0.5 are as round as numbers get, 1/3 is not: the key stays (1.0 would not: `x / 1.0` is
+    # rewritten away, a decision taken on the value, which is the rewriter's to take)
+    keys = {_final_key(_ours(_density(scale, shift))) for scale, shift in [(2.0, 0.5), (1.5, 3.7), (1 / 3, 12.0)]}
+    assert len(keys) == 1 and None not in keys
+
+
+def test_a_changed_integer_or_structure_changes_the_key():
+    base = _final_key(_ours(_density(1.5)))
+    assert _final_key(_ours(_density(1.5, power=3))) != base  # an integer exponent stays baked
+    def other():
+        x = pt.dvector("x")
+        y = pt.exp(-0.5 * (x / 1.5) ** 2).sum() + pt.log(x.sum() * 3.7) + _smoothed(x)  # * for +
+        return [x], [y, pytensor.grad(y, x)]
+
+    assert _final_key(_ours(other)) != base
+
+
+def test_numbers_of_several_dtypes_arrays_and_a_constant_output():
+    def build():
+        x = pt.dvector("x")
+        f = pt.fvector("f")
+        c = pt.zvector("c")
+        data = np.linspace(0.5, 2.0, 7)
+        strided = np.arange(20.0)[::3]  # not contiguous, as PyTensor keeps it
+        y = (x * data).sum() * np.float64(1.25) + pt.sqrt(x[:6] + strided[:6]).sum() + pt.concatenate([x, np.zeros(0)]).sum()
+        y = y + _smoothed(x)
+        g = (f * np.float32(0.3) + np.float32(1.5)).sum()
+        z = (c * (0.5 + 2.0j)).real.sum()
+        return [x, f, c], [y, g, z, pt.constant(np.array([1.0, 2.0]))]
+
+    ours = _check(build, np.linspace(1.0, 2.0, 7), np.arange(3, dtype="float32"), np.array([1 + 1j, 2 - 1j]))
+    assert {"outlined_float64", "outlined_float32", "outlined_complex128"} <= set(_params(ours))
+
+
+def test_in_place_work_beside_the_pool_leaves_the_numbers_alone():
+    def build():
+        x = pt.dvector("x")
+        a = pt.exp(x) + 2.5  # an elementwise node that may overwrite its input in place
+        b = a * 0.5 + _smoothed(x)
+        return [x], [b, (b + 2.5).sum()]
+
+    _check(build, np.arange(4.0))
+
+
+def test_a_loop_body_keeps_its_numbers_and_its_values():
+    def build():
+        x0 = pt.dscalar("x0")
+        xs = pt.dvector("xs")
+        ys = pytensor.scan(lambda v, c: 0.9 * c + 0.3 * v, sequences=[xs], outputs_info=[x0], return_updates=False)
+        y = (ys * 1.7).sum()
+        return [x0, xs], [y, pytensor.grad(y, x0)]
+
+    _check(build, 0.4, np.linspace(0.0, 1.0, 6))
+
+
+def test_the_users_graph_is_not_changed():
+    inputs, outputs = _density(1.5)()
+    fn = pytensor.function(inputs, outputs, mode=NUMBA)
+    fn(np.arange(1.0, 4.0))
+    graph = fn.maker.fgraph
+    assert any(isinstance(n.op, LinkArgument) for n in graph.apply_nodes)  # the rewrite's own node, as compiled
+    assert all(isinstance(i, Constant) for n in graph.apply_nodes if isinstance(n.op, LinkArgument) for i in n.inputs)
+    assert len(graph.inputs) == 1  # the pool is the linker's, not the function's
+
+
+def test_a_graph_without_a_loop_keeps_its_numbers_and_is_compiled_once():
+    def build():
+        x = pt.dvector("x")
+        y = pt.exp(-0.5 * (x / 1.5) ** 2).sum() + pt.log(x.sum() + 3.7)
+        return [x], [y, pytensor.grad(y, x)]
+
+    ours = _check(build, np.arange(1.0, 5.0))
+    assert not any(isinstance(n.op, LinkArgument) for n in ours.maker.fgraph.apply_nodes)
+    assert _params(ours) == ("x",)  # no pool: the numbers are in the code, as vanilla has them
+    assert "_innergraph_outlined_final" in _final_key(ours)  # the converted graph itself, compiled once
+
+
+def test_vanilla_bakes_the_numbers_in():
+    fn = vanilla_function(_density(1.5), mode=NUMBA, first_call=[np.arange(1.0, 4.0)])
+    assert not any(isinstance(n.op, LinkArgument) for n in fn.maker.fgraph.apply_nodes)
+    assert fn.vm.jit_fn.py_func.__source__.startswith("def numba_funcified_fgraph(*args)")  # PyTensor's own wrapper
+
+
+def test_other_linkers_never_see_link_arguments():
+    inputs, outputs = _density(1.5)()
+    fn = pytensor.function(inputs, outputs, mode=pytensor.compile.mode.Mode(linker="cvm", optimizer="fast_run"))
+    assert not any(isinstance(n.op, LinkArgument) for n in fn.maker.fgraph.apply_nodes)
+
+
+_CHILD = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np, pytensor, pytensor.tensor as pt
+    import innergraph
+    scale = float(sys.argv[1])
+    x = pt.dvector("x")
+    y = pt.exp(-0.5 * (x / scale) ** 2).sum() + pt.log(x.sum() + 3.7)
+    y = y + pytensor.scan(lambda v, c: 0.5 * c + v, sequences=[x], outputs_info=[pt.zeros(())], return_updates=False)[-1]
+    fn = pytensor.function([x], [y, pytensor.grad(y, x)], mode="NUMBA")
+    value = fn(np.arange(1.0, 4.0))
+    stats = fn.vm.jit_fn.stats
+    print(json.dumps({"hits": sum(stats.cache_hits.values()), "misses": sum(stats.cache_misses.values()),
+                      "value": float(value[0])}))
+    """
+)
+
+
+def _child(compiledir, scale):
+    env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={compiledir}"}
+    done = subprocess.run([sys.executable, "-c", _CHILD, str(scale)], env=env, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_an_edited_function_comes_from_numbas_disk_cache_in_a_new_process(tmp_path):
+    first = _child(tmp_path, 1.5)
+    edited = _child(tmp_path, 2.5)
+    assert (first["hits"], first["misses"]) == (0, 1)
+    assert (edited["hits"], edited["misses"]) == (1, 0)
+    want = np.exp(-0.5 * (np.arange(1.0, 4.0) / 2.5) ** 2).sum() + np.log(6.0 + 3.7) + (0.25 * 1 + 0.5 * 2 + 3)
+    assert edited["value"] == pytest.approx(want, rel=1e-14)
+
+
+def test_uninstalled_numba_linker_is_pytensors():
+    from pytensor.link.numba.linker import NumbaLinker
+
+    with innergraph.uninstalled():
+        assert NumbaLinker.fgraph_convert.__module__.startswith("pytensor")
+        assert NumbaLinker.jit_compile.__module__.startswith("pytensor")

@@ -1,0 +1,170 @@
+"""The entries innergraph adds to Numba's disk cache: nothing lost, nothing stale, nothing of vanilla's touched.
+
+Each test runs fresh processes (`_child`) on one compile directory, as users' processes
+share ``base_compiledir``: a process compiles a function, and what the next one compiles
+or loads is counted with Numba's compile events. innergraph's entries are the converted
+functions it caches itself (`innergraph.backends.numba_once`) and the final functions
+of `innergraph.backends.numba_link`.
+"""
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+from hashlib import sha256
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS
+
+from innergraph.backends.numba_once import DIRECT
+
+_CHILD = textwrap.dedent(
+    """
+    import json, sys, warnings
+    variant, graph, number = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    if variant == "innergraph":
+        import innergraph
+    if len(sys.argv) > 4:
+        import pytensor
+        pytensor.__version__ = sys.argv[4]  # as if another PyTensor wrote or reads the cache
+    import numpy as np, pytensor, pytensor.tensor as pt
+    from numba.core import event
+
+    compiled = []
+
+    class Count(event.Listener):
+        def on_start(self, ev):
+            pass
+
+        def on_end(self, ev):
+            compiled.append(1)
+
+    event.register("numba:compile", Count())
+    x = pt.dvector("x")
+    if graph == "density":
+        y = pt.exp(-0.5 * (x / number) ** 2).sum() + pt.log(x.sum() + 3.7)
+    else:  # a loop whose step is `plus` or `minus`, with `number` in its body
+        step = (lambda v, c: c * number + v) if graph == "plus" else (lambda v, c: c * number - v)
+        ys = pytensor.scan(step, sequences=[x], outputs_info=[pt.as_tensor_variable(np.float64(0.0))], return_updates=False)
+        y = ys[-1]
+    fn = pytensor.function([x], y, mode="NUMBA")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        value = float(fn(np.arange(1.0, 5.0)))
+    print(json.dumps({"value": value, "compiled": len(compiled),
+                      "warnings": [str(w.message) for w in caught if "innergraph" in str(w.message)]}))
+    """
+)
+
+
+def _child(compiledir, variant, graph="density", number=1.5, version=None, wait=True):
+    env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={compiledir}"}
+    args = [sys.executable, "-c", _CHILD, variant, graph, str(number), *([version] if version else [])]
+    process = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return _result(process) if wait else process
+
+
+def _result(process):
+    out, err = process.communicate()
+    assert process.returncode == 0, err[-3000:]
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _expected(graph, number):
+    x = np.arange(1.0, 5.0)
+    if graph == "density":
+        return np.exp(-0.5 * (x / number) ** 2).sum() + np.log(x.sum() + 3.7)
+    c = 0.0
+    for v in x:
+        c = c * number + v if graph == "plus" else c * number - v
+    return c
+
+
+def _files(compiledir):
+    folder = Path(compiledir) / "numba"
+    return {p.name: sha256(p.read_bytes()).hexdigest() for p in folder.iterdir() if p.suffix in (".nbi", ".nbc")}
+
+
+def _ours(compiledir):
+    return [name for name in _files(compiledir) if "_innergraph_" in name]
+
+
+def test_each_converted_function_is_cached_itself():
+    import numpy as np
+    import pytensor
+    import pytensor.tensor as pt
+
+    x = pt.dvector("x")
+    fn = pytensor.function([x], pt.exp(-0.5 * (x / 1.5) ** 2).sum() + pt.log(x.sum() + 3.7), mode="NUMBA")
+    fn(np.arange(1.0, 4.0))
+    called = [v for v in fn.vm.jit_fn.py_func.__globals__.values() if hasattr(v, "py_func") and v is not fn.vm.jit_fn]
+    keys = [CACHED_SRC_FUNCTIONS.get(dispatcher.py_func, "") for dispatcher in called]
+    assert keys and all("_innergraph_" in key for key in keys), keys  # no entry under vanilla's name
+    # the converted functions that are jitted Python functions are cached themselves, not through
+    # PyTensor's (*args) wrapper (FusedElemwise converts to a plain function, which needs it)
+    direct = [d for d, key in zip(called, keys, strict=True) if DIRECT in key]
+    assert len(direct) >= 2
+    for dispatcher in direct:
+        source = getattr(dispatcher.py_func, "__source__", None) or ""
+        assert not source.startswith(f"def {dispatcher.py_func.__name__}(*args)")
+
+
+def test_a_changed_body_never_hits_a_stale_entry(tmp_path):
+    for graph, number in [("plus", 0.9), ("minus", 0.9), ("plus", 0.8)]:  # an Op of the body, then a number of it
+        got = _child(tmp_path, "innergraph", graph, number)
+        assert got["value"] == pytest.approx(_expected(graph, number), rel=1e-14), (graph, number)
+    assert _child(tmp_path, "innergraph", "minus", 0.9)["compiled"] == 0  # and each was kept
+
+
+def test_two_processes_compiling_at_once_both_succeed_and_leave_one_valid_entry(tmp_path):
+    first, second = (_child(tmp_path, "innergraph", wait=False) for _ in range(2))
+    for process in (first, second):
+        assert _result(process)["value"] == pytest.approx(_expected("density", 1.5), rel=1e-14)
+    again = _child(tmp_path, "innergraph")
+    assert again["compiled"] == 0 and again["warnings"] == []
+    assert len([n for n in _ours(tmp_path) if "numba_funcified_fgraph" in n and n.endswith(".nbi")]) == 1
+
+
+@pytest.mark.parametrize("damage", ["truncated data", "garbage index"])
+def test_an_unreadable_entry_is_removed_and_recompiled_with_one_warning(tmp_path, damage):
+    _child(tmp_path, "innergraph")
+    folder = Path(tmp_path) / "numba"
+    suffix = ".nbc" if damage == "truncated data" else ".nbi"
+    [entry] = [folder / n for n in _ours(tmp_path) if "numba_funcified_fgraph" in n and n.endswith(suffix)]
+    entry.write_bytes(entry.read_bytes()[:100] if damage == "truncated data" else b"not an index\n")
+    got = _child(tmp_path, "innergraph")
+    assert got["value"] == pytest.approx(_expected("density", 1.5), rel=1e-14)
+    assert len(got["warnings"]) == 1 and "could not be read" in got["warnings"][0]
+    again = _child(tmp_path, "innergraph")
+    assert again["compiled"] == 0 and again["warnings"] == []
+
+
+def test_an_entry_of_another_pytensor_or_numba_is_not_used(tmp_path):
+    _child(tmp_path, "innergraph")
+    other = _child(tmp_path, "innergraph", version="3.3.0+other")
+    assert other["compiled"] > 0 and other["value"] == pytest.approx(_expected("density", 1.5), rel=1e-14)
+    # another Numba: Numba's index records its version and refuses another's
+    folder = Path(tmp_path) / "numba"
+    [index] = [folder / n for n in _ours(tmp_path) if "numba_funcified_fgraph" in n and "3.3.0+other" not in n and n.endswith(".nbi")]
+    with index.open("rb") as f:
+        pickle.load(f)
+        rest = f.read()
+    index.write_bytes(pickle.dumps("0.1.0") + rest)
+    again = _child(tmp_path, "innergraph")
+    assert again["compiled"] == 1 and again["warnings"] == []  # the final function, compiled anew
+
+
+def test_innergraph_leaves_vanillas_cache_as_it_was(tmp_path):
+    first = _child(tmp_path, "vanilla")
+    vanillas = _files(tmp_path)
+    assert first["compiled"] > 0 and not _ours(tmp_path)
+    _child(tmp_path, "innergraph")
+    after = _files(tmp_path)
+    assert {name: after[name] for name in vanillas} == vanillas  # not one of vanilla's files changed
+    assert all("_innergraph_" in name for name in set(after) - set(vanillas))
+    again = _child(tmp_path, "vanilla")
+    assert again["compiled"] == 0 and again["value"] == first["value"]
