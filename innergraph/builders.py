@@ -15,9 +15,12 @@ from collections.abc import Iterable
 from typing import Any
 
 import pytensor
+import pytensor.tensor as pt
 from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.traversal import ancestors
+from pytensor.scan.basic import get_updates_and_outputs
 
+from innergraph.core.errors import ArityError, BodyTypeError
 from innergraph.lifting.rules import LIFTERS, lift_graph
 from innergraph.ops import checkpoint as checkpointing
 
@@ -31,10 +34,22 @@ def scan(*args: Any, checkpoint: Any = None, **kwargs: Any) -> Any:
     checkpoint policy for its gradients (`innergraph.ops.checkpoint`): store every
     k-th carry and recompute the rest in the reverse pass. ``None`` leaves the
     current default policy (`innergraph.checkpointing`) in charge.
+
+    Raises
+    ------
+    ArityError
+        When the step function returns more or fewer outputs than ``outputs_info``
+        has entries (one per output: an initial state, or None for a mapped output).
+    BodyTypeError
+        When the step function returns a Python string, or a carried output whose
+        number of dimensions is not its initial state's.
+
+    Nothing the caller passed is modified: ``sequences`` and ``outputs_info`` dicts
+    are copied before `pytensor.scan` fills in their default taps.
     """
     policy = checkpointing.checked(checkpoint)
     before = _native_nodes(_variables_in((args, kwargs)))
-    result = pytensor.scan(*args, **kwargs)
+    result = pytensor.scan(**_checked_arguments(_scan_signature.bind(*args, **kwargs).arguments))
     outputs, updates = result if isinstance(result, tuple) else (result, None)
     out_list = [outputs] if isinstance(outputs, Variable) else list(outputs)
     update_items = list(updates.items()) if updates else []
@@ -60,6 +75,101 @@ scan.__signature__ = _scan_signature.replace(  # type: ignore[attr-defined]
         inspect.Parameter("checkpoint", inspect.Parameter.KEYWORD_ONLY, default=None),
     ]
 )
+
+
+def _checked_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
+    """`pytensor.scan`'s bound arguments with the dicts copied and the step function checked."""
+    checked = {name: _copied(value) for name, value in arguments.items()}
+    checked["fn"] = _checked_step(arguments["fn"], _entries(arguments.get("outputs_info")))
+    return checked
+
+
+def _copied(value: Any) -> Any:
+    """``value`` with its dicts (``{"input": x, "taps": ...}``...) copied: `pytensor.scan` writes default taps into them."""
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, list | tuple):
+        return type(value)(_copied(v) for v in value)
+    return value
+
+
+def _entries(outputs_info: Any) -> list[Any]:
+    """``outputs_info`` as the list of entries `pytensor.scan` reads (its ``wrap_into_list``)."""
+    if outputs_info is None:
+        return []
+    return list(outputs_info) if isinstance(outputs_info, list | tuple) else [outputs_info]
+
+
+def _checked_step(fn: Any, entries: list[Any]) -> Any:
+    """``fn``, its result checked against ``outputs_info`` before `pytensor.scan` reads it, and returned unchanged."""
+
+    def step(*args: Any) -> Any:
+        result = fn(*args)
+        _check_step_result(result, entries)
+        return result
+
+    return step
+
+
+def _check_step_result(result: Any, entries: list[Any]) -> None:
+    """An `ArityError` or `BodyTypeError` naming ``scan``, ``fn``'s output and ``outputs_info``."""
+    _refuse_strings(result)
+    try:
+        _, outputs, _ = get_updates_and_outputs(result)
+    except ValueError:
+        return  # not outputs, updates and a condition: PyTensor's own message says what it accepts
+    if entries and len(outputs) != len(entries):
+        raise ArityError(
+            f"scan: fn returns {_count(len(outputs), 'output')} but outputs_info has "
+            f"{_count(len(entries), 'entry', 'entries')}; expected one output of fn per entry of outputs_info "
+            "(an entry is the output's initial state, or None for an output that is not fed back)"
+        )
+    for i, (out, entry) in enumerate(zip(outputs, entries)):
+        _check_carried(i, out, entry)
+
+
+def _check_carried(i: int, out: Variable, entry: Any) -> None:
+    """Output ``i`` of ``fn`` against its initial state: a state keeps its number of dimensions from step to step."""
+    initial = entry.get("initial") if isinstance(entry, dict) else entry
+    if initial is None or not hasattr(out.type, "ndim"):
+        return
+    taps = entry.get("taps") if isinstance(entry, dict) else None
+    taps = [-1] if taps is None else list(taps) if isinstance(taps, list | tuple) else [taps]
+    initial = initial if isinstance(initial, Variable) else pt.as_tensor_variable(initial)
+    if not hasattr(initial.type, "ndim"):
+        return
+    where = f"outputs_info[{i}]" + ("['initial']" if isinstance(entry, dict) else "")
+    if taps == [-1]:
+        expected = initial.type.ndim
+        state = f"{where} ({initial}) is {_tensor(expected)} ({initial.type})"
+    else:  # the states of the taps, stacked along a leading axis
+        expected = initial.type.ndim - 1
+        state = f"{where} ({initial}, {initial.type}) stacks the states of taps {taps} along its first axis"
+    if out.type.ndim == expected:
+        return
+    raise BodyTypeError(
+        f"scan: output {i} of fn ({out}) is {_tensor(out.type.ndim)} ({out.type}), but {state}; "
+        f"expected {_tensor(expected)}: a carried output has its initial state's number of dimensions at every step"
+    )
+
+
+def _refuse_strings(result: Any) -> None:
+    expected = "expected a variable, or a list or tuple of variables (one per entry of outputs_info)"
+    if isinstance(result, str | bytes):
+        raise BodyTypeError(f"scan: fn returns the Python string {result!r}; {expected}")
+    if isinstance(result, list | tuple):
+        for k, item in enumerate(result):
+            if isinstance(item, str | bytes):
+                raise BodyTypeError(f"scan: fn returns the Python string {item!r} as output {k}; {expected}")
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
+
+
+def _tensor(ndim: int) -> str:
+    names = {0: "a scalar", 1: "a vector", 2: "a matrix"}
+    return names.get(ndim, f"a {ndim}-dimensional tensor")
 
 
 def _variables_in(obj: Any) -> Iterable[Variable]:

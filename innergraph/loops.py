@@ -64,11 +64,18 @@ def unflatten(structure: Any, leaves: Sequence[Any]) -> Tree:
     return tree
 
 
-def _fitted(where: str, values: Tree, structure: Any, like: Sequence[Variable]) -> list[Variable]:
-    """``values`` flattened, checked to have ``structure``, each converted to its carried value's type."""
+def _fitted(where: str, values: Tree, structure: Any, like: Sequence[Variable], name: str = "body_fun") -> list[Variable]:
+    """``values`` flattened, checked to have ``structure``, each converted to its carried value's type.
+
+    ``name`` is the argument of ``where`` that returned ``values``, named in the errors.
+    """
+    _refuse_strings(where, name, values)
     leaves, got = flatten(values)
     if got != structure:
-        raise BodyTypeError(f"{where}: the body returns a state shaped {got}, the initial state is {structure}")
+        raise BodyTypeError(
+            f"{where}: {name} returns {_describe(got)}, but the state (init_val) is {_describe(structure)}; "
+            f"expected the next state, structured as init_val (the same containers, one value per carried value)"
+        )
     out = []
     for i, (v, x) in enumerate(zip(leaves, like, strict=True)):
         if v.type == x.type:
@@ -77,8 +84,34 @@ def _fitted(where: str, values: Tree, structure: Any, like: Sequence[Variable]) 
         try:
             out.append(x.type.filter_variable(v, allow_convert=True))
         except TypeError:
-            raise BodyTypeError(f"{where}: carried value {i} ({x}) has type {x.type}, the body returns {v.type} ({v})") from None
+            raise BodyTypeError(f"{where}: carried value {i} ({x}) has type {x.type}, {name} returns {v.type} ({v})") from None
     return out
+
+
+def _refuse_strings(where: str, name: str, tree: Tree) -> None:
+    """A `BodyTypeError` when a leaf of ``tree`` is a Python string (PyTensor's message would be "Cannot convert ...")."""
+    if isinstance(tree, str | bytes):
+        raise BodyTypeError(f"{where}: {name} returns the Python string {tree!r}; a state is tensors (or tuples, lists and dicts of them)")
+    children = tree.values() if isinstance(tree, dict) else tree if isinstance(tree, tuple | list) else ()
+    for child in children:
+        _refuse_strings(where, name, child)
+
+
+def _describe(structure: Any) -> str:
+    """A `flatten` structure in words: ``"a single tensor"``, ``"a tuple (tensor, tensor)"``..."""
+    if structure is None:
+        return "a single tensor"
+    return f"a {structure[0].__name__} {_shape(structure)}"
+
+
+def _shape(structure: Any) -> str:
+    if structure is None:
+        return "tensor"
+    container, children = structure
+    if container is dict:
+        return "{" + ", ".join(f"{k!r}: {_shape(c)}" for k, c in children) + "}"
+    inner = ", ".join(_shape(c) for c in children)
+    return f"[{inner}]" if container is list else f"({inner}{',' if len(children) == 1 else ''})"
 
 
 def _then(step: Callable[[list[Variable]], list[Variable]], cond: Callable[[list[Variable]], Any]) -> Callable[[list[Variable]], tuple[list[Variable], Any]]:
@@ -91,8 +124,10 @@ def _then(step: Callable[[list[Variable]], list[Variable]], cond: Callable[[list
     return both
 
 
-def _state_step(where: str, body_fun: Callable[[Tree], Tree], structure: Any, init: list[Variable]) -> Callable[[list[Variable]], list[Variable]]:
-    return lambda xs: _fitted(where, body_fun(unflatten(structure, xs)), structure, init)
+def _state_step(
+    where: str, body_fun: Callable[[Tree], Tree], structure: Any, init: list[Variable], name: str = "body_fun"
+) -> Callable[[list[Variable]], list[Variable]]:
+    return lambda xs: _fitted(where, body_fun(unflatten(structure, xs)), structure, init, name)
 
 
 def _always(xs: list[Variable]) -> Variable:
@@ -214,12 +249,12 @@ def loop(
         raise ValueError("loop: with neither a pre- nor a post-condition, pass max_steps (or use innergraph.fori_loop)")
     pre = _always if pre_condition is None else _condition(where, pre_condition, structure, "pre_condition")
     post = _always if post_condition is None else _condition(where, post_condition, structure, "post_condition")
-    step = _then(_state_step(where, update, structure, init), post)
+    step = _then(_state_step(where, update, structure, init, "update"), post)
     if reverse is None:
         return unflatten(structure, build_while(pre, step, init, max_steps, do_while=pre_condition is None))
     out = reversible_while(
         lambda xs: build_while(pre, step, xs, max_steps, do_while=pre_condition is None),
-        _state_step(f"{where} reverse", reverse, structure, init), init, where,
+        _state_step(where, reverse, structure, init, "reverse"), init, where,
     )
     return unflatten(structure, out)
 

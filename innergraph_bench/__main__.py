@@ -6,7 +6,7 @@ Commands
     The demonstration: PyTensor issue #1669 (2nd and 3rd derivatives of a 4-step
     scan), an AR(2) log-likelihood with its gradient, and a Student-t helper
     applied to K data sets (`OpFromGraph` vs `innergraph.call`), each printed
-    side by side with a short print of the bodies innergraph rewrote.
+    side by side, explained and summed up (`innergraph_bench.demo`).
 ``bench``
     The benchmark suite (`innergraph_bench.cases`, measured by `innergraph_bench.bench`):
     writes ``benchmarks.md`` and, with matplotlib, ``ratios.png``.
@@ -19,19 +19,16 @@ uninstalled (vanilla: PyTensor as released), and time them warm (see
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import os
 import platform
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytensor
 
-from innergraph_bench import bench, cases, cold
-from innergraph_bench.bench import CaseResult, Measurement, measure_case, mode_for
-from innergraph_bench.cases import Case, ar2, issue_1669, student_t
+from innergraph_bench import bench, cases, cold, demo
 
 __all__ = ["main"]
 
@@ -60,7 +57,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--repeats", type=int, default=1, help="timed compilations per variant; the fastest is shown (default: 1)"
     )
-    parser.add_argument("--no-dprint", action="store_true", help="do not print the innergraph bodies")
+    parser.add_argument(
+        "--show-graphs",
+        action="store_true",
+        help="also print the loop bodies innergraph rewrote (PyTensor's debug print, for PyTensor developers)",
+    )
     commands = parser.add_subparsers(dest="command", title="commands", metavar="{bench}")
     bench = commands.add_parser(
         "bench",
@@ -139,68 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.k < 1 or args.repeats < 1:
         parser.error("-k and --repeats must be at least 1")
-    for case in (issue_1669(2), issue_1669(3), ar2(), student_t(args.k)):
-        show_bodies = not args.no_dprint and case.id != "1669-d3"  # the 3rd derivative's: the 2nd's and more
-        case = dataclasses.replace(case, linker=args.linker)
-        print(f"\n== {case.title} (linker={case.linker})", flush=True)
-        result = measure_case(case, rounds=args.repeats, steady_budget=0.2)
-        print(_side_by_side(result))
-        if show_bodies:
-            print(_bodies(case))
+    demo.run(k=args.k, linker=args.linker, repeats=args.repeats, show_graphs=args.show_graphs)
     return 0
-
-
-def _side_by_side(result: CaseResult) -> str:
-    rows: list[tuple[str, Callable[[Measurement], object]]] = [
-        ("consumers", lambda m: ", ".join(f"{n} {k}" for k, n in m.stats["consumers"].items() if n) or "-"),
-        ("outer nodes", lambda m: m.stats["outer_nodes"]),
-        ("hidden nodes", lambda m: m.stats["hidden_nodes"]),
-        ("distinct bodies", lambda m: m.stats["bodies"]),
-        ("dead outputs", lambda m: m.stats["dead_outputs"]),
-        ("unread buffers", lambda m: m.stats["unread_buffers"]),
-        ("compile time [ms]", lambda m: f"{m.compile_s * 1e3:.1f}"),
-        ("first call [ms]", lambda m: f"{m.first_s * 1e3:.2f}"),
-        ("steady call [us]", lambda m: f"{m.steady_s * 1e6:.1f}"),
-    ]
-    width = max(12, *(len(str(get(m))) + 2 for _, get in rows for m in (result.vanilla, result.innergraph)))
-    lines = [f"{'':<20}{'vanilla':>{width}}{'innergraph':>{width}}{'ratio':>8}", "-" * (28 + 2 * width)]
-    for name, get in rows:
-        ours, theirs = get(result.innergraph), get(result.vanilla)
-        try:
-            ratio = f"{float(ours) / float(theirs):>8.2f}"  # type: ignore[arg-type]
-        except (TypeError, ValueError, ZeroDivisionError):
-            ratio = ""
-        lines.append(f"{name:<20}{theirs!s:>{width}}{ours!s:>{width}}{ratio}")
-    lines.append(f"{'max |difference|':<20}{result.difference:>{2 * width}.2e}")
-    return "\n".join(lines)
-
-
-def _bodies(case: Case, max_lines: int = 30) -> str:
-    """The bodies innergraph rewrote, in the in-graph form (compiled without lowering), trimmed."""
-    inputs, outputs = case.build("innergraph")
-    fn = pytensor.function(inputs, outputs, mode=mode_for(case, "innergraph").excluding("innergraph_lower"))
-    text = str(pytensor.dprint(fn, file="str"))
-    lines = _without_composite_graphs(text[text.index("\nBodies:") + 1 :]) if "\nBodies:" in text else []
-    if len(lines) > max_lines:
-        lines = [*lines[:max_lines], f"   ... ({len(lines) - max_lines} more lines: pytensor.dprint(fn))"]
-    note = (
-        "\nThe bodies as innergraph rewrote them (the in-graph form, compiled without the final "
-        "lowering to native Ops; each distinct body listed once, however many consumers share it):"
-    )
-    return note + "\n" + "\n".join(lines)
-
-
-def _without_composite_graphs(text: str) -> list[str]:
-    """The lines of a dprint's "Bodies:" section without the "Inner graphs:" of fused Composites."""
-    kept, skipping = [], False
-    for line in text.rstrip().splitlines():
-        if line.strip() == "Inner graphs:":
-            skipping = True
-        elif line.startswith("Body "):
-            skipping = False
-        if not skipping:
-            kept.append(line)
-    return kept
 
 
 # Benchmark suite ----------------------------------------------------------------------

@@ -38,7 +38,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.builders import OpFromGraph
-from pytensor.ifelse import ifelse as vanilla_ifelse
+from pytensor.conditional.op import ifelse as vanilla_ifelse
 from pytensor.raise_op import Assert
 
 import innergraph

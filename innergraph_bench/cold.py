@@ -215,8 +215,10 @@ def _covered(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def _where(case: str, steady_calls: int) -> dict[str, Any]:
+def _where(case: str, steady_calls: int, edited: bool = False) -> dict[str, Any]:
     """Where a cold start goes: `nuts_figures`, and the first call's Numba compilations taken apart.
+
+    ``edited``: of the model with one prior changed (the edited rerun), as for ``nuts``.
 
     ``numba_functions``: functions Numba compiled; ``llvm``: time under Numba's LLVM
     lock (optimising and emitting machine code); ``loops``: compiling the Scans'
@@ -241,7 +243,7 @@ def _where(case: str, steady_calls: int) -> dict[str, Any]:
     listener = Listener()
     for kind in ("numba:compile", "numba:llvm_lock"):
         event.register(kind, listener)
-    figures = nuts_figures(case, edited=False, steady_calls=steady_calls)
+    figures = nuts_figures(case, edited=edited, steady_calls=steady_calls)
     compiles = [s for s in spans if s[0].startswith("numba:compile")]
     in_loops = _covered([(start, end) for name, start, end in compiles if name.endswith(":scan")])
     llvm = _covered([(start, end) for name, start, end in spans if name.startswith("numba:llvm_lock")])
@@ -251,8 +253,8 @@ def _where(case: str, steady_calls: int) -> dict[str, Any]:
     }
 
 
-def _sample(case: str, sampler: str, draws: int, tune: int) -> dict[str, Any]:
-    model = pymc_models.build(case)
+def _sample(case: str, sampler: str, draws: int, tune: int, edited: bool = False) -> dict[str, Any]:
+    model = pymc_models.build(case, edited=edited)
     start = time.perf_counter()
     if sampler == "nutpie":
         import nutpie
@@ -280,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("what", choices=("nuts", "sample", "where"))
     parser.add_argument("case")
     parser.add_argument("variant", choices=("vanilla", "innergraph"))
-    parser.add_argument("--edited", action="store_true")
+    parser.add_argument("--edited", action="store_true", help="the model with one prior changed (every command)")
     parser.add_argument("--steady-calls", type=int, default=200)
     parser.add_argument("--sampler", choices=("pymc", "nutpie"), default="pymc")
     parser.add_argument("--draws", type=int, default=300)
@@ -297,9 +299,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.what == "nuts":
         figures = nuts_figures(args.case, args.edited, args.steady_calls)
     elif args.what == "where":
-        figures = _where(args.case, args.steady_calls)
+        figures = _where(args.case, args.steady_calls, args.edited)
     else:
-        figures = _sample(args.case, args.sampler, args.draws, args.tune)
+        figures = _sample(args.case, args.sampler, args.draws, args.tune, args.edited)
     print(json.dumps({"case": args.case, "variant": args.variant, "import": imported, **figures}))
     return 0
 

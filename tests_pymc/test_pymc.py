@@ -1,4 +1,4 @@
-"""innergraph with PyMC 6.0.1 and pymc-extras 0.12.1 (run in the ``pymc`` environment: ``.ci/pymc``).
+"""innergraph with PyMC 6.3.2 and pymc-extras 0.15.1 (run in the ``pymc`` environment: ``.ci/pymc``).
 
 * the NUTS functions of the five models of `innergraph_bench.pymc_models` give vanilla's numbers,
   and compile to the same graph with and without lazy shapes for hidden nodes

@@ -24,8 +24,8 @@ constant folding reaches them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Literal, NamedTuple
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Literal, NamedTuple
 
 from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.type import Type
@@ -61,6 +61,7 @@ def inner_graph(
     inputs: Sequence[Variable | Type],
     *,
     capture: Capture = "hoist",
+    where: str = "inner_graph",
 ) -> Closure:
     """Make a closed body and its function variable.
 
@@ -77,11 +78,20 @@ def inner_graph(
         ``"hoist"`` captures the largest free subexpressions (eager consumers);
         ``"leaves"`` captures only free roots (lazy consumers). See the module
         docstring.
+    where
+        The builder (and argument) named in the errors about what ``fn`` returns or
+        holds: ``"call"`` when `innergraph.call` builds the body.
 
     Returns
     -------
     Closure
         The function variable and the captured outer variables.
+
+    Raises
+    ------
+    BodyTypeError
+        When the body's outputs are not variables (a Python string, ``None``, an
+        object PyTensor cannot turn into a tensor), or one of them is a function.
 
     Examples
     --------
@@ -99,9 +109,9 @@ def inner_graph(
     variables: list[Variable]
     if callable(fn) and not isinstance(fn, Variable):
         variables = [_fresh(t, i) for i, t in enumerate(inputs)]
-        outputs = _as_outputs(fn(*variables), "the callable's result")
+        outputs = _as_outputs(fn(*variables), f"{where}: fn", "returns")
     else:
-        outputs = _as_outputs(fn, "fn")
+        outputs = _as_outputs(fn, f"{where}: fn" if where == "inner_graph" else where, "holds")
         variables = [_as_input(v) for v in inputs]
     _check_inputs(variables)
     captured = _free_variables(outputs, variables, capture)
@@ -131,21 +141,35 @@ def _as_input(spec: object) -> Variable:
     return spec
 
 
-def _as_outputs(result: object, what: str) -> list[Variable]:
-    outputs = [result] if isinstance(result, Variable) else list(result)  # type: ignore[call-overload]
+def _as_outputs(result: object, what: str, verb: str) -> list[Variable]:
+    """The body's outputs as variables; a `BodyTypeError` saying what ``what`` ``verb`` instead."""
+    expected = "expected a variable, or a list or tuple of variables (the body's outputs)"
+    if isinstance(result, str | bytes):
+        raise BodyTypeError(f"{what} {verb} the Python string {result!r}; {expected}")
+    if result is None:
+        raise BodyTypeError(f"{what} {verb} None (a missing `return`?); {expected}")
+    outputs: list[Any]
+    if isinstance(result, Variable):
+        outputs = [result]
+    elif isinstance(result, Iterable):
+        outputs = list(result)
+    else:
+        outputs = [result]  # a number: converted below
     if not outputs:
-        raise BodyTypeError(f"{what} has no outputs: a body needs at least one")
+        raise BodyTypeError(f"{what} {verb} no outputs: a body needs at least one")
     from pytensor.tensor import as_tensor_variable
 
     converted = []
     for k, out in enumerate(outputs):
+        if isinstance(out, str | bytes):
+            raise BodyTypeError(f"{what} {verb} the Python string {out!r} as output {k}; {expected}")
         if not isinstance(out, Variable):
             try:
                 out = as_tensor_variable(out)
-            except (TypeError, ValueError) as err:
-                raise BodyTypeError(f"Output {k} of {what} ({out!r}) is not a variable") from err
+            except (TypeError, ValueError, NotImplementedError) as err:
+                raise BodyTypeError(f"{what} {verb} {out!r} as output {k}, which is not a variable; {expected}") from err
         if is_function(out):
-            raise BodyTypeError(f"Output {k} of {what} ({out}) is a function: not supported")
+            raise BodyTypeError(f"{what} {verb} a function as output {k} ({out}): not supported")
         converted.append(out)
     return converted
 

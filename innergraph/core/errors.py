@@ -33,7 +33,7 @@ class ParamError(ValueError):
 
 
 class ArityError(TypeError):
-    """A consumer applies a function to the wrong number of arguments."""
+    """A consumer applies a function to the wrong number of arguments, or a body returns the wrong number of outputs."""
 
 
 class BodyTypeError(TypeError):

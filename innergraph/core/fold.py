@@ -31,7 +31,7 @@ from functools import partial
 
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
-from pytensor.ifelse import IfElse as LazyIfElse
+from pytensor.conditional.op import IfElse as LazyIfElse
 
 from innergraph.core.errors import FreeVariableError, ParamError
 from innergraph.core.graph import InnerGraph, body_of, is_function, scope_toposort, verify_closed

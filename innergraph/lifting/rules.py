@@ -37,7 +37,8 @@ import pytensor.tensor as pt
 from pytensor.compile.builders import OpFromGraph
 from pytensor.compile.mode import Mode
 from pytensor.graph.basic import Variable
-from pytensor.ifelse import IfElse as NativeIfElse
+from pytensor.conditional.op import IfElse as NativeIfElse
+from pytensor.conditional.op import ifelse as native_ifelse
 from pytensor.scan.op import Scan as NativeScan
 
 from innergraph.core.compat import inner_graph_outputs
@@ -259,8 +260,6 @@ def _lift_ifelse(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
 
 
 def _lower_ifelse(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
-    from pytensor.ifelse import ifelse as native_ifelse
-
     consumer: IfElse = op
     cond, then_fn, else_fn, then_args, else_args = consumer.split(inputs)
     return _as_list(native_ifelse(cond, instantiate(then_fn, then_args), instantiate(else_fn, else_args)))

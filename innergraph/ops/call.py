@@ -265,7 +265,7 @@ def call(
     elif isinstance(fn, Variable):
         closure = Closure(fn, ())
     elif callable(fn):
-        closure = inner_graph(fn, args_v, capture=capture)
+        closure = inner_graph(fn, args_v, capture=capture, where="call")
     else:
         raise TypeError(f"call: {fn!r} is neither a callable, a Closure nor a function variable")
     return Call()(fold_function(closure.function), *args_v, *closure.captured)

@@ -247,6 +247,13 @@ def _as_list(value: Variable | Sequence[Variable]) -> list[Variable]:
     return [value] if isinstance(value, Variable) else list(value)
 
 
+def _branch(name: str, value: Any) -> list[Variable]:
+    """A branch's outputs as a list; a `BodyTypeError` for a Python string (whose characters ``list`` would give)."""
+    if isinstance(value, str | bytes):
+        raise BodyTypeError(f"ifelse: {name} is the Python string {value!r}; a branch is a variable or a list of variables")
+    return _as_list(value)
+
+
 def ifelse(
     condition: Any,
     then_branch: Variable | Sequence[Variable],
@@ -271,11 +278,11 @@ def ifelse(
         As `pytensor.ifelse.ifelse`: a single variable when the branches are.
     """
     single = isinstance(then_branch, Variable)
-    then_list, else_list = _as_list(then_branch), _as_list(else_branch)
+    then_list, else_list = _branch("then_branch", then_branch), _branch("else_branch", else_branch)
     if len(then_list) != len(else_list):
         raise BodyTypeError(f"ifelse: {len(then_list)} then outputs but {len(else_list)} else outputs")
-    then_c = inner_graph(then_list, [], capture="leaves")
-    else_c = inner_graph(else_list, [], capture="leaves")
+    then_c = inner_graph(then_list, [], capture="leaves", where="ifelse: then_branch")
+    else_c = inner_graph(else_list, [], capture="leaves", where="ifelse: else_branch")
     out = IfElse(len(then_c.captured))(
         condition, fold_function(then_c.function), fold_function(else_c.function), *then_c.captured, *else_c.captured
     )

@@ -84,7 +84,7 @@ def test_help_explains_every_option(argv, capsys):
         main(argv)
     assert exit_.value.code == 0
     text = capsys.readouterr().out
-    options = ["-k", "--linker", "--repeats", "--no-dprint", "bench"] if argv == ["--help"] else [
+    options = ["-k", "--linker", "--repeats", "--show-graphs", "bench"] if argv == ["--help"] else [
         "--out", "--cases", "--list", "--rounds", "--steady-budget", "--quick", "--update", "--no-chart"]
     for option in options:
         assert option in text
