@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
-from pytensor.ifelse import IfElse as NativeIfElse
+from pytensor.conditional.op import IfElse as NativeIfElse
 
 from innergraph.core.fold import always_computed
 from innergraph.core.graph import is_function, scope_toposort
