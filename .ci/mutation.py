@@ -17,6 +17,7 @@ MUTATION_SEED (instead of the commit's hash). Exit 1 on a new survivor, 2 on a s
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import os
 import random
@@ -71,6 +72,44 @@ def is_equivalent(module: str, operator: str, diff: str, named: dict[str, list[d
     return any(e["operator"] == operator and e["line"] == line for e in named.get(module, []))
 
 
+class _NoAnnotations(ast.NodeTransformer):
+    """Drops annotations: under ``from __future__ import annotations`` they are never evaluated."""
+
+    def visit_arg(self, node: ast.arg) -> ast.arg:
+        node.annotation = None
+        return node
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
+        node.returns = None
+        self.generic_visit(node)
+        return node
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.AnnAssign:
+        node.annotation = ast.Constant(None)
+        self.generic_visit(node)
+        return node
+
+
+def only_annotations(source: str, diff: str) -> bool:
+    """Whether the mutant ``diff`` of ``source`` changes annotations only (an equivalent mutant
+    when the module does ``from __future__ import annotations``: they stay strings)."""
+    if "from __future__ import annotations" not in source:
+        return False
+    with tempfile.TemporaryDirectory() as folder:
+        target = Path(folder) / "module.py"
+        target.write_text(source)
+        body = "\n".join(line for line in diff.splitlines() if not line.startswith("--- mutation diff"))
+        done = subprocess.run(["patch", "-s", str(target)], input=body + "\n", text=True, capture_output=True)
+        if done.returncode != 0:
+            return False
+        mutated = target.read_text()
+    try:
+        strip = lambda text: ast.dump(_NoAnnotations().visit(ast.parse(text)))  # noqa: E731
+        return strip(source) == strip(mutated)
+    except SyntaxError:
+        return False
+
+
 def test_command(copy: Path, tests: list[list[str]]) -> str:
     runs = " && ".join(
         f"{PYTHON} -m pytest -x -q -p no:cacheprovider " + " ".join(_quote(a) for a in args) for args in tests
@@ -120,7 +159,7 @@ def main() -> int:
         print(f"CI mutation: {jobs} mutants")
         began = time.time()
         subprocess.run([str(cosmic), "exec", str(config), str(session)], cwd=copy, check=True)
-        return _judge(session, module, time.time() - began)
+        return _judge(session, module, time.time() - began, (copy / module).read_text())
     finally:
         if not args.keep:
             shutil.rmtree(copy, ignore_errors=True)
@@ -143,7 +182,7 @@ def _sample(session: Path, sample: int, seed: int) -> int:
         return sample
 
 
-def _judge(session: Path, module: str, seconds: float) -> int:
+def _judge(session: Path, module: str, seconds: float, source: str) -> int:
     named = equivalents()
     with sqlite3.connect(session) as db:
         rows = db.execute(
@@ -153,9 +192,9 @@ def _judge(session: Path, module: str, seconds: float) -> int:
     killed = [r for r in rows if r[2].upper() == "KILLED"]
     survived = [r for r in rows if r[2].upper() == "SURVIVED"]
     other = [r for r in rows if r[2].upper() not in ("KILLED", "SURVIVED")]
-    new = [r for r in survived if not is_equivalent(module, r[0], r[4], named)]
+    new = [r for r in survived if not is_equivalent(module, r[0], r[4], named) and not only_annotations(source, r[4])]
     print(f"CI mutation: {module}: {len(rows)} mutants, {len(killed)} killed, {len(survived)} survived "
-          f"({len(survived) - len(new)} named equivalent), {len(other)} incompetent/other, {seconds:.0f} s")
+          f"({len(survived) - len(new)} equivalent: annotations only, or named), {len(other)} incompetent/other, {seconds:.0f} s")
     for operator, row, _, _, diff in new:
         print(f"  NEW SURVIVOR line {row} {operator}: {mutated_line(diff)}\n{diff}")
     return 1 if new else 0

@@ -196,3 +196,20 @@ def test_a_constant_keeps_its_type_through_the_canonical_encoding(dtype):
     loaded = [c for n in scope_toposort(again.outputs) for c in n.inputs if isinstance(c, Constant)]
     assert [c.type for c in loaded] == [c.type for c in originals] and originals
     assert [np.asarray(c.data).dtype for c in loaded] == [np.asarray(c.data).dtype for c in originals]
+
+
+def test_a_body_calling_a_body_decodes_to_an_equal_body():
+    """A nested body (an ``("f", encoding)`` leaf) decodes to the body it encodes (a mutant of issue 47's run survived here)."""
+    from innergraph import call
+    from innergraph.core.canonical import decode, encode
+    from innergraph.core.graph import is_function
+
+    v = pt.dvector("v")
+    built = inner_graph(lambda u: call(lambda w: pt.exp(w) * 2, u[1:]) + u[0], [v])
+    body = body_of(built.function)
+    nested = [i for n in scope_toposort(body.outputs) for i in n.inputs if is_function(i)]
+    assert nested  # the inner body is a leaf of the outer one
+    again = decode(encode(body))
+    assert encode(again) == encode(body)
+    again_nested = [i for n in scope_toposort(again.outputs) for i in n.inputs if is_function(i)]
+    assert [encode(body_of(f)) for f in again_nested] == [encode(body_of(f)) for f in nested]
