@@ -42,6 +42,8 @@ a vanilla run that imported it (or an innergraph run that did not) is caught.
 * ``regressed``: a test passes, xfails or xpasses in vanilla and has another outcome with
   innergraph;
 * ``skipped``: a test is skipped or deselected only with innergraph;
+* ``fails-where-skipped``: a test skipped or deselected in vanilla fails or errors with
+  innergraph (vanilla judged nothing there, but innergraph broke something it ran);
 * ``missing``: a test of vanilla was not collected with innergraph;
 * ``nothing-ran``: a variant ran no test at all (none passed, failed, errored or xfailed);
 * ``collect-error``: a module errored at collection (in one variant or in both: a file that
@@ -96,6 +98,7 @@ BAD = frozenset({"failed", "error", "collect-error"})
 RULES = (
     "regressed",
     "skipped",
+    "fails-where-skipped",
     "missing",
     "nothing-ran",
     "collect-error",
@@ -402,6 +405,8 @@ def _difference(v: Result | None, g: Result | None) -> tuple[str, str] | None:
         return "skipped", note
     if vo in GOOD:
         return "regressed", note
+    if vo in NOT_RUN and go in BAD:
+        return "fails-where-skipped", note
     if vo in NOT_RUN:
         return "info: runs only with innergraph", note
     return "info: vanilla fails, innergraph differs", note

@@ -115,7 +115,7 @@ def test_law4_bodies_equal_up_to_canonicalization_become_one(recipe, identity, w
     fg = FunctionGraph(args, [pt.as_tensor(out_a if not isinstance(out_a, list) else out_a[0]),
                               pt.as_tensor(out_b if not isinstance(out_b, list) else out_b[0])], clone=True)
     FAST_RUN_REWRITES.rewrite(fg)
-    assert fg.outputs[0] is fg.outputs[1] or graph_stats(fg)["bodies"] <= 1
+    assert fg.outputs[0] is fg.outputs[1], (graph_stats(fg), fg.outputs)
 
 
 # PyTensor's `py` linker cannot run Scan gradients (preallocated mit-mot outputs need a VM);

@@ -171,3 +171,73 @@ def test_what_the_k_loops_feed_is_batched_too_so_the_graph_does_not_grow_with_k(
     assert large.count("IncSubtensor") == small.count("IncSubtensor")
     assert large.count("AdvancedIncSubtensor") == small.count("AdvancedIncSubtensor") >= 1
     assert len(outer_nodes(6, vanilla=True)) - len(outer_nodes(3, vanilla=True)) >= 4 * 3  # vanilla: per group
+
+
+# ---- planted faults the suite once missed (issue 47): each test below fails on its fault
+
+
+def _static_groups(order: list[int]) -> tuple[list[Any], list[Any]]:
+    """K scans over ``xs[:, g]`` in the given order, ``xs`` of static shape (N, K): the branch where the K slices are ``xs`` itself."""
+    xs_, s0_ = pt.tensor("xs", shape=(N, K), dtype="float64"), pt.tensor("s0", shape=(K,), dtype="float64")
+    ks_, c_ = pt.tensor("ks", shape=(K,), dtype="float64"), pt.dscalar("c")
+    outs = [
+        pytensor.scan(step, sequences=[xs_[:, g]], outputs_info=[s0_[g]], non_sequences=[ks_[g], c_], return_updates=False)
+        for g in order
+    ]
+    return [xs_, s0_, ks_, c_], [pt.stack(outs), pt.grad(pt.add(*((o**2).sum() for o in outs)), ks_)]
+
+
+@pytest.mark.parametrize("mode", ["FAST_RUN", "NUMBA"])
+def test_permuted_groups_over_a_matrix_of_static_shape_read_their_own_columns(mode):
+    """A permutation of the K columns is not the identity (``_slices``): g in [2, 0, 3, 1] over ``xs`` of shape (6, 4)."""
+    order = [2, 0, 3, 1]
+    vals = values(4)
+    fn = pytensor.function(*_static_groups(order), mode=mode)
+    assert len([n for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, NativeScan)]) <= 2  # batched: the branch is reached
+    expected = vanilla_function(lambda: _static_groups(order), mode)(*vals)
+    for got, want in zip(fn(*vals), expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+    columns = [np.asarray(expected[0])[i] for i in range(K)]
+    assert not np.allclose(columns[0], columns[1])  # the groups differ, so reading another's column would show
+
+
+def _two_tap_sets(taps: tuple[tuple[int, int], tuple[int, int]]) -> tuple[list[Any], list[Any]]:
+    """Two mit-sot scans over one step, with other taps each, over a symbolic ``n_steps``."""
+    x0, ks_, n = pt.dvector("x0"), pt.dvector("ks"), pt.iscalar("n")
+    outs = []
+    for g, (far, near) in enumerate(taps):
+        init = x0[: -far]
+        outs.append(
+            pytensor.scan(
+                lambda a, b, k: 0.5 * b + 0.4 * pt.tanh(a) * k,
+                outputs_info=[{"initial": init, "taps": [far, near]}],
+                non_sequences=[ks_[g]],
+                n_steps=n,
+                return_updates=False,
+            )
+        )
+    return [x0, ks_, n], [pt.stack(outs), pt.grad(pt.add(*(o.sum() for o in outs)), x0)]
+
+
+@pytest.mark.parametrize("mode", ["FAST_RUN", "NUMBA"])
+def test_mit_sot_loops_over_one_step_with_other_taps_stay_apart(mode):
+    """Taps (-2, -1) and (-3, -1): equal tap counts, other tap values, so other layouts (never batched or merged as one)."""
+    taps = ((-2, -1), (-3, -1))
+    vals = [np.array([0.3, -0.8, 1.1]), np.array([0.9, 0.7]), np.int32(5)]
+    expected = vanilla_function(lambda: _two_tap_sets(taps), mode)(*vals)
+    fn = pytensor.function(*_two_tap_sets(taps), mode=mode)
+    for got, want in zip(fn(*vals), expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
+def test_layouts_with_equal_tap_counts_and_other_taps_differ():
+    from pytensor.scan.op import ScanInfo
+
+    from innergraph.ops.scan import ScanLayout
+
+    def layout(taps):
+        return ScanLayout(ScanInfo(0, (), (), (taps,), (), 0, 0, 1, False))
+
+    assert layout((-2, -1)) != layout((-3, -1))
+    assert hash(layout((-2, -1))) != hash(layout((-3, -1)))  # not required of a hash, but what one of taps gives
+    assert layout((-2, -1)) == layout((-2, -1)) and hash(layout((-2, -1))) == hash(layout((-2, -1)))

@@ -75,6 +75,13 @@ def test_skipped_only_with_innergraph(after):
     judged(BASE, {**BASE, "t.py::a": after}, "skipped")
 
 
+@pytest.mark.parametrize("before", ["skipped", "deselected"])
+@pytest.mark.parametrize("after", ["failed", "error"])
+def test_a_test_skipped_in_vanilla_that_fails_with_innergraph_fails_the_run(before, after):
+    result = judged({**BASE, "t.py::x": before}, {**BASE, "t.py::x": after}, "fails-where-skipped")
+    assert [f.id for f in result.failures] == ["t.py::x"]
+
+
 def test_missing_only_with_innergraph():
     g = dict(BASE)
     del g["t.py::a"]

@@ -26,7 +26,7 @@ failure message also gives each failing program's own seed, wanted feature and o
 **What fails the test.** Other numbers than vanilla's, or innergraph failing where
 vanilla runs; vanilla failing where innergraph runs, unless the difference is one of
 `EXPECTED_DIFFERENCES` (each named, with its reason); more programs failing in both than
-`BOTH_FAILED_BOUND` allows (they are counted and listed in the run's summary, printed at
+`BOTH_FAILED_BOUND` allows, outside the classes `BOTH_FAILED_CLASSES` names (they are counted and listed in the run's summary, printed at
 the end of the session).
 
 With ``INNERGRAPH_DIFFERENTIAL_LOG=path`` every program's outcome is appended to ``path``
@@ -140,10 +140,24 @@ EXPECTED_DIFFERENCES = {
 #: no C: the cheapest).
 REFERENCES = ("py", "cvm")
 
-#: How many of a run's programs may fail both with and without innergraph, per linker (as
-#: a fraction of the programs): vanilla's own limits, e.g. JAX shapes that depend on traced
-#: values in Scan gradients. More means the generator drifted or a backend regressed.
-BOTH_FAILED_BOUND = {"py": 0.05, "cvm": 0.05, "numba": 0.05, "jax": 0.25}
+#: How many of a run's programs may fail both with and without innergraph, per linker (as a
+#: fraction of the programs), outside `BOTH_FAILED_CLASSES`. More means the generator drifted or
+#: a backend regressed.
+BOTH_FAILED_BOUND = {"py": 0.05, "cvm": 0.05, "numba": 0.05, "jax": 0.05}
+
+#: Failures with and without innergraph that are vanilla's own limits, by linker and the start
+#: of vanilla's error (`Outcome.error`): not counted against `BOTH_FAILED_BOUND`, however many.
+#: Under JAX these are the classes of the thorough runs (design/testing.md): jax.jit needs
+#: concrete shapes, and Scan gradients (and symbolic n_steps) make shapes that depend on traced
+#: values; innergraph fails too where its eager fallback meets the same limit.
+BOTH_FAILED_CLASSES = {
+    "jax": {
+        "traced-shape": "TypeError('Shapes must be 1D sequences of concrete values",
+        "traced-value": "ConcretizationTypeError(",
+        "traced-slice": "IndexError('Array slice indices must have static",
+        "while-loop": "NotImplementedError('While Scan cannot yet be converted to JAX",
+    },
+}
 
 
 def thorough() -> bool:
@@ -244,7 +258,9 @@ def test_innergraph_gives_vanilla_numbers(linker, differential_seed, differentia
         if outcome.failed:
             problems.append(described)
         elif outcome.kind == "both_failed":
-            both_failed.append(f"{outcome.error} / {outcome.our_error}")
+            named = [n for n, start in BOTH_FAILED_CLASSES.get(linker, {}).items() if outcome.error.startswith(start)]
+            (expected if named else both_failed).append(f"{outcome.error} / {outcome.our_error}" if not named
+                                                        else f"[both failed: {named[0]}] {described}")
         elif outcome.kind in ("vanilla_failed", "unchecked"):
             known = [name for name, d in EXPECTED_DIFFERENCES.items() if d.matches(outcome, program)]
             (expected if known else problems).append(f"[{', '.join(known) or 'not expected'}] {described}")

@@ -177,3 +177,39 @@ def test_always_computed_leaves_out_the_branches_of_a_lazy_ifelse():
     assert taken_only.owner not in computed
     assert cond.owner in computed and eager.owner in computed
     assert computed < visible_nodes(fg)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "int64", "uint8", "float32", "float64", "bool"])
+def test_a_constant_keeps_its_type_through_the_canonical_encoding(dtype):
+    """Decoding an encoding gives constants of the same types: encoded afresh, the body encodes the same (issue 47)."""
+    import numpy as np
+
+    from innergraph.core.canonical import decode, encode
+
+    v = pt.vector("v", dtype=dtype if dtype != "bool" else "int8")
+    scalar = np.array(1, dtype=dtype)[()]
+    built = inner_graph(lambda u: [u[2], u[-1:] + pt.constant(np.array([scalar]), dtype=dtype), u * ps.constant(scalar)], [v])
+    body = body_of(built.function)
+    again = decode(encode(body))
+    assert encode(again) == encode(body)
+    originals = [c for n in scope_toposort(body.outputs) for c in n.inputs if isinstance(c, Constant)]
+    loaded = [c for n in scope_toposort(again.outputs) for c in n.inputs if isinstance(c, Constant)]
+    assert [c.type for c in loaded] == [c.type for c in originals] and originals
+    assert [np.asarray(c.data).dtype for c in loaded] == [np.asarray(c.data).dtype for c in originals]
+
+
+def test_a_body_calling_a_body_decodes_to_an_equal_body():
+    """A nested body (an ``("f", encoding)`` leaf) decodes to the body it encodes (a mutant of issue 47's run survived here)."""
+    from innergraph import call
+    from innergraph.core.canonical import decode, encode
+    from innergraph.core.graph import is_function
+
+    v = pt.dvector("v")
+    built = inner_graph(lambda u: call(lambda w: pt.exp(w) * 2, u[1:]) + u[0], [v])
+    body = body_of(built.function)
+    nested = [i for n in scope_toposort(body.outputs) for i in n.inputs if is_function(i)]
+    assert nested  # the inner body is a leaf of the outer one
+    again = decode(encode(body))
+    assert encode(again) == encode(body)
+    again_nested = [i for n in scope_toposort(again.outputs) for i in n.inputs if is_function(i)]
+    assert [encode(body_of(f)) for f in again_nested] == [encode(body_of(f)) for f in nested]

@@ -107,11 +107,15 @@ def test_untaken_branch_work_is_not_done(lazy_fn):
 
 def test_pytensors_own_conditional_is_lazy_under_numba_and_left_to_pytensor():
     """PyTensor 3.3.6 makes its IfElse lazy under Numba (``LazyIfElse``): innergraph leaves it as vanilla compiles it."""
-    x = pt.dscalar("x")
-    guarded = Assert("else ran")(x * 2, pt.lt(x, -100))
-    out = vanilla_ifelse(pt.gt(x, 0), pt.sqrt(x), guarded)
+    def build():
+        x = pt.dscalar("x")
+        guarded = Assert("else ran")(x * 2, pt.lt(x, -100))
+        return x, vanilla_ifelse(pt.gt(x, 0), pt.sqrt(x), guarded)
+
+    x, out = build()
     ours = pytensor.function([x], out, mode=mode("numba"))
-    with innergraph.uninstalled():
+    with innergraph.uninstalled():  # the reference built, compiled and run uninstalled (tests/vanilla.py)
+        x, out = build()
         vanilla = pytensor.function([x], out, mode=mode("numba"))
         eager = pytensor.function([x], out, mode=mode("numba").excluding("lazy_ifelse"))
         with pytest.raises(AssertionError):

@@ -35,17 +35,26 @@ def mode_for(linker):
     return Mode(linker=linker, optimizer="fast_run")
 
 
-def compile_both(inputs, outputs, linker="cvm"):
+def compile_both(inputs, outputs=None, linker="cvm"):
     """The graph compiled with innergraph, and with PyTensor alone (innergraph uninstalled).
 
     Uninstalled, because ``excluding("innergraph")`` only reaches the outer graph:
     a native Scan or OpFromGraph compiles its inner graph with its own mode. The
     reference is called once while uninstalled, so its inner functions are
-    compiled then (an OpFromGraph compiles its own on its first call).
+    compiled then (an OpFromGraph compiles its own on its first call). ``inputs`` may be
+    a function returning ``(inputs, outputs)``: the reference is then also *built*
+    uninstalled (tests/vanilla.py), as every graph with a gradient is here (a gradient
+    goes through the pullbacks innergraph patches).
     """
+    if callable(inputs):
+        build = inputs
+        inputs, outputs = build()
+    else:
+        build = lambda: (inputs, outputs)  # noqa: E731 - a forward graph, no patched pullback in it
     ours = pytensor.function(inputs, outputs, mode=mode_for(linker))
     with innergraph.uninstalled():
-        vanilla = pytensor.function(inputs, outputs, mode=Mode(linker=linker, optimizer="fast_run"))
+        vanilla_inputs, vanilla_outputs = build()
+        vanilla = pytensor.function(vanilla_inputs, vanilla_outputs, mode=Mode(linker=linker, optimizer="fast_run"))
         vanilla(*SAMPLE[: len(inputs)])
     return ours, vanilla
 
@@ -150,10 +159,12 @@ def scaled_pullback(inputs, outputs, cotangents):
 
 @pytest.mark.parametrize("kwargs", [{}, {"pullback": scaled_pullback}], ids=["plain", "pullback"])
 def test_gradients_keep_their_values(kwargs):
-    used, _ = two_output_ofg(**kwargs)(x, y)
-    cost = used.sum()
-    grads = grad(cost, [x, y])
-    ours, vanilla = compile_both([x, y], [cost, *grads])
+    def build():
+        used, _ = two_output_ofg(**kwargs)(x, y)
+        cost = used.sum()
+        return [x, y], [cost, *grad(cost, [x, y])]
+
+    ours, vanilla = compile_both(build)
     assert not nodes_of(ours, OpFromGraph)  # the forward Op and the pullback's Op are lifted
     assert all(n.op == Call() for n in nodes_of(ours, Call))  # compile-time calls carry no override
     assert_same_values(ours, vanilla, X, Y)
@@ -163,19 +174,25 @@ def test_pushforward_override_keeps_its_values():
     def jvp(inputs, tangents):
         return [tangents[0] * 11.0 + tangents[1], tangents[1]]
 
-    used, _ = two_output_ofg(pushforward=jvp)(x, y)
-    tx, ty = pt.dvector("tx"), pt.dvector("ty")
-    (out,) = pushforward([used], [x, y], [tx, ty], use_op_pushforward=True)
-    ours, vanilla = compile_both([x, y, tx, ty], [used, out])
+    def build():
+        used, _ = two_output_ofg(pushforward=jvp)(x, y)
+        tx, ty = pt.dvector("tx"), pt.dvector("ty")
+        (out,) = pushforward([used], [x, y], [tx, ty], use_op_pushforward=True)
+        return [x, y, tx, ty], [used, out]
+
+    ours, vanilla = compile_both(build)
     assert graph_stats(ours)["unused_outputs"] == 0
     assert_same_values(ours, vanilla, X, Y, Y, X)
 
 
 @pytest.fixture(scope="module")
 def gradient_numba():
-    used, _ = two_output_ofg()(x, y)
-    cost = (used**2).sum()
-    return compile_both([x, y], [cost, *grad(cost, [x, y])], linker="numba")
+    def build():
+        used, _ = two_output_ofg()(x, y)
+        cost = (used**2).sum()
+        return [x, y], [cost, *grad(cost, [x, y])]
+
+    return compile_both(build, linker="numba")
 
 
 def test_gradients_under_numba(gradient_numba):
@@ -274,8 +291,11 @@ def test_an_ofg_in_a_scan_body_under_numba():
 
 
 def test_an_ofg_in_a_scan_body():
-    cost = scan_over_an_ofg()
-    ours, vanilla = compile_both([x, y], [cost, *grad(cost, [x, y])])
+    def build():
+        cost = scan_over_an_ofg()
+        return [x, y], [cost, *grad(cost, [x, y])]
+
+    ours, vanilla = compile_both(build)
     inner = [n for s in nodes_of(ours, NativeScan) for n in s.op.fgraph.apply_nodes]
     assert any(isinstance(n.op, Call) for n in inner) and not any(type(n.op) is OpFromGraph for n in inner)
     ours_stats, vanilla_stats = graph_stats(ours), graph_stats(vanilla)
@@ -292,18 +312,21 @@ def test_an_op_from_graph_holding_a_scan_stays_native():
     dead-slot removal: the thorough differential run found it. Until that is fixed the
     Op stays native, and its values and gradients are vanilla's.
     """
-    p, q, k = pt.dscalar("p"), pt.dvector("q"), pt.dvector("k")
-    ys = pytensor.scan(
-        lambda s1, s2, acc, v, w: acc * 0.5 + pt.tanh((v * v + v).sum()) * 0.5 + (s2 - s1),
-        sequences=[{"input": q, "taps": [-1, 0]}],
-        outputs_info=[p],
-        non_sequences=[k, p],
-        return_updates=False,
-        mode=mode_for(PYTHON_VM),  # no C compilation, here or in the reference: this test stays fast
-    )
-    op = OpFromGraph([p, q, k], [ys[-1]])
-    out = op(x.sum(), x, x)  # a repeated argument: the lift would gain
-    ours, vanilla = compile_both([x], [out, grad(out, x)], linker=PYTHON_VM)
+    def build():
+        p, q, k = pt.dscalar("p"), pt.dvector("q"), pt.dvector("k")
+        ys = pytensor.scan(
+            lambda s1, s2, acc, v, w: acc * 0.5 + pt.tanh((v * v + v).sum()) * 0.5 + (s2 - s1),
+            sequences=[{"input": q, "taps": [-1, 0]}],
+            outputs_info=[p],
+            non_sequences=[k, p],
+            return_updates=False,
+            mode=mode_for(PYTHON_VM),  # no C compilation, here or in the reference: this test stays fast
+        )
+        op = OpFromGraph([p, q, k], [ys[-1]])
+        out = op(x.sum(), x, x)  # a repeated argument: the lift would gain
+        return [x], [out, grad(out, x)]
+
+    ours, vanilla = compile_both(build, linker=PYTHON_VM)
     assert nodes_of(ours, OpFromGraph)
     assert_same_values(ours, vanilla, X)
 

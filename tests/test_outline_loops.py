@@ -18,20 +18,26 @@ from pytensor.graph.traversal import graph_inputs
 from pytensor.graph.fg import FunctionGraph
 from pytensor.scan.op import Scan as NativeScan
 
-import innergraph
 from innergraph.core.graph import scope_toposort
 from innergraph.ops.call import Call
 from innergraph.rewriting.outline_loops import loop_groups, outline_loops
 from typed import grad
+from vanilla import vanilla_values
 
 NUMBA = Mode(linker="numba", optimizer="fast_run")
 #: The outlined form, not inlined back after the fold.
 CALLS = NUMBA.excluding("innergraph_inline_outlined_loops")
 
 
-def vanilla(inputs, outputs, values, linker="numba"):
-    with innergraph.uninstalled():
-        return pytensor.function(inputs, outputs, mode=Mode(linker=linker, optimizer="fast_run"))(*values)
+def vanilla(build, values, linker="numba"):
+    """``build()``'s ``(inputs, outputs)``, built, compiled and run with innergraph uninstalled (tests/vanilla.py)."""
+    return vanilla_values(build, values, Mode(linker=linker, optimizer="fast_run"))
+
+
+def compiled(build, mode):
+    """``build()``'s ``(inputs, outputs)`` compiled with innergraph installed."""
+    inputs, outputs = build()
+    return pytensor.function(inputs, outputs, mode=mode)
 
 
 def step(x_t, acc, w):
@@ -57,12 +63,17 @@ def loop_calls(fn):
     return [c for c in calls if any(isinstance(n.op, NativeScan) for n in scope_toposort(c.inputs[0].data.outputs))]
 
 
+def three_loops_graph():
+    xs, a, w, traces, _ = k_loops(3)
+    return [*xs, a, w], [pt.add(*(t[-1] for t in traces))]
+
+
 @pytest.fixture(scope="module")
 def three_loops():
-    xs, a, w, traces, values = k_loops(3)
-    outputs = [pt.add(*(t[-1] for t in traces))]
-    fn = pytensor.function([*xs, a, w], outputs, mode=CALLS)
-    return fn, [*xs, a, w], outputs, values
+    *_, values = k_loops(3)
+    inputs, outputs = three_loops_graph()
+    fn = pytensor.function(inputs, outputs, mode=CALLS)
+    return fn, inputs, outputs, values
 
 
 def test_k_loops_are_k_calls_of_one_body(three_loops):
@@ -79,7 +90,7 @@ def test_k_loops_are_k_calls_of_one_body(three_loops):
 
 def test_values_equal_vanilla(three_loops):
     fn, inputs, outputs, values = three_loops
-    np.testing.assert_allclose(fn(*values)[0], vanilla(inputs, outputs, values)[0], rtol=1e-12)
+    np.testing.assert_allclose(fn(*values)[0], vanilla(three_loops_graph, values)[0], rtol=1e-12)
 
 
 def test_inlined_back_each_loop_is_a_native_scan_over_its_own_sequence(three_loops):
@@ -94,61 +105,74 @@ def test_inlined_back_each_loop_is_a_native_scan_over_its_own_sequence(three_loo
     for scan in scans:
         reads = {v for v in graph_inputs(scan.inputs) if not isinstance(v, Constant)}
         assert reads - {a, w} in [{x} for x in xs]
-    np.testing.assert_allclose(fn(*values)[0], vanilla(inputs, outputs, values)[0], rtol=1e-12)
+    np.testing.assert_allclose(fn(*values)[0], vanilla(three_loops_graph, values)[0], rtol=1e-12)
 
 
 def test_traces_and_finals_both_read():
-    xs, a, w, traces, values = k_loops(2)
-    outputs = [traces[0], traces[1][-1], traces[1][2:5].sum()]
-    fn = pytensor.function([*xs, a, w], outputs, mode=CALLS)
+    def build():
+        xs, a, w, traces, _ = k_loops(2)
+        return [*xs, a, w], [traces[0], traces[1][-1], traces[1][2:5].sum()]
+
+    *_, values = k_loops(2)
+    fn = compiled(build, mode=CALLS)
     assert loop_calls(fn)
-    for got, want in zip(fn(*values), vanilla([*xs, a, w], outputs, values), strict=True):
+    for got, want in zip(fn(*values), vanilla(build, values), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
 def test_gradients_equal_vanilla():
-    xs, a, w, traces, values = k_loops(3)
-    cost = pt.add(*(t[-1] for t in traces))
-    outputs = [cost, *grad(cost, [*xs, a, w])]
-    fn = pytensor.function([*xs, a, w], outputs, mode=CALLS)
+    def build():  # vanilla's gradient of a Scan is PyTensor's own pullback: built uninstalled
+        xs, a, w, traces, _ = k_loops(3)
+        cost = pt.add(*(t[-1] for t in traces))
+        return [*xs, a, w], [cost, *grad(cost, [*xs, a, w])]
+
+    *_, values = k_loops(3)
+    fn = compiled(build, mode=CALLS)
     assert loop_calls(fn)
-    for got, want in zip(fn(*values), vanilla([*xs, a, w], outputs, values), strict=True):
+    for got, want in zip(fn(*values), vanilla(build, values), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-10)
 
 
 def test_a_loop_over_another_loops_result_is_left_alone():
-    x, a, w = pt.dvector("x"), pt.dscalar("a"), pt.dscalar("w")
-    first = pytensor.scan(step, sequences=[x], outputs_info=[a], non_sequences=[w], return_updates=False)
-    second = pytensor.scan(step, sequences=[first], outputs_info=[a], non_sequences=[w], return_updates=False)
-    outputs = [second[-1]]
-    fn = pytensor.function([x, a, w], outputs, mode=CALLS)
+    def build():
+        x, a, w = pt.dvector("x"), pt.dscalar("a"), pt.dscalar("w")
+        first = pytensor.scan(step, sequences=[x], outputs_info=[a], non_sequences=[w], return_updates=False)
+        second = pytensor.scan(step, sequences=[first], outputs_info=[a], non_sequences=[w], return_updates=False)
+        return [x, a, w], [second[-1]]
+
+    fn = compiled(build, mode=CALLS)
     assert not loop_calls(fn)  # outlining would make a cycle (the calls left: the push-out's row-wise work)
     assert len([n for n in outer(fn) if isinstance(n.op, NativeScan)]) == 2
     values = [np.linspace(-1, 1, 6), 0.3, 0.9]
-    np.testing.assert_allclose(fn(*values)[0], vanilla([x, a, w], outputs, values)[0], rtol=1e-12)
+    np.testing.assert_allclose(fn(*values)[0], vanilla(build, values)[0], rtol=1e-12)
 
 
 def test_loops_inside_a_body_over_its_params_stay():
-    xs, a, w = pt.dmatrix("xs"), pt.dscalar("a"), pt.dscalar("w")
+    def build():
+        xs, a, w = pt.dmatrix("xs"), pt.dscalar("a"), pt.dscalar("w")
 
-    def outer_step(row, acc):
-        one = pytensor.scan(step, sequences=[row], outputs_info=[acc], non_sequences=[w], return_updates=False)[-1]
-        two = pytensor.scan(step, sequences=[row[::-1]], outputs_info=[acc], non_sequences=[w], return_updates=False)[-1]
-        return one + two
+        def outer_step(row, acc):
+            one = pytensor.scan(step, sequences=[row], outputs_info=[acc], non_sequences=[w], return_updates=False)[-1]
+            two = pytensor.scan(step, sequences=[row[::-1]], outputs_info=[acc], non_sequences=[w], return_updates=False)[-1]
+            return one + two
 
-    outputs = [pytensor.scan(outer_step, sequences=[xs], outputs_info=[a], return_updates=False)[-1]]
-    fn = pytensor.function([xs, a, w], outputs, mode=CALLS)
+        return [xs, a, w], [pytensor.scan(outer_step, sequences=[xs], outputs_info=[a], return_updates=False)[-1]]
+
+    fn = compiled(build, mode=CALLS)
     values = [np.random.default_rng(5).normal(size=(4, 5)), 0.1, 0.8]
-    np.testing.assert_allclose(fn(*values)[0], vanilla([xs, a, w], outputs, values)[0], rtol=1e-12)
+    np.testing.assert_allclose(fn(*values)[0], vanilla(build, values)[0], rtol=1e-12)
 
 
 @pytest.mark.parametrize("linker", ["cvm", "py"])
 def test_only_under_numba(linker):
-    xs, a, w, traces, values = k_loops(2)
-    outputs = [traces[0][-1] + traces[1][-1]]
-    fn = pytensor.function([*xs, a, w], outputs, mode=Mode(linker=linker, optimizer="fast_run"))
+    def build():
+        xs, a, w, traces, _ = k_loops(2)
+        return [*xs, a, w], [traces[0][-1] + traces[1][-1]]
+
+    *_, values = k_loops(2)
+    fn = compiled(build, mode=Mode(linker=linker, optimizer="fast_run"))
     assert len([n for n in outer(fn) if isinstance(n.op, NativeScan)]) == 2
-    np.testing.assert_allclose(fn(*values)[0], vanilla([*xs, a, w], outputs, values, linker)[0], rtol=1e-12)
+    np.testing.assert_allclose(fn(*values)[0], vanilla(build, values, linker)[0], rtol=1e-12)
 
 
 def test_excluded_by_name():
@@ -179,12 +203,14 @@ def test_deterministic_and_one_group_per_body():
 
 
 def test_loops_of_equal_length_are_merged_not_outlined():
-    x, y = pt.dvector("x"), pt.dvector("y")
-    outputs = [pytensor.scan(lambda s: s + 1, sequences=[v], n_steps=4, return_updates=False) for v in (x, y)]
-    fn = pytensor.function([x, y], outputs, mode=CALLS.excluding("scan_pushout_seqs_ops"))  # the loops stay loops
+    def build():
+        x, y = pt.dvector("x"), pt.dvector("y")
+        return [x, y], [pytensor.scan(lambda s: s + 1, sequences=[v], n_steps=4, return_updates=False) for v in (x, y)]
+
+    fn = compiled(build, mode=CALLS.excluding("scan_pushout_seqs_ops"))  # the loops stay loops
     assert len([n for n in outer(fn) if isinstance(n.op, NativeScan)]) == 1 and not loop_calls(fn)
     values = [np.arange(5.0), np.arange(6.0)]
-    for got, want in zip(fn(*values), vanilla([x, y], outputs, values), strict=True):
+    for got, want in zip(fn(*values), vanilla(build, values), strict=True):
         np.testing.assert_array_equal(got, want)
 
 

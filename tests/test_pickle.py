@@ -27,6 +27,7 @@ from innergraph.ops.loop import WhileLoop
 from innergraph.ops.scan import Scan
 from innergraph.patching.pickles import forget_innergraph
 from typed import call, ifelse
+from vanilla import vanilla_values
 
 x, a = pt.dvector("x"), pt.dscalar("a")
 X, A = np.linspace(-1.0, 2.0, 6), 1.5
@@ -213,3 +214,46 @@ def test_pickled_graph_keeps_the_output_clients_of_outputs_that_mention_innergra
     for i, out in enumerate(loaded.outputs):
         node, idx = loaded.get_output_client(i)
         assert node.inputs[idx] is out
+
+
+xf = pt.fvector("xf")
+XF = np.linspace(-1.0, 2.0, 6, dtype="float32")
+
+
+def _constant_indexing_bodies():
+    """Bodies that index with constants (integer ``ScalarType`` constants) beside float64, float32 and int8 constants."""
+    y = call(lambda v: v[2] * v[-1], x)
+    z = ifelse(a > 0, x[1:3] * 2.0, x[2:4] - 1.0)
+    w = call(lambda v: (v[1:4] * np.float32(0.5)).sum() + v[0] * np.int8(3), xf)
+    return [y, z, w]
+
+
+def _bodies(fn):
+    """The canonical encodings of ``fn``'s bodies, computed afresh (not a key cached or carried by the pickle)."""
+    from innergraph.core.canonical import encode
+    from innergraph.core.graph import body_of
+
+    nodes = fn.maker.fgraph.toposort()
+    return [encode(body_of(v)) for n in nodes for v in n.inputs if innergraph.is_function(v)]
+
+
+def _native_constant_indexing():
+    from pytensor.ifelse import ifelse as native_ifelse
+
+    w = (xf[1:4] * np.float32(0.5)).sum() + xf[0] * np.int8(3)
+    return [x[2] * x[-1], native_ifelse(a > 0, x[1:3] * 2.0, x[2:4] - 1.0), w]
+
+
+@pytest.mark.parametrize("mode", ["NUMBA", "FAST_RUN"])
+def test_a_body_indexing_with_constants_runs_the_same_after_unpickling(mode):
+    """A constant's type (its dtype) survives the canonical encoding that a body pickles through (issue 47)."""
+    fn = pytensor.function([x, a, xf], _constant_indexing_bodies(), mode=mode)
+    assert {Call, IfElse} <= {type(n.op) for n in fn.maker.fgraph.apply_nodes}  # bodies are pickled, not only plain ops
+    loaded = pickle.loads(pickle.dumps(fn))
+    assert _bodies(loaded) == _bodies(fn)  # encoded afresh: the loaded constants keep their types
+    for args in [(X, A, XF), (X, -A, XF)]:
+        got, want = loaded(*args), fn(*args)
+        _close(got, want)
+        assert [np.asarray(g).dtype for g in got] == [np.asarray(w).dtype for w in want]
+    vanilla = vanilla_values(lambda: ([x, a, xf], _native_constant_indexing()), [X, A, XF], mode=mode)
+    _close(loaded(X, A, XF), vanilla)

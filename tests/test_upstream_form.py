@@ -186,9 +186,15 @@ def test_the_replacements_reach_pytensors_own_conversion_and_delegates_follow_in
     with innergraph.uninstalled():
         assert numba_funcify_and_cache_key.dispatch(FunctionGraph) is base
     assert numba_funcify_and_cache_key.dispatch(FunctionGraph) is backend.funcify_fgraph_as_one_conversion
-    # The delegates (a released PyTensor's own function is the one the record replaced: tests/test_patching.py)
-    if not PATCHED:
-        return
+
+
+@pytest.mark.skipif(not PATCHED, reason="a patched PyTensor's delegates: a released PyTensor has none (its own "
+                    "function is the one a record replaced: tests/test_patching.py)")
+def test_on_a_patched_pytensor_the_delegates_call_innergraph_only_while_installed():
+    from pytensor.link.numba.dispatch import basic as numba_basic_module
+
+    import innergraph.backends.numba as backend
+
     key_base = hooks.original(numba_basic_module, "cache_key_for_constant")
     assert key_base is getattr(numba_basic_module, "_cache_key_for_constant_base")  # what patch 4 adds
     assert hooks.hook("pytensor.innergraph.backends.numba", "cache_key_for_constant", key_base) is backend.cache_key_for_constant

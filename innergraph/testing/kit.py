@@ -172,6 +172,8 @@ def _law4(case: OpCase, args: list[Variable], values: list[Any], mode: Any) -> N
         return
     k = apart[0]
     results = together(*values)
+    # only chooses the message's wording (the check has failed already): "the same values" up to
+    # the reassociation two unmerged copies of a float64 body may get from fusion
     differ = not np.allclose(results[k], results[n + k], rtol=1e-7, atol=1e-10)
     why = (f"they do not even compute the same values ({results[k]} vs {results[n + k]}): `rewritten` means something else"
            if differ else "they compute the same values, but the rewriter did not make them one")
@@ -231,6 +233,9 @@ def _law5_isolated(case: OpCase, args: list[Variable], values: list[Any], mode: 
 def _same_results(check: str, reference: str, results: Sequence[Any], wanted: Sequence[Any]) -> None:
     """`AssertionError` naming ``check`` and the first result that differs from ``reference``'s."""
     for k, (got, want) in enumerate(zip(results, wanted, strict=True)):
+        # a consumer against a reference its author writes with other Ops (an unrolled loop for
+        # a Repeat, PyTensor's Scan for a scan): other algorithms, other summation orders, and
+        # float32 consumers go through it too; not the 1e-12 of one graph against itself
         if not np.allclose(got, want, rtol=1e-7, atol=1e-10):
             raise AssertionError(f"{check}: result {k} differs from {reference}: {got} vs {want}")
 

@@ -13,13 +13,18 @@ tree over them, whose nodes are
 `Cond`
     ``pytensor.ifelse.ifelse`` with a nested expression in each branch;
 `Graph`
-    ``OpFromGraph`` over some values in scope, its body a nested expression.
+    ``OpFromGraph`` over some values in scope, its body a nested expression;
+`Group`
+    the Python loop of a grouped model: K ``pytensor.scan``\ s over one step body, one per
+    column of a matrix (in a drawn order, with static or symbolic shapes), each with its own
+    taps and ``n_steps``: what ``batch_loops`` batches when their layouts agree.
 
 A value in scope is described by its *shape*: the static shape PyTensor's type carries
 (``None`` when unknown) and the actual shape of the sample arrays. The program's cost is
 the sum of the expression's value; it is differentiated ``order`` times
 (``pytensor.grad`` of a scalar reduction, then grad again), and the compiled function
-returns the value and every derivative.
+returns the value and every derivative. innergraph's compiled function is also pickled,
+loaded and run again (`PICKLED`): the same numbers, its bodies encoded as before.
 
 `check_against_vanilla` compiles a program twice per linker — with innergraph's
 pipeline (``mode_for(linker)``) and as vanilla PyTensor (the same mode, the program
@@ -35,6 +40,8 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+import pickle
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -44,6 +51,8 @@ from pytensor.graph.basic import Variable
 from pytensor.conditional.op import ifelse
 from pytensor.scan.utils import until as scan_until
 
+from innergraph.core.canonical import encode
+from innergraph.core.graph import body_of, is_function
 from innergraph.patching import uninstalled
 from innergraph.testing.recipes import HypothesisPicker, Param, Picker, Recipe, SeededPicker, build_outputs, draw_steps
 
@@ -53,10 +62,12 @@ __all__ = [
     "LOOP_FEATURES",
     "Cond",
     "Graph",
+    "Group",
     "Leaf",
     "Loop",
     "Outcome",
     "Program",
+    "PICKLED",
     "SMALL",
     "Sizes",
     "State",
@@ -142,7 +153,28 @@ class Graph:
     body: Any
 
 
-Expr = Leaf | Loop | Cond | Graph
+@dataclass(frozen=True)
+class Group:
+    """K ``pytensor.scan``\ s over one step, loop ``k`` over column ``columns[k]`` of the matrix ``scope[matrix]``.
+
+    Loop ``k`` has one state with ``taps[k]`` (every loop as many taps, so one ``step``
+    recipe serves them all): its initial rows are the column's first ``-min(taps[k])``
+    rows (its first row for a sit-sot), its sequence the rows after them, its non-sequence
+    the column's last entry; ``n_steps[k]`` is explicit or None (the sequence's length).
+    ``step`` is a recipe over scalars: the sequence's row, the state's taps, the
+    non-sequence; the state is damped towards tanh of its value. The group's value stacks
+    each loop's last state (``last``) or the sum of its trace.
+    """
+
+    matrix: int
+    columns: tuple[int, ...]
+    taps: tuple[tuple[int, ...], ...]
+    n_steps: tuple[int | None, ...]
+    step: Recipe
+    last: bool
+
+
+Expr = Leaf | Loop | Cond | Graph | Group
 
 
 @dataclass(frozen=True)
@@ -190,7 +222,28 @@ def _build(expr: Expr, scope: list[Any]) -> Any:
         inner = [scope[a].type() for a in expr.args]
         out = _build(expr.body, list(inner))
         return OpFromGraph(inner, [out], on_unused_input="ignore")(*[scope[a] for a in expr.args])
+    if isinstance(expr, Group):
+        return _build_group(expr, scope)
     return _build_loop(expr, scope)
+
+
+def _build_group(group: Group, scope: list[Any]) -> Any:
+    matrix = scope[group.matrix]
+
+    def step(x: Any, *rest: Any) -> Any:
+        *state_taps, c = rest
+        value: Any = build_outputs(group.step, [x, *state_taps, c])[-1]
+        before = state_taps[-1]
+        return before.type.filter_variable(0.5 * before + 0.5 * pt.tanh(value.sum()))
+
+    values = []
+    for column, taps, n_steps in zip(group.columns, group.taps, group.n_steps, strict=True):
+        rows = -min(taps)
+        initial = matrix[0, column] if taps == (-1,) else {"initial": matrix[:rows, column], "taps": list(taps)}
+        trace = pytensor.scan(step, sequences=[matrix[rows:, column]], outputs_info=[initial],
+                              non_sequences=[matrix[-1, column]], n_steps=n_steps, return_updates=False)
+        values.append(trace[-1] if group.last else trace.sum())
+    return pt.stack(values)
 
 
 def shared_value(shape: tuple[int, ...], k: int) -> np.ndarray:
@@ -278,7 +331,7 @@ def _build_loop(loop: Loop, scope: list[Any]) -> Any:
 
 #: The features a program can have (`features`), which the differential test covers in every run.
 LOOP_FEATURES = ("sit-sot", "mit-sot", "nit-sot", "untraced", "shared", "multi-tap sequence", "until")
-FEATURES = (*LOOP_FEATURES, "ifelse", "opfromgraph", "nesting")
+FEATURES = (*LOOP_FEATURES, "ifelse", "opfromgraph", "nesting", "group")
 
 
 def features(program: Program) -> frozenset[str]:
@@ -294,6 +347,9 @@ def features(program: Program) -> frozenset[str]:
 
 def _collect(expr: Expr, found: set[str], inside: bool) -> None:
     if isinstance(expr, Leaf):
+        return
+    if isinstance(expr, Group):
+        found.add("group")
         return
     if inside:
         found.add("nesting")
@@ -339,6 +395,10 @@ _INPUT_SHAPES: tuple[Shape, ...] = (
     ((None, 3), (4, 3)),
 )
 _LONG_SHAPES = tuple(s for s in _INPUT_SHAPES if s[1] and s[1][0] >= 3)
+#: A group's matrix (`Group`): K columns of 6 rows, static, symbolic rows, or wholly symbolic.
+_GROUP_SHAPES: tuple[Shape, ...] = (((6, 4), (6, 4)), ((None, 4), (6, 4)), ((None, None), (6, 4)))
+#: A group's taps, by how many (every loop of a group has as many): equal counts, other values.
+_GROUP_TAPS = {1: ((-1,), (-2,)), 2: ((-2, -1), (-3, -1), (-3, -2))}
 _SEQUENCE_TAPS = ((0,), (-1,), (-1, 0), (0, 1), (-2, 0))
 _MIT_SOT_TAPS = ((-2, -1), (-3, -1), (-2,), (-3, -2, -1))
 
@@ -393,6 +453,8 @@ def draw_program(pick: Picker, want: frozenset[str] = frozenset(), depth: int = 
         inputs.append(pick.choice(_LONG_SHAPES))  # their states and sequences need a vector of 3 or more
     if "shared" in want and not any(None not in s[0] for s in inputs):
         inputs.append(pick.choice([s for s in _INPUT_SHAPES if None not in s[0]]))
+    if "group" in want:
+        inputs.append(pick.choice(_GROUP_SHAPES))
     expr, _ = _draw_expr(pick, sizes, list(inputs), depth, want, top=True)
     return Program(tuple(inputs), expr, pick.choice(list(orders)) if order is None else order)
 
@@ -403,6 +465,8 @@ def _draw_expr(pick: Picker, sizes: Sizes, scope: list[Shape], depth: int, want:
     kind = _kind(pick, depth, want, top, sizes.loops)
     if kind == "leaf":
         return _draw_leaf(pick, sizes, scope)
+    if kind == "group":
+        return _draw_group(pick, sizes, scope)
     if kind == "loop":
         return _draw_loop(pick, sizes, scope, depth, want, top)
     inner = want - {"ifelse" if kind == "cond" else "opfromgraph", "compound", "nesting"}
@@ -420,6 +484,10 @@ def _draw_expr(pick: Picker, sizes: Sizes, scope: list[Shape], depth: int, want:
 def _kind(pick: Picker, depth: int, want: frozenset[str], top: bool, loops: bool) -> str:
     if depth == 0:
         return "leaf"
+    if "group" in want:
+        if not loops:
+            raise ValueError("draw_program: a group wanted from a program without loops")
+        return "group"
     if want & set(LOOP_FEATURES):
         if not loops:
             raise ValueError(f"draw_program: {sorted(want & set(LOOP_FEATURES))} wanted from a program without loops")
@@ -440,6 +508,26 @@ def _draw_leaf(pick: Picker, sizes: Sizes, scope: list[Shape]) -> tuple[Leaf, Sh
     params = tuple(Param("float64", *scope[a]) for a in args)
     recipe = draw_steps(pick, params, max_steps=sizes.recipe_steps, nesting=0)
     return Leaf(recipe, args), recipe.shapes[-1]
+
+
+def _draw_group(pick: Picker, sizes: Sizes, scope: list[Shape]) -> tuple[Group, Shape]:
+    """A group over a matrix of `_GROUP_SHAPES` in scope: 2 to 4 of its columns in any order."""
+    matrix = pick.choice([i for i, s in enumerate(scope) if s in _GROUP_SHAPES])
+    rows, n_columns = scope[matrix][1]
+    # every column in some order half the time: the case where the K slices are the matrix itself
+    every = pick.boolean()
+    columns = tuple(pick.sublist(range(n_columns), min_size=n_columns if every else 2, max_size=n_columns, unique=True))
+    options = _GROUP_TAPS[pick.choice(sorted(_GROUP_TAPS))]
+    same = pick.boolean()  # one layout for all (batched), or each its own taps
+    first = pick.choice(options)
+    taps = tuple(first if same else pick.choice(options) for _ in columns)
+    steps = pick.integer(1, rows - 3)  # every loop has at least rows - 3 rows after its initial ones
+    n_steps = tuple(steps if pick.integer(0, 3) else (None if pick.boolean() else pick.integer(1, rows - 3))
+                    for _ in columns)
+    scalar = Param("float64", (), ())
+    step = draw_steps(pick, (scalar,) * (len(first) + 2), max_steps=sizes.recipe_steps, nesting=0)
+    group = Group(matrix, columns, taps, n_steps, step, pick.boolean())
+    return group, ((len(columns),), (len(columns),))
 
 
 def _draw_loop(pick: Picker, sizes: Sizes, scope: list[Shape], depth: int, want: frozenset[str],
@@ -591,19 +679,65 @@ def _brief(error: BaseException) -> str:
     return f"{type(error).__name__}({str(error)[:120]!r})"
 
 
-def _run(program: Program, linker: str, values: list[np.ndarray], vanilla: bool) -> list[np.ndarray] | Exception:
+def _run(program: Program, linker: str, values: list[np.ndarray], vanilla: bool,
+         pickles: dict[str, bool] | None = None) -> list[np.ndarray] | Exception:
     """The outputs' values, or the exception compiling or running raised (building must not raise).
 
     Vanilla is PyTensor with innergraph uninstalled (`innergraph.uninstalled`), for building,
     compiling and the first call (Numba and OpFromGraph compile then), with the linker's plain mode.
+    ``pickles``: vanilla's run records there whether its function pickles; innergraph's is
+    checked by `_check_pickled`, unless vanilla's did not pickle either (an OpFromGraph's
+    gradient holds a local function: ``OpFromGraph._build_and_cache_lop_op.<locals>.wrapper``).
     """
     with uninstalled() if vanilla else nullcontext():
         inputs, outputs = build_program(program)
         try:
             fn = pytensor.function(inputs, outputs, mode=mode_for(linker), on_unused_input="ignore")
-            return [np.asarray(v) for v in fn(*values)]
+            got = [np.asarray(v) for v in fn(*values)]
         except Exception as error:  # noqa: BLE001 - a failure is an outcome to compare
             return error
+        if not PICKLED:
+            return got
+        if vanilla:
+            if pickles is not None:
+                pickles["vanilla"] = _pickles(fn)
+            return got
+        if pickles is not None and not pickles.get("vanilla", True) and not _pickles(fn):
+            return got  # neither pickles: PyTensor's own limit, not innergraph's
+        try:
+            _check_pickled(fn, values, got)
+        except Exception as error:  # noqa: BLE001 - innergraph's function must pickle when it runs
+            return error
+        return got
+
+
+#: Whether `compare_with_vanilla` pickles innergraph's compiled function, loads and runs it again.
+PICKLED = True
+
+
+def _pickles(fn: Any) -> bool:
+    try:
+        pickle.dumps(fn)
+    except Exception:  # noqa: BLE001 - any failure to pickle
+        return False
+    return True
+
+
+def _check_pickled(fn: Any, values: list[np.ndarray], got: list[np.ndarray]) -> None:
+    """``fn`` pickled and loaded: its bodies encode as before (constants keep their types) and it gives ``got``.
+
+    Bitwise: the loaded function runs the same rewritten graph with the same code.
+    """
+    def bodies(function: Any) -> list[Any]:
+        nodes = function.maker.fgraph.toposort()
+        return [encode(body_of(v)) for n in nodes for v in n.inputs if is_function(v)]
+
+    loaded = pickle.loads(pickle.dumps(fn))
+    if bodies(loaded) != bodies(fn):
+        raise AssertionError("pickling: the loaded function's bodies encode otherwise (a constant's type changed?)")
+    for k, (again, first) in enumerate(zip(loaded(*values), got, strict=True)):
+        if not np.array_equal(np.asarray(again), first, equal_nan=True) or np.asarray(again).dtype != first.dtype:
+            raise AssertionError(f"pickling: the loaded function's output {k} is {again!r}, not {first!r}")
 
 
 def compare_with_vanilla(
@@ -611,7 +745,7 @@ def compare_with_vanilla(
     linker: str,
     *,
     seed: int = 0,
-    rtol: float = 1e-7,
+    rtol: float = 1e-7,  # see `check_against_vanilla`
     atol: float = 1e-9,
     references: Sequence[str] = ("cvm", "py", "numba"),
 ) -> Outcome:
@@ -621,8 +755,9 @@ def compare_with_vanilla(
     """
     values = sample_inputs(program, seed)
     names = _output_names(program)
-    theirs = _run(program, linker, values, vanilla=True)
-    ours = _run(program, linker, values, vanilla=False)
+    pickles: dict[str, bool] = {}
+    theirs = _run(program, linker, values, vanilla=True, pickles=pickles)
+    ours = _run(program, linker, values, vanilla=False, pickles=pickles)
     where = f"under the {linker!r} linker"
     if not isinstance(theirs, Exception):
         if isinstance(ours, Exception):
@@ -663,7 +798,13 @@ def check_against_vanilla(
     seed
         Seed of the input values (`sample_inputs`).
     rtol, atol
-        Tolerances of `numpy.testing.assert_allclose` (float64 arithmetic, reordered).
+        Tolerances of `numpy.testing.assert_allclose`. Not the suite's 1e-10 to 1e-12 for
+        float64, because the two sides are different graphs of up to third derivatives: innergraph's
+        pipeline pushes sums out of loops, batches loops, carries traces, and differentiates its
+        own lowered loops, so PyTensor's gradient of a gradient is built from other graphs than
+        vanilla's; through ``exp``, ``sqr`` and three derivatives of loops, reordered float64
+        sums differ by more than 1e-10 relative (cancellation near zero: hence ``atol``). Not
+        measured per program (design/testing.md, "Tolerances").
     references
         When vanilla cannot compile or run the program under a linker but innergraph can,
         innergraph's numbers are compared with vanilla's under the first of these linkers

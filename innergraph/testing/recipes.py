@@ -48,6 +48,8 @@ __all__ = [
 ]
 
 UNARY = ("exp", "tanh", "neg", "sqr")
+#: The dtypes of the constant a "mulc" step multiplies by (a float64 value times an int8 constant is float64).
+MULC_DTYPES = ("int8", "int32", "int64", "float32", "float64")
 BINARY = ("add", "mul", "sub", "maximum")
 _UNARY_FN: dict[str, Callable[[Any], Any]] = {"exp": pt.exp, "tanh": pt.tanh, "neg": lambda x: -x, "sqr": pt.sqr}
 _BINARY_FN: dict[str, Callable[[Any, Any], Any]] = {
@@ -78,9 +80,10 @@ class Step:
 
     op: str
     args: tuple[int, ...] = ()
-    value: float = 0.0  # for "const"
+    value: float = 0.0  # for "const" and "mulc"
     nested: Recipe | None = None  # for "nested": a body called with ``args``
     identity: str | None = None  # wrap the result in an identity (law 4)
+    dtype: str = "float64"  # for "mulc": the constant's dtype (integer and float32 constants in a float body)
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,10 @@ def _apply(step: Step, args: list[Any], nested_as: str = "call") -> Any:
         return args[0].sum(axis=0)
     if op == "index0":
         return args[0][0]
+    if op == "index_last":
+        return args[0][-1]
+    if op == "mulc":  # a constant of another dtype: the body holds an integer or float32 constant
+        return args[0] * pt.constant(np.asarray(step.value, dtype=step.dtype))
     if op == "slice1":
         return args[0][1:]
     if op == "transpose":
@@ -218,7 +225,9 @@ def _applicable(op: str, shapes: Sequence[tuple[Any, tuple[int, ...]]]) -> list[
         return [(i,) for i in idx]
     if op in BINARY:
         return [(i, j) for i in idx for j in idx if actual[i] == actual[j]]
-    if op in ("sum0", "index0"):
+    if op == "mulc":
+        return [(i,) for i in idx]
+    if op in ("sum0", "index0", "index_last"):
         return [(i,) for i in idx if len(actual[i]) >= 1]
     if op == "slice1":
         return [(i,) for i in idx if len(actual[i]) >= 1 and actual[i][0] >= 3 and static[i][0] != 1]
@@ -233,14 +242,14 @@ def _applicable(op: str, shapes: Sequence[tuple[Any, tuple[int, ...]]]) -> list[
 
 def _result_shape(op: str, args: Sequence[tuple[Any, tuple[int, ...]]]) -> tuple[tuple[int | None, ...], tuple[int, ...]]:
     (s0, a0), *rest = args
-    if op in UNARY:
+    if op in UNARY or op == "mulc":
         return s0, a0
     if op in BINARY:
         s1 = rest[0][0]
         return tuple(x if x is not None else y for x, y in zip(s0, s1, strict=True)), a0
     if op == "sum":
         return (), ()
-    if op in ("sum0", "index0"):
+    if op in ("sum0", "index0", "index_last"):
         return s0[1:], a0[1:]
     if op == "slice1":
         return (None if s0[0] is None else s0[0] - 1, *s0[1:]), (a0[0] - 1, *a0[1:])
@@ -358,13 +367,18 @@ def draw_steps(pick: Picker, params: tuple[Param, ...], max_steps: int, nesting:
     shapes: list[tuple[Any, tuple[int, ...]]] = [(p.static, p.actual) for p in params]
     steps: list[Step] = []
     for _ in range(pick.integer(1, max_steps)):
-        kinds = [op for op in (*UNARY, *BINARY, "sum", "sum0", "index0", "slice1", "transpose", "expand", "dot")
-                 if _applicable(op, shapes)]
+        kinds = [op for op in (*UNARY, *BINARY, "sum", "sum0", "index0", "index_last", "slice1", "transpose", "expand",
+                               "dot", "mulc") if _applicable(op, shapes)]
         kinds += ["const"] + (["nested"] if nesting > 0 else [])
         op = pick.choice(kinds)
         if op == "const":
             steps.append(Step("const", value=pick.choice([0.5, 2.0, -1.5, 3.0])))
             shapes.append(((), ()))
+            continue
+        if op == "mulc":
+            (arg,) = pick.choice(_applicable(op, shapes))
+            steps.append(Step("mulc", (arg,), value=pick.choice([2.0, 3.0, -1.0]), dtype=pick.choice(MULC_DTYPES)))
+            shapes.append(shapes[arg])
             continue
         if op == "nested":
             k = pick.integer(1, min(2, len(shapes)))

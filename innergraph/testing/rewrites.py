@@ -56,7 +56,9 @@ def check_rewrite(
     *,
     values: Sequence[Sequence[Any]] | None = None,
     seed: int = 0,
-    rtol: float = 1e-7,
+    rtol: float = 1e-7,  # a rewrite reassociates: a loop's sum pushed out (acc0 + sum(x) for a
+    # running sum), K loops batched into one vectorised step, fused elemwise chains, and the
+    # gradients of both graphs go through PyTensor's different derivative graphs of them
     expect_change: bool = True,
     gradients: Literal["after", "before", "none"] = "after",
 ) -> FunctionGraph:

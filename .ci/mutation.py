@@ -1,0 +1,204 @@
+"""CI step (issue 47 item 2): planted faults as a habit -- a slice of mutation testing.
+
+One module of `MODULES`, chosen by the commit's hash (the same module on every machine,
+printed), is mutated by cosmic-ray (https://cosmic-ray.readthedocs.io; why cosmic-ray:
+design/testing.md, "Planted faults as a habit"), a deterministic sample of its mutants (also
+from the commit's hash) each run against the module's test files. A mutant the tests do not
+kill fails the run unless `.ci/mutation-equivalent.toml` names it as equivalent (same
+behaviour), with why. cosmic-ray edits the source in place, so everything runs in a copy of
+the commit (``git archive``), never in the checkout.
+
+    python .ci/mutation.py [--module PATH] [--sample N | --all] [--keep DIR]
+
+Knobs: MUTATION_MODULE (a path of `MODULES`), MUTATION_SAMPLE (mutants; 0 = all),
+MUTATION_SEED (instead of the commit's hash). Exit 1 on a new survivor, 2 on a setup error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import hashlib
+import os
+import random
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON = ROOT / ".venv" / "bin" / "python"
+
+#: module -> the pytest argument lists (one pytest each, in turn, -x) whose tests cover it, and
+#: the mutants CI samples per run. Only modules with a full run recorded in design/testing.md
+#: (every survivor killed or named equivalent) belong here: a survivor fails CI.
+MODULES: dict[str, dict[str, object]] = {
+    "innergraph/core/canonical.py": {
+        "tests": [["tests/test_graph.py"], ["tests/test_pickle.py", "-k", "constant or pickl or load"]],
+        "sample": 12,  # about 15 s a mutant on one core: 3 minutes
+    },
+}
+
+
+def commit_seed() -> tuple[int, str]:
+    if os.environ.get("MUTATION_SEED"):
+        return int(os.environ["MUTATION_SEED"]), f"MUTATION_SEED={os.environ['MUTATION_SEED']}"
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    if head.returncode == 0:
+        return int(head.stdout[:8], 16), f"commit {head.stdout[:12]}"
+    day = int(time.strftime("%j", time.gmtime()))
+    return day, f"no git: day of the year {day}"
+
+
+def equivalents() -> dict[str, list[dict[str, str]]]:
+    path = ROOT / ".ci" / "mutation-equivalent.toml"
+    return tomllib.loads(path.read_text()) if path.exists() else {}
+
+
+def mutated_line(diff: str) -> str:
+    """The source line a mutant changes, as the diff's ``-`` line shows it (stripped)."""
+    for line in diff.splitlines():
+        if line.startswith("-") and not line.startswith("---"):
+            return line[1:].strip()
+    return ""
+
+
+def is_equivalent(module: str, operator: str, diff: str, named: dict[str, list[dict[str, str]]]) -> bool:
+    line = mutated_line(diff)
+    return any(e["operator"] == operator and e["line"] == line for e in named.get(module, []))
+
+
+class _NoAnnotations(ast.NodeTransformer):
+    """Drops annotations: under ``from __future__ import annotations`` they are never evaluated."""
+
+    def visit_arg(self, node: ast.arg) -> ast.arg:
+        node.annotation = None
+        return node
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
+        node.returns = None
+        self.generic_visit(node)
+        return node
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.AnnAssign:
+        node.annotation = ast.Constant(None)
+        self.generic_visit(node)
+        return node
+
+
+def only_annotations(source: str, diff: str) -> bool:
+    """Whether the mutant ``diff`` of ``source`` changes annotations only (an equivalent mutant
+    when the module does ``from __future__ import annotations``: they stay strings)."""
+    if "from __future__ import annotations" not in source:
+        return False
+    with tempfile.TemporaryDirectory() as folder:
+        target = Path(folder) / "module.py"
+        target.write_text(source)
+        body = "\n".join(line for line in diff.splitlines() if not line.startswith("--- mutation diff"))
+        done = subprocess.run(["patch", "-s", str(target)], input=body + "\n", text=True, capture_output=True)
+        if done.returncode != 0:
+            return False
+        mutated = target.read_text()
+    try:
+        strip = lambda text: ast.dump(_NoAnnotations().visit(ast.parse(text)))  # noqa: E731
+        return strip(source) == strip(mutated)
+    except SyntaxError:
+        return False
+
+
+def test_command(copy: Path, tests: list[list[str]]) -> str:
+    runs = " && ".join(
+        f"{PYTHON} -m pytest -x -q -p no:cacheprovider " + " ".join(_quote(a) for a in args) for args in tests
+    )
+    return f"sh -c \"cd {copy} && export PYTHONPATH={copy} && {runs}\""
+
+
+def _quote(arg: str) -> str:
+    return f"'{arg}'" if " " in arg else arg
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--module", default=os.environ.get("MUTATION_MODULE"))
+    parser.add_argument("--sample", type=int, default=None)
+    parser.add_argument("--all", action="store_true", help="every mutant of the module")
+    parser.add_argument("--keep", help="keep the copy and the session there")
+    args = parser.parse_args()
+    seed, why = commit_seed()
+    modules = sorted(MODULES)
+    module = args.module or modules[seed % len(modules)]
+    if module not in MODULES:
+        print(f"CI mutation: {module} is not in MODULES ({modules})")
+        return 2
+    spec = MODULES[module]
+    sample = 0 if args.all else args.sample if args.sample is not None else int(os.environ.get("MUTATION_SAMPLE", spec["sample"]))  # type: ignore[call-overload]
+    print(f"CI mutation: {module} ({why}; {sample or 'all'} mutants)")
+    cosmic = ROOT / ".venv" / "bin" / "cosmic-ray"
+    if not cosmic.exists():
+        subprocess.run([str(PYTHON), "-m", "pip", "install", "-q", "-e", f"{ROOT}[mutation]"], check=True)
+    copy = Path(args.keep or tempfile.mkdtemp(prefix="innergraph-mutation-"))
+    copy.mkdir(parents=True, exist_ok=True)
+    try:
+        archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(copy)], input=archive, check=True)
+        config, session = copy / "cosmic-ray.toml", copy / "session.sqlite"
+        config.write_text(
+            "[cosmic-ray]\n"
+            f'module-path = "{module}"\n'
+            "timeout = 600.0\n"
+            "excluded-modules = []\n"
+            f"test-command = '''{test_command(copy, spec['tests'])}'''\n"  # type: ignore[arg-type]
+            '[cosmic-ray.distributor]\nname = "local"\n'
+        )
+        subprocess.run([str(cosmic), "init", str(config), str(session)], cwd=copy, check=True)
+        jobs = _sample(session, sample, seed)
+        print(f"CI mutation: {jobs} mutants")
+        began = time.time()
+        subprocess.run([str(cosmic), "exec", str(config), str(session)], cwd=copy, check=True)
+        return _judge(session, module, time.time() - began, (copy / module).read_text())
+    finally:
+        if not args.keep:
+            shutil.rmtree(copy, ignore_errors=True)
+
+
+def _sample(session: Path, sample: int, seed: int) -> int:
+    """Keep ``sample`` of the session's mutants (all when 0), chosen by ``seed``: their count."""
+    with sqlite3.connect(session) as db:
+        ids = sorted(row[0] for row in db.execute("select job_id, module_path, operator_name, occurrence from mutation_specs order by start_pos_row, start_pos_col, operator_name, occurrence"))
+        keys = {row[0]: f"{row[1]}:{row[2]}:{row[3]}:{row[4]}:{row[5]}" for row in db.execute(
+            "select job_id, operator_name, occurrence, start_pos_row, start_pos_col, definition_name from mutation_specs")}
+        if not sample or sample >= len(ids):
+            return len(ids)
+        ordered = sorted(ids, key=lambda i: hashlib.sha256(keys[i].encode()).hexdigest())  # stable across inits
+        kept = set(random.Random(seed).sample(ordered, sample))
+        for job in ids:
+            if job not in kept:
+                db.execute("delete from mutation_specs where job_id = ?", (job,))
+                db.execute("delete from work_items where job_id = ?", (job,))
+        return sample
+
+
+def _judge(session: Path, module: str, seconds: float, source: str) -> int:
+    named = equivalents()
+    with sqlite3.connect(session) as db:
+        rows = db.execute(
+            "select s.operator_name, s.start_pos_row, r.test_outcome, r.worker_outcome, r.diff from mutation_specs s "
+            "join work_results r on r.job_id = s.job_id"
+        ).fetchall()
+    killed = [r for r in rows if r[2].upper() == "KILLED"]
+    survived = [r for r in rows if r[2].upper() == "SURVIVED"]
+    other = [r for r in rows if r[2].upper() not in ("KILLED", "SURVIVED")]
+    new = [r for r in survived if not is_equivalent(module, r[0], r[4], named) and not only_annotations(source, r[4])]
+    print(f"CI mutation: {module}: {len(rows)} mutants, {len(killed)} killed, {len(survived)} survived "
+          f"({len(survived) - len(new)} equivalent: annotations only, or named), {len(other)} incompetent/other, {seconds:.0f} s")
+    for operator, row, _, _, diff in new:
+        print(f"  NEW SURVIVOR line {row} {operator}: {mutated_line(diff)}\n{diff}")
+    return 1 if new else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
