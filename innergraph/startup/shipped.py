@@ -123,5 +123,6 @@ SHIPPED: dict[str, tuple[str, ...]] = {
         "rewriting/tracks.py",
         "rewriting/until_while.py",
         "rewriting/untrace.py",
+        "rewriting/zero_increments.py",
     ),
 }
