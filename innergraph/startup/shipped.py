@@ -114,6 +114,7 @@ SHIPPED: dict[str, tuple[str, ...]] = {
         "rewriting/outline_loops.py",
         "rewriting/outlined.py",
         "rewriting/push_out.py",
+        "rewriting/push_out_cost.py",
         "rewriting/read_back.py",
         "rewriting/remerge.py",
         "rewriting/scan_inplace.py",
