@@ -48,6 +48,7 @@ __all__ = [
     "build",
     "eight_schools",
     "garch_custom_dist",
+    "garch_custom_dist_mean",
     "garch_groups",
     "garch_potential",
     "hierarchical_logistic",
@@ -203,6 +204,48 @@ def garch_custom_dist(n: int = 200) -> Any:
     return model
 
 
+def garch_custom_dist_mean(n: int = 500) -> Any:
+    """GARCH(1,1) with a mean, written generatively (``pm.CustomDist(dist=...)``), 500 points.
+
+    Unlike `garch_custom_dist`: a mean ``mu`` inside the recursion (``(y - mu) ** 2``
+    and ``Normal(mu, ...)``) and other priors (Exponential, Uniform, Beta(8, 2)), so
+    the gradient loop's step has more elementwise work per row of the observed series,
+    the work the sequence push-out would move out of the loop (issue 48).
+    """
+    import pymc as pm
+    import pytensor
+    import pytensor.tensor as pt
+    from pymc.pytensorf import collect_default_updates
+
+    y = _returns(n) + 0.02
+
+    def step(y_tm1: Any, s2_tm1: Any, m: Any, o: Any, a: Any, b: Any) -> Any:
+        s2 = o + a * (y_tm1 - m) ** 2 + b * s2_tm1
+        y_t = pm.Normal.dist(m, pt.sqrt(s2))
+        return (y_t, s2), collect_default_updates([y_t])
+
+    def dist(m: Any, o: Any, a: Any, b: Any, s2_0: Any, size: Any) -> Any:
+        with warnings.catch_warnings():  # the RNG updates are the point: PyMC needs them
+            warnings.filterwarnings("ignore", "Scan return signature will change", DeprecationWarning)
+            (ys, _), _ = pytensor.scan(
+                step,
+                outputs_info=[m + pt.zeros(()), s2_0],
+                non_sequences=[m, o, a, b],
+                n_steps=n,
+                strict=True,
+                return_updates=True,
+            )
+        return ys
+
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, _edited(0.1))
+        omega = pm.Exponential("omega", 20.0)
+        alpha = pm.Uniform("alpha", 0.0, 0.5)
+        beta = pm.Beta("beta", 8.0, 2.0)
+        pm.CustomDist("y", mu, omega, alpha, beta, np.var(y), dist=dist, observed=y)
+    return model
+
+
 def garch_groups(k: int = 8, n: int = 200) -> Any:
     """``k`` GARCH(1,1) series, one variance recursion per group, each its own ``pytensor.scan``.
 
@@ -241,6 +284,7 @@ MODELS: dict[str, tuple[str, Callable[[], Any]]] = {
     "pymc-varmax": ("VARMAX(1,0), two series, Kalman filter", varmax),
     "pymc-garch-potential": ("GARCH(1,1) likelihood as pm.Potential", garch_potential),
     "pymc-garch-customdist": ("GARCH(1,1) as pm.CustomDist(dist=...), logp derived by PyMC", garch_custom_dist),
+    "pymc-garch-customdist-mean": ("GARCH(1,1) with a mean, 500 points, as pm.CustomDist(dist=...)", garch_custom_dist_mean),
     "pymc-groups-8": ("8 GARCH(1,1) groups, one scan each in a Python loop", lambda: garch_groups(8)),
     "pymc-groups-32": ("32 GARCH(1,1) groups, one scan each in a Python loop", lambda: garch_groups(32)),
 }

@@ -65,7 +65,7 @@ def test_uninstall_restores_pytensor_exactly_and_install_is_idempotent():
     assert patched_state() == (linker_patch.schedule, printing_patch.debugprint, printing_patch.debugprint, True, gradient_patch.pullback)
     from innergraph.rewriting import db
 
-    assert len(db.registered()) == 21  # 17 graph passes in optdb, 4 node rewriters in canonicalize/specialize
+    assert len(db.registered()) == 23  # 17 graph passes in optdb, 6 node rewriters in canonicalize/specialize
     innergraph.uninstall()
     try:
         assert patched_state() == (
@@ -79,7 +79,7 @@ def test_uninstall_restores_pytensor_exactly_and_install_is_idempotent():
 
         names = [name for name, *_ in db._REWRITES]
         local = [(name, where) for name, _, where, _ in db._LOCAL_REWRITES]
-        assert len(names) == 17 and len(local) == 4 and db.registered() == []
+        assert len(names) == 17 and len(local) == 6 and db.registered() == []
         assert not any(name in optdb.__db__ for name in names)
         assert not any(name in optdb[where].__db__ or name in optdb[where]._names for name, where in local)
         assert not any("innergraph" in optdb[where].__db__ for _, where in local)
@@ -90,7 +90,7 @@ def test_uninstall_restores_pytensor_exactly_and_install_is_idempotent():
     assert patched_state() == (linker_patch.schedule, printing_patch.debugprint, printing_patch.debugprint, True, gradient_patch.pullback)
     from innergraph.rewriting import db
 
-    assert len(db.registered()) == 21
+    assert len(db.registered()) == 23
 
 
 def program():

@@ -30,6 +30,13 @@ third, `innergraph.rewriting.outer.local_set_row_of_expand_dims`, is
 it, the one change it makes to a small graph cost ``specialize`` a second round
 over every node, 3 % of a trivial loop's compilation).
 
+``innergraph_nested_zero_increments`` and ``innergraph_one_hot_increment``
+(`innergraph.rewriting.zero_increments`, specialize, fast_run, innergraph) make an
+increment of zeros that feeds another increment one increment of the outer buffer
+(the nested cotangent buffers of #1669's backward loops). In specialize, after the
+consumer rewrites, whose length proofs (`innergraph.rewriting.lengths`) walk exactly
+those nested increments.
+
 ``innergraph_read_of_written_region`` (`innergraph.rewriting.read_back`, canonicalize,
 fast_run, innergraph) reads back what a set/inc-subtensor wrote; it lets the
 checkpointed gradients of `innergraph.ops.checkpoint` drop buffer-sized zeros.
@@ -161,6 +168,7 @@ from innergraph.rewriting.outer import (
 from innergraph.rewriting.share_branch import share_branch_work
 from innergraph.rewriting.simplify import CONSUMER_REWRITES, simplify_consumers
 from innergraph.rewriting.until_while import until_scans_to_while_loops
+from innergraph.rewriting.zero_increments import local_nested_zero_increments, local_one_hot_increment
 
 __all__ = ["ConsumerRewritesDB", "FunctionRewriter", "register_all", "registered", "unregister", "unregister_all"]
 
@@ -241,6 +249,8 @@ _LOCAL_REWRITES: list[tuple[str, Any, str, tuple[str, ...]]] = [
     ("innergraph_read_of_written_region", local_read_of_written_region, "canonicalize", ("fast_run", "innergraph")),
     ("innergraph_fill_read_by_consumers", local_fill_read_by_consumers, "canonicalize", ("fast_run", "innergraph")),
     ("innergraph_merge_slices_of_known_length", local_merge_slices_of_known_length, "specialize", ("fast_run", "innergraph")),
+    ("innergraph_nested_zero_increments", local_nested_zero_increments, "specialize", ("fast_run", "innergraph")),
+    ("innergraph_one_hot_increment", local_one_hot_increment, "specialize", ("fast_run", "innergraph")),
 ]
 
 _added_keys: dict[int, set[str]] = {}

@@ -71,6 +71,7 @@ from innergraph.core.graph import is_function, scope_leaves, scope_toposort
 from innergraph.core.instantiate import substitute
 from innergraph.rewriting.outer import rows_of
 from innergraph.rewriting.outlined import outline, readers
+from innergraph.rewriting.push_out_cost import pays
 from innergraph.protocol.signature import Signature, Slot, consumers, replace_consumer
 from innergraph.protocol.slots import Meaning
 
@@ -340,6 +341,7 @@ def push_out_sequence_work(fgraph: FunctionGraph) -> int:
     placeholders: dict[Variable, Variable] = {}  # one per target: loops sharing a body share the new one
     analysed: dict[Any, tuple[list[Variable], set[Variable]]] = {}  # ... and one analysis
     templates: dict[Any, Any] = {}  # ... and one vectorization (`AfterLoop.vectorized`)
+    paying: dict[Any, bool] = {}  # ... and one cost decision
     sharing = readers(fgraph)  # counted before any loop is rebuilt
     for sig in consumers(fgraph):
         sequence = sig.form.kind_for(Meaning.SEQUENCE, (0,))
@@ -358,6 +360,10 @@ def push_out_sequence_work(fgraph: FunctionGraph) -> int:
             analysed[key] = _row_wise_targets(outputs, rows, set(values) - rows)
         targets, still_read = analysed[key]
         if not targets:
+            continue
+        if key not in paying:  # the work moved out against the reads added (`innergraph.rewriting.push_out_cost`)
+            paying[key] = pays(targets, stop=set(values), dropped=list(rows - still_read))  # a sum: order-free
+        if not paying[key]:
             continue
         outer = values.vectorized(targets, templates)
         if outer is None:  # the targets did not vectorize (found by the differential test): leave the loop

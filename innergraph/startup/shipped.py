@@ -118,6 +118,7 @@ SHIPPED: dict[str, tuple[str, ...]] = {
         "rewriting/outline_loops.py",
         "rewriting/outlined.py",
         "rewriting/push_out.py",
+        "rewriting/push_out_cost.py",
         "rewriting/read_back.py",
         "rewriting/remerge.py",
         "rewriting/scan_inplace.py",
@@ -127,5 +128,6 @@ SHIPPED: dict[str, tuple[str, ...]] = {
         "rewriting/tracks.py",
         "rewriting/until_while.py",
         "rewriting/untrace.py",
+        "rewriting/zero_increments.py",
     ),
 }
