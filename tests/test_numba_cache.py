@@ -168,3 +168,16 @@ def test_innergraph_leaves_vanillas_cache_as_it_was(tmp_path):
     assert all("_innergraph_" in name for name in set(after) - set(vanillas))
     again = _child(tmp_path, "vanilla")
     assert again["compiled"] == 0 and again["value"] == first["value"]
+
+
+def test_caching_turned_off_writes_no_entry(tmp_path):
+    import pytensor
+    import pytensor.tensor as pt
+
+    with pytensor.config.change_flags(numba__cache=False):
+        x = pt.dvector("x")
+        ys = pytensor.scan(lambda v, c: 0.5 * c + v, sequences=[x], outputs_info=[pt.zeros(())], return_updates=False)
+        fn = pytensor.function([x], ys[-1] * 1.5, mode="NUMBA")
+        assert fn(np.arange(1.0, 4.0)) == pytest.approx(1.5 * (0.25 + 1.0 + 3.0))
+    assert CACHED_SRC_FUNCTIONS.get(fn.vm.jit_fn.py_func) is None
+    assert type(fn.vm.jit_fn._cache).__name__ == "NullCache"

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from pytensor import config
 from pytensor.graph.basic import Apply, Constant, Variable, clone_get_equiv
 from pytensor.graph.traversal import io_toposort
 from pytensor.graph.fg import FunctionGraph
@@ -260,7 +261,7 @@ def jit_compile(self: NumbaLinker, fn_and_cache: tuple[Any, str | None]) -> Call
     if not hasattr(self, _VALUES):
         return _original_jit_compile(self, fn_and_cache)
     fn, key = fn_and_cache
-    if key is None:
+    if key is None or not config.numba__cache:  # PyTensor's own rule: no key or caching off, no cache
         return numba_njit(fn.py_func, final_function=True)
     py_func = named_stably(fn.py_func)
     CACHED_SRC_FUNCTIONS[py_func] = direct_key(key, FINAL)
