@@ -15,7 +15,7 @@ tree over them, whose nodes are
 `Graph`
     ``OpFromGraph`` over some values in scope, its body a nested expression;
 `Group`
-    the Python loop of a grouped model: K ``pytensor.scan``\ s over one step body, one per
+    the Python loop of a grouped model: K ``pytensor.scan`` loops over one step body, one per
     column of a matrix (in a drawn order, with static or symbolic shapes), each with its own
     taps and ``n_steps``: what ``batch_loops`` batches when their layouts agree.
 
@@ -155,7 +155,7 @@ class Graph:
 
 @dataclass(frozen=True)
 class Group:
-    """K ``pytensor.scan``\ s over one step, loop ``k`` over column ``columns[k]`` of the matrix ``scope[matrix]``.
+    """K ``pytensor.scan`` loops over one step, loop ``k`` over column ``columns[k]`` of the matrix ``scope[matrix]``.
 
     Loop ``k`` has one state with ``taps[k]`` (every loop as many taps, so one ``step``
     recipe serves them all): its initial rows are the column's first ``-min(taps[k])``
