@@ -8,6 +8,7 @@ With innergraph both are fully clean (issue 6): no unused output or param, nothi
 left to merge, fewer loops and strictly fewer nodes.
 """
 
+from typing import Any
 import warnings
 
 import numpy as np
@@ -29,6 +30,12 @@ from innergraph import graph_stats
 from innergraph.core.fold import unfold_inner_graphs, visible_nodes
 from typed import grad
 from vanilla import vanilla_function
+
+
+def _compiled(build: Any, mode: Any) -> Any:
+    """``pytensor.function`` of ``build()``'s inputs and outputs, compiled with ``mode``."""
+    inputs, outputs = build()
+    return pytensor.function(inputs, outputs, mode=mode)
 
 
 
@@ -135,7 +142,7 @@ ISSUE_MODE = Mode(linker="cvm", optimizer="fast_run").excluding("scan_pushout")
 
 @pytest.fixture(scope="module")
 def as_the_issue():
-    ours = pytensor.function(*_issue_configuration(), mode=ISSUE_MODE)
+    ours = _compiled(_issue_configuration, mode=ISSUE_MODE)
     vanilla = vanilla_function(_issue_configuration, ISSUE_MODE)
     return ours, vanilla
 
@@ -229,6 +236,6 @@ def test_item_8_loops_stay_native_in_this_configuration(as_the_issue):
     assert len(_scans(vanilla)) == len(_scans(ours)) == 4
     assert len({id(n.op) for n in _scans(ours)}) == 3  # the two grad_of_scan loops share one Op
     assert len(ours.maker.fgraph.apply_nodes) < len(vanilla.maker.fgraph.apply_nodes)
-    without_own_mode = pytensor.function(*_issue_configuration(own_mode=False), mode=ISSUE_MODE)
+    without_own_mode = _compiled(lambda: _issue_configuration(own_mode=False), mode=ISSUE_MODE)
     assert len(_scans(without_own_mode)) == 3
     np.testing.assert_allclose(without_own_mode(0.3), vanilla(0.3), rtol=1e-13)

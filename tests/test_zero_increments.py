@@ -7,6 +7,7 @@ proved constant, a ``set_subtensor`` into a non-zero buffer). Values: equal to v
 PyTensor's (innergraph uninstalled) under py, cvm, Numba and JAX, for every case.
 """
 
+from typing import Any
 import importlib.util
 
 import numpy as np
@@ -21,6 +22,12 @@ from vanilla import vanilla_function
 
 JAX = pytest.param("jax", marks=pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed"))
 LINKERS = ["py", "cvm", "numba", JAX]
+
+
+def _compiled(build: Any, mode: Any) -> Any:
+    """``pytensor.function`` of ``build()``'s inputs and outputs, compiled with ``mode``."""
+    inputs, outputs = build()
+    return pytensor.function(inputs, outputs, mode=mode)
 
 
 def _mode(linker):
@@ -62,7 +69,7 @@ def _one_hot_reversed_matrix():
     return [x, v, i, j], inc_subtensor(x[:0:-1], set_subtensor(pt.zeros((4, 3))[i, j], v))
 
 
-CASES = {
+CASES: dict[str, tuple[Any, Any]] = {
     "nested_vector": (_nested_vector, [(2.5,)]),
     "nested_block": (_nested_block, [(np.arange(30.0).reshape(5, 6), np.arange(8.0).reshape(2, 4))]),
     "nested_reversed_into_row": (_nested_reversed_into_row, [(np.arange(15.0).reshape(5, 3), np.array([7.0, -1.0]))]),
@@ -88,7 +95,7 @@ def _nested(fn):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_values_equal_vanilla(case, linker):
     build, values = CASES[case]
-    ours = pytensor.function(*build(), mode=_mode(linker))
+    ours = _compiled(build, mode=_mode(linker))
     vanilla = vanilla_function(build, _mode(linker))
     for args in values:
         np.testing.assert_array_equal(ours(*args), vanilla(*args))
@@ -97,7 +104,7 @@ def test_values_equal_vanilla(case, linker):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_one_increment_of_the_outer_buffer(case):
     build, _ = CASES[case]
-    fn = pytensor.function(*build(), mode=_mode("cvm"))
+    fn = _compiled(build, mode=_mode("cvm"))
     vanilla = vanilla_function(build, _mode("cvm"))
     assert _nested(vanilla), "vanilla keeps the nested increments"
     assert not _nested(fn)
@@ -109,14 +116,14 @@ def test_one_increment_of_the_outer_buffer(case):
 
 def test_the_composed_index_of_1669s_buffer():
     """``inc(zeros(5)[1:], inc(zeros(4)[-1], v))`` is ``inc(zeros(5)[4], v)``."""
-    fn = pytensor.function(*_nested_vector(), mode=_mode("py"))
+    fn = _compiled(_nested_vector, mode=_mode("py"))
     (node,) = _increments(fn)
     assert [int(i.data) for i in node.inputs[2:]] == [4] and node.op.idx_list == (node.op.idx_list[0],)
     np.testing.assert_array_equal(fn(2.5), [0, 0, 0, 0, 2.5])
 
 
 def test_a_symbolic_one_hot_out_of_bounds_still_raises():
-    fn = pytensor.function(*_one_hot_symbolic(), mode=_mode("py"))
+    fn = _compiled(_one_hot_symbolic, mode=_mode("py"))
     assert not _nested(fn)
     with pytest.raises(IndexError):
         fn(np.arange(5.0), 1.0, 4)
@@ -163,7 +170,7 @@ REFUSED = {
 @pytest.mark.parametrize("case", sorted(REFUSED))
 def test_refused_where_the_composition_would_change_the_value(case):
     build, args = REFUSED[case]
-    fn = pytensor.function(*build(), mode=_mode("cvm"))
+    fn = _compiled(build, mode=_mode("cvm"))
     vanilla = vanilla_function(build, _mode("cvm"))
     assert len(_nested(fn)) == len(_nested(vanilla)) == 1
     for ours, theirs in zip(fn(*args), vanilla(*args), strict=True):
@@ -171,5 +178,5 @@ def test_refused_where_the_composition_would_change_the_value(case):
 
 
 def test_excluded_by_name():
-    fn = pytensor.function(*_nested_vector(), mode=_mode("cvm").excluding("innergraph_nested_zero_increments"))
+    fn = _compiled(_nested_vector, mode=_mode("cvm").excluding("innergraph_nested_zero_increments"))
     assert len(_nested(fn)) == 1
