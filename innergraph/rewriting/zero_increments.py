@@ -155,6 +155,18 @@ def _increment(node: Apply, x: Any, index: Index, value: Any) -> list[Variable]:
     return [out.type.filter_variable(inc_subtensor(x[tuple(index)], value))]
 
 
+def _composed_increment(
+    fgraph: FunctionGraph, node: Apply, x: Any, inner: Apply, outer_index: Index, inner_index: Index
+) -> list[Variable] | None:
+    """``node`` as one increment of ``x`` at ``inner_index`` within ``x[outer_index]``, when ``inner``'s zeros are exactly that region."""
+    lengths = _lengths(fgraph, x)
+    region = _region(outer_index, lengths)
+    if region is None or not _same_shape(fgraph, inner.inputs[0], region):
+        return None
+    composed = compose_index(outer_index, lengths, inner_index)
+    return None if composed is None else _increment(node, x, composed, inner.inputs[1])
+
+
 @node_rewriter([IncSubtensor])
 def local_nested_zero_increments(fgraph: FunctionGraph, node: Apply) -> list[Variable] | None:
     parts = _nested_parts(fgraph, node)
@@ -164,12 +176,7 @@ def local_nested_zero_increments(fgraph: FunctionGraph, node: Apply) -> list[Var
     outer_index, inner_index = _constant_index(node), _constant_index(inner)
     if outer_index is None or inner_index is None:
         return None
-    lengths = _lengths(fgraph, x)
-    region = _region(outer_index, lengths)
-    if region is None or not _same_shape(fgraph, inner.inputs[0], region):
-        return None
-    composed = compose_index(outer_index, lengths, inner_index)
-    return None if composed is None else _increment(node, x, composed, inner.inputs[1])
+    return _composed_increment(fgraph, node, x, inner, outer_index, inner_index)
 
 
 def _one_hot_index(inner: Apply) -> Index | None:
@@ -194,9 +201,4 @@ def local_one_hot_increment(fgraph: FunctionGraph, node: Apply) -> list[Variable
         return None  # a constant one-hot is `local_nested_zero_increments`'
     if not all(isinstance(i, int | np.integer) or i.type.dtype in integer_dtypes for i in one_hot):
         return None
-    lengths = _lengths(fgraph, x)
-    region = _region(outer_index, lengths)
-    if region is None or not _same_shape(fgraph, inner.inputs[0], region):
-        return None
-    composed = compose_index(outer_index, lengths, one_hot)
-    return None if composed is None else _increment(node, x, composed, inner.inputs[1])
+    return _composed_increment(fgraph, node, x, inner, outer_index, one_hot)
