@@ -181,3 +181,54 @@ def test_caching_turned_off_writes_no_entry(tmp_path):
         assert fn(np.arange(1.0, 4.0)) == pytest.approx(1.5 * (0.25 + 1.0 + 3.0))
     assert CACHED_SRC_FUNCTIONS.get(fn.vm.jit_fn.py_func) is None
     assert type(fn.vm.jit_fn._cache).__name__ == "NullCache"
+
+
+_MOCKED_CHILD = textwrap.dedent(
+    """
+    # PyTensor's own tests run a function's Numba code in Python first (tests/link/numba/
+    # test_basic.py, eval_python_only): numba_njit and numba.njit are no-ops and Numba's dtype
+    # conversion is the identity while the function is compiled and called. Nothing may be
+    # compiled for real (and cached) then: the entry would be served to the real compilation.
+    import sys
+    from unittest import mock
+    if sys.argv[1] == "innergraph":
+        import innergraph
+    import numba, numpy as np, pytensor, pytensor.tensor as pt
+
+    def noop(*args, **kwargs):
+        def mark(f):
+            f.py_func = f
+            return f
+        return mark(args[0]) if len(args) == 1 and callable(args[0]) else mark
+
+    x = pt.dvector("x")
+    ys = pytensor.scan(lambda v, c: c * 1.5 + v, sequences=[x], outputs_info=[pt.as_tensor_variable(np.float64(0.0))],
+                       return_updates=False)
+    values = np.arange(1.0, 5.0)
+    if sys.argv[2] == "mocked-first":
+        with mock.patch("numba.njit", noop), \\
+                mock.patch("pytensor.link.numba.dispatch.basic.numba_njit", noop), \\
+                mock.patch("pytensor.link.numba.dispatch.basic.numba.np.numpy_support.from_dtype", lambda d: d):
+            in_python = pytensor.function([x], ys[-1], mode="NUMBA")
+            print("python", float(in_python(values)))
+    print("numba", float(pytensor.function([x], ys[-1], mode="NUMBA")(values)))
+    """
+)
+
+
+@pytest.mark.parametrize("variant", ["vanilla", "innergraph"])
+def test_code_run_in_python_under_pytensors_mocks_is_never_compiled_or_cached(tmp_path, variant):
+    # issue 46's final functions were once compiled by Numba itself under these mocks, cached,
+    # and served to the next compilation: a segmentation fault in PyTensor's test_scan.py
+    env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={tmp_path}"}
+    expected = 0.0
+    for value in np.arange(1.0, 5.0):  # the loop's step: the state times 1.5, plus the sequence's entry
+        expected = expected * 1.5 + value
+    for run in ("mocked-first", "mocked-first", "real-only"):  # the second and third read what the first cached
+        process = subprocess.run([sys.executable, "-c", _MOCKED_CHILD, variant, run], env=env,
+                                 capture_output=True, text=True, timeout=600)
+        assert process.returncode == 0, process.stderr[-3000:]
+        printed = dict(line.split() for line in process.stdout.strip().splitlines())
+        assert float(printed["numba"]) == pytest.approx(expected, rel=1e-12)
+        if run == "mocked-first":
+            assert float(printed["python"]) == pytest.approx(expected, rel=1e-12)

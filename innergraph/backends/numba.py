@@ -31,7 +31,6 @@ from typing import Any
 from pytensor.link.numba.dispatch import basic as numba_basic
 from pytensor.link.numba.dispatch.basic import (
     numba_funcify_and_cache_key,
-    numba_njit,
     numba_typify,
     register_funcify_and_cache_key,
     register_funcify_default_op_cache_key,
@@ -131,7 +130,7 @@ register_conversion_dispatch(NumbaLinker, _numba_dispatches)
 def _funcify_link_argument(op: LinkArgument, node: Any = None, **kwargs: Any) -> Any:
     """The identity: where the linker does not pass a `LinkArgument` (a loop body), its value is the constant's."""
 
-    @numba_njit
+    @numba_basic.numba_njit
     def link_argument(value: Any) -> Any:
         return value
 
@@ -165,7 +164,7 @@ def jitted(
     src = f"def {name}({', '.join(params)}):\n" + "".join(f"    {line}\n" for line in lines)
     fn = compile_numba_function_src(src, name, env)
     key = None if None in keys else sha256(f"({src}, {tuple(keys)})".encode()).hexdigest()
-    return numba_njit(fn), key
+    return numba_basic.numba_njit(fn), key
 
 
 def _names(prefix: str, n: int) -> list[str]:

@@ -52,7 +52,8 @@ from pytensor.graph.basic import Apply, Constant, Variable, clone_get_equiv
 from pytensor.graph.traversal import io_toposort
 from pytensor.graph.fg import FunctionGraph
 from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS
-from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, numba_njit, numba_typify
+from pytensor.link.numba.dispatch import basic as numba_basic
+from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, numba_typify
 from pytensor.link.numba.linker import NumbaLinker
 from pytensor.scalar.basic import Composite, ScalarConstant, ScalarType
 from pytensor.tensor.basic import scalar_from_tensor
@@ -262,10 +263,10 @@ def jit_compile(self: NumbaLinker, fn_and_cache: tuple[Any, str | None]) -> Call
         return _original_jit_compile(self, fn_and_cache)
     fn, key = fn_and_cache
     if key is None or not config.numba__cache:  # PyTensor's own rule: no key or caching off, no cache
-        return numba_njit(fn.py_func, final_function=True)
+        return numba_basic.numba_njit(fn.py_func, final_function=True)
     py_func = named_stably(fn.py_func)
     CACHED_SRC_FUNCTIONS[py_func] = direct_key(key, FINAL)
-    return guarded(numba_njit(py_func, final_function=True, cache=True))
+    return guarded(numba_basic.numba_njit(py_func, final_function=True, cache=True))
 
 
 apply_late(Patch(NumbaLinker, "fgraph_convert", fgraph_convert))

@@ -44,7 +44,7 @@ from pytensor import config
 from pytensor.graph.fg import AbstractFunctionGraph
 from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS, compile_numba_function_src
 from pytensor.link.numba.dispatch import basic as numba_basic
-from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, numba_njit
+from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
 
 from innergraph.core.hooks import original
 
@@ -110,8 +110,9 @@ class GuardedCache(FunctionCache):
 
 
 def guarded(dispatcher: Any) -> Any:
-    """``dispatcher``, caching through a `GuardedCache`."""
-    dispatcher._cache = GuardedCache(dispatcher.py_func)
+    """``dispatcher``, caching through a `GuardedCache`; anything else (what a mocked ``numba_njit`` returns) as it is."""
+    if isinstance(dispatcher, CPUDispatcher):
+        dispatcher._cache = GuardedCache(dispatcher.py_func)  # type: ignore[attr-defined]
     return dispatcher
 
 
@@ -144,4 +145,4 @@ def compiled_once(op: Any, node: Any = None, *args: Any, **kwargs: Any) -> tuple
         global_env=vars(numba_basic) | {"jitable_func": fn},
         cache_key=direct_key(key, WRAPPED),
     )
-    return numba_njit(wrapper, cache=True), key
+    return numba_basic.numba_njit(wrapper, cache=True), key

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import weakref
-
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import MergeOptimizer
 
@@ -19,18 +17,20 @@ from innergraph.protocol.signature import sharing_rebuilt_functions
 
 __all__ = ["fold_bodies", "lift_native", "lower_consumers", "mark_lifted", "was_lifted"]
 
-#: Graphs ``lift_native`` ran on: their bodies were rewritten with the outer graph.
-_lifted: weakref.WeakSet[FunctionGraph] = weakref.WeakSet()
+#: The attribute of a graph ``lift_native`` ran on: its bodies were rewritten with the outer graph.
+#: An attribute, not a set of graphs, so that a pickled compiled function's graph keeps it
+#: (``FunctionGraph`` pickles its ``__dict__``): a loaded function is linked as it was.
+_LIFTED = "_innergraph_lifted"
 
 
 def mark_lifted(fgraph: FunctionGraph) -> None:
     """Record that a lift pass ran on ``fgraph``: its bodies go through the pipeline with it."""
-    _lifted.add(fgraph)
+    setattr(fgraph, _LIFTED, True)
 
 
 def was_lifted(fgraph: FunctionGraph) -> bool:
-    """Whether ``lift_native`` (or another lift pass) ran on ``fgraph``."""
-    return fgraph in _lifted
+    """Whether ``lift_native`` (or another lift pass) ran on ``fgraph`` (or on the graph it was pickled from)."""
+    return vars(fgraph).get(_LIFTED, False) is True
 
 
 def lift_native(fgraph: FunctionGraph) -> int:
@@ -41,7 +41,7 @@ def lift_native(fgraph: FunctionGraph) -> int:
     before PyTensor's next merge (shape inference, ``useless``) see each distinct
     body once rather than once per consumer.
     """
-    _lifted.add(fgraph)
+    mark_lifted(fgraph)
     total = 0
     while changed := unfold_inner_graphs(fgraph, reason="innergraph_lift") + lift(fgraph, PIPELINE_LIFTS):
         total += changed
@@ -76,7 +76,7 @@ def _has_functions(fgraph: FunctionGraph) -> bool:
 
 
 def _fold_bodies(fgraph: FunctionGraph) -> int:
-    if fgraph not in _lifted:
+    if not was_lifted(fgraph):
         return fold_inner_graphs(fgraph, reason="innergraph_fold")
     with sharing_rebuilt_functions():
         outlined = outline_constants(fgraph)

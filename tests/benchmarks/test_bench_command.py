@@ -94,7 +94,8 @@ def test_the_k_family_is_selected_on_request_and_reported_with_its_slope():
     from innergraph_bench.bench import family_slopes
     from innergraph_bench.cases import FAMILY_CASES
 
-    assert not any(c.group == "shared" for c in select(None))  # not in the default run
+    # the default run holds one member of the family (issue 48: the 0.15x target at K = 16), not the family
+    assert [c.id for c in select(None) if c.group == "shared"] == ["shared-50ops-K16"]
     family = select(["shared-50ops-*"])
     assert [c.id for c in family] == ["shared-50ops-K1", "shared-50ops-K4", "shared-50ops-K16", "shared-50ops-K64"]
     assert len(select(["shared"])) == len(FAMILY_CASES) == 12
