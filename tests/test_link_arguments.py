@@ -81,6 +81,24 @@ def test_the_rule_is_by_type_not_by_value():
     assert len(keys) == 1 and None not in keys
 
 
+def test_a_number_that_equals_another_or_stops_equalling_it_keeps_the_key():
+    # two priors of scale 0.3 share one merged constant; edit one (0.45) and they are two constants:
+    # every use is its own argument, so the sharing is not in the code (the structural model's
+    # edited rerun recompiled its outer function for this)
+    def build(first, second):
+        def graph():
+            x, y = pt.dvector("x"), pt.dvector("y")
+            logp = (-0.5 * (x / first) ** 2).sum() + (-0.5 * (y / second) ** 2).sum() + _smoothed(x)
+            return [x, y], [logp, pytensor.grad(logp, [x, y])[0]]
+        return graph
+
+    values = (np.arange(1.0, 5.0), np.arange(2.0, 6.0))
+    shared, apart = _check(build(0.3, 0.3), *values), _check(build(0.45, 0.3), *values)
+    assert _final_key(shared) is not None and _final_key(shared) == _final_key(apart)
+    uses = [n.op.use for n in shared.maker.fgraph.apply_nodes if isinstance(n.op, LinkArgument)]
+    assert sorted(uses) == list(range(len(uses))) and len(uses) >= 2  # one argument per use, numbered in order
+
+
 def test_a_changed_integer_or_structure_changes_the_key():
     base = _final_key(_ours(_density(1.5)))
     assert _final_key(_ours(_density(1.5, power=3))) != base  # an integer exponent stays baked

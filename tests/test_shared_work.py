@@ -159,6 +159,30 @@ def test_outer_nodes_that_differ_in_a_constant_convert_apart(monkeypatch):
     np.testing.assert_array_equal(got[1], np.cumsum(np.arange(5.0) * 2)[:3])
 
 
+def test_calls_of_one_body_with_an_argument_repeated_or_not_convert_apart():
+    # Call(body, o, o) compiles to code reading one argument twice: Call(body, x, o), an equal Op over
+    # the same body, must not share it (issue 47's generator found the gradient 2 x x for 2 x, where
+    # two spellings of ones merged after merge_arguments had run). The graph is linked as the
+    # pipeline leaves such a graph: lifted, the two calls wired otherwise.
+    from pytensor.graph.fg import FunctionGraph
+    from pytensor.link.numba.linker import NumbaLinker
+
+    from innergraph.rewriting.lift import mark_lifted
+
+    x, o = pt.dvector("x"), pt.dvector("o")
+    closure = innergraph.inner_graph(lambda a, b: a * (b * 2.0) - b, [x, o])
+    fg = FunctionGraph([x, o], [innergraph.call(closure, x, o), innergraph.call(closure, o, o)], clone=False)
+    mark_lifted(fg)
+    calls = sorted(fg.apply_nodes, key=lambda n: n.inputs[1] is x)  # (o, o) converts first
+    assert [type(n.op) for n in calls] == [Call, Call] and calls[0].inputs[0].equals(calls[1].inputs[0])
+    thunk, inputs, outputs = NumbaLinker().accept(fg).make_thunk()[:3]
+    xv, ov = np.array([0.5, -1.0, 2.0]), np.array([3.0, 0.25, -1.5])
+    inputs[0].storage[0], inputs[1].storage[0] = xv, ov
+    thunk()
+    np.testing.assert_allclose(outputs[0].storage[0], xv * ov * 2.0 - ov, rtol=1e-15)
+    np.testing.assert_allclose(outputs[1].storage[0], ov * ov * 2.0 - ov, rtol=1e-15)
+
+
 @pytest.mark.monkey_patch_only  # checks the numba_funcify_ensure_cache record (a delegate in a patched PyTensor)
 def test_uninstall_reverts_the_outer_conversion_memo():
     import pytensor.link.numba.dispatch.basic as numba_basic

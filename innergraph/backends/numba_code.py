@@ -114,6 +114,7 @@ def _convert(node: Apply, storage_map: dict[Variable, list[Any]], constant_keys:
         return numba_funcify_ensure_cache(node.op, node=node, storage_map=storage_map)
     signature = (
         node.op,
+        _aliasing(node),
         tuple(v.type for v in node.inputs),
         tuple(v.type for v in node.outputs),
         tuple(constant_keys.get(v) for v in node.inputs),
@@ -143,7 +144,8 @@ def convert_once(op: Any, node: Apply | None = None, *args: Any, **kwargs: Any) 
     graph's): K loops over one body leave K equal Scans and K equal nodes around them
     (a sequence's first rows, its length), and a push-out out of a shared body K equal
     calls. Nodes are equal when they apply an equal Op with the same ``destroy_map``
-    and ``view_map`` to inputs of equal types and the same constants (`_constant_key`),
+    and ``view_map`` to inputs of equal types, the same constants (`_constant_key`) and
+    the same inputs repeated (`_aliasing`),
     with the same extra arguments besides the graph-wide ones (`_GRAPH_WIDE`). A
     native Scan is such a node too: since PyTensor 3.3 its conversion reads only its
     (frozen, already rewritten) inner graph, its layout, its maps and the node's
@@ -162,6 +164,7 @@ def convert_once(op: Any, node: Apply | None = None, *args: Any, **kwargs: Any) 
             op,
             tuple((k, tuple(v)) for k, v in sorted(op.destroy_map.items())),
             tuple((k, tuple(v)) for k, v in sorted(op.view_map.items())),
+            _aliasing(node),
             tuple(v.type for v in node.inputs),
             tuple(v.type for v in node.outputs),
             tuple(_constant_key(v) for v in node.inputs),  # equal values
@@ -174,6 +177,19 @@ def convert_once(op: Any, node: Apply | None = None, *args: Any, **kwargs: Any) 
         converted = numba_funcify_ensure_cache(op, node=node, **kwargs)
         conversion.nodes[signature] = converted
     return converted
+
+
+def _aliasing(node: Apply) -> tuple[int, ...]:
+    """Which inputs of ``node`` are one variable: per input, the position of its first occurrence.
+
+    A conversion may read it: innergraph's generated consumers find a param's argument at
+    the first input that is that variable (`innergraph.backends.numba_generated._wiring`),
+    so ``Call(body, a, a)`` compiles to code with one argument read twice. Two nodes that
+    differ only in it are not equal: sharing the code of ``Call(body, ones, ones)`` with
+    ``Call(body, x, ones)`` computed ``body(x, x)``.
+    """
+    first: dict[Variable, int] = {}
+    return tuple(first.setdefault(v, i) for i, v in enumerate(node.inputs))
 
 
 def _constant_key(var: Variable) -> Any:

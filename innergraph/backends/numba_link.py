@@ -188,9 +188,10 @@ def _read(pool: TensorVariable, start: int, constant: Constant) -> Variable:
 
 
 def outline_constants_for_link(fgraph: FunctionGraph, order: Sequence[Apply], storage_map: dict[Variable, list[Any]]) -> Outlined:
-    """Clone ``fgraph``, lift the fused nodes' float constants and turn every outlinable constant into an argument.
+    """Clone ``fgraph``, lift the fused nodes' float constants and turn every use of an outlinable constant into an argument.
 
-    The single numbers of one dtype (scalars, 0-d and ``(1, ..., 1)`` tensors) are
+    Every use: a constant two nodes read is two arguments, so that the code does not
+    depend on which numbers of a graph are equal (merged into one constant). The single numbers of one dtype (scalars, 0-d and ``(1, ..., 1)`` tensors) are
     copied into that dtype's *pool*, one vector argument (an argument costs 0.1-0.4 us
     per call in Numba's dispatcher, and a PyMC model has dozens of numbers), and read
     from it as views (a slice, dimshuffled). A larger constant is an argument of its
@@ -205,30 +206,28 @@ def outline_constants_for_link(fgraph: FunctionGraph, order: Sequence[Apply], st
         mark_lifted(clone)
     new_order = _without_link_arguments(clone, [equiv[n] for n in order])
     new_order = lift_scalar_constants(clone, new_order)
-    constants: list[Constant] = []
-    for node in new_order:
-        for inp in node.inputs:
-            if outlinable(inp, clone.outputs) and not any(inp is c for c in constants):
-                constants.append(inp)  # type: ignore[arg-type]
-    pools: dict[str, list[Constant]] = {}
+    # every use its own argument (a pool slot, or an array argument): which numbers of a graph are
+    # equal, and so one merged constant, must not be in the code (`LinkArgument.use`)
+    uses = [(node, i, inp) for node in new_order for i, inp in enumerate(node.inputs) if outlinable(inp, clone.outputs)]
+    pools: dict[str, list[tuple[Apply, int, Constant]]] = {}
     values: list[Any] = []
-    for c in constants:
+    for node, i, c in uses:
         if _pooled(c):
-            pools.setdefault(c.type.dtype, []).append(c)
+            pools.setdefault(c.type.dtype, []).append((node, i, c))
             continue
         param = c.type()
         param.name = c.name
         clone.add_input(param)
-        clone.replace(c, param, reason="innergraph_outline_for_link", import_missing=True)
+        clone.change_node_input(node, i, param, reason="innergraph_outline_for_link")
         values.append(numba_typify(c.data, variable=c))
     reads: list[Apply] = []
     for dtype, group in pools.items():
         pool: TensorVariable = TensorType(dtype, shape=(len(group),))(name=f"outlined_{dtype}")
         clone.add_input(pool)
-        values.append(np.array([np.asarray(c.data).item() for c in group], dtype=dtype))
-        for start, c in enumerate(group):
+        values.append(np.array([np.asarray(c.data).item() for _, _, c in group], dtype=dtype))
+        for start, (node, i, c) in enumerate(group):
             read = _read(pool, start, c)
-            clone.replace(c, read, reason="innergraph_outline_for_link", import_missing=True)
+            clone.change_node_input(node, i, read, reason="innergraph_outline_for_link", import_missing=True)
             reads.extend(n for n in io_toposort([pool], [read]) if n not in reads)
     storage = {equiv[v]: cell for v, cell in storage_map.items() if v in equiv and not isinstance(v, Constant)}
     return Outlined(clone, reads + new_order, storage, values)

@@ -31,8 +31,15 @@ class LinkArgument(Op):
     """The identity on a constant, opaque to the rewrites that follow (module docstring)."""
 
     __reduce_ex__ = innergraph_pickle.reduce  # loads without installing innergraph
-    __props__ = ()
+    __props__ = ("use",)
     view_map = {0: [0]}
+
+    def __init__(self, use: int = 0):
+        #: Which use of a constant this is, numbered in the graph's order: two uses of one constant
+        #: are two arguments, never merged, so the compiled code does not depend on which numbers
+        #: happen to be equal (an edited prior's scale that equalled another prior's shared its
+        #: constant, and the function's code changed with the sharing).
+        self.use = use
 
     def make_node(self, *inputs: Variable) -> Apply:
         (value,) = inputs
@@ -47,4 +54,4 @@ class LinkArgument(Op):
         return False
 
 
-link_argument = LinkArgument()
+link_argument = LinkArgument()  # use 0

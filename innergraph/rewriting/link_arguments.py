@@ -36,7 +36,7 @@ from pytensor.scan.op import Scan as NativeScan
 from pytensor.tensor.elemwise import Elemwise
 
 from innergraph.core.dispatch import compiling_for_numba
-from innergraph.ops.link_argument import LinkArgument, link_argument
+from innergraph.ops.link_argument import LinkArgument
 
 __all__ = ["has_loop", "is_function_graph", "link_float_constants", "outlinable_dtype"]
 
@@ -60,15 +60,20 @@ _LOOP_KINDS = ("scan", "loop")
 
 
 def link_float_constants(fgraph: FunctionGraph) -> int:
-    """Wrap each float constant an elementwise node of ``fgraph`` reads in a `LinkArgument`; the number wrapped.
+    """Wrap each use of a float constant an elementwise node of ``fgraph`` reads in a `LinkArgument`; the number of uses.
 
     Only under the Numba linker, on a function's own graph, with a loop (module docstring).
+    Every use of such a constant (by any node) gets its own `LinkArgument`, numbered in the
+    graph's order: whether two numbers of a model are equal (and so one merged constant)
+    must not change the compiled code.
     """
     if not is_function_graph(fgraph) or not compiling_for_numba(fgraph) or not has_loop(fgraph):
         return 0
     outputs = set(fgraph.outputs)
+    order = fgraph.toposort()
+    position = {node: k for k, node in enumerate(order)}
     found: list[Constant] = []
-    for node in fgraph.toposort():
+    for node in order:
         if not isinstance(node.op, Elemwise):
             continue
         for inp in node.inputs:
@@ -79,9 +84,12 @@ def link_float_constants(fgraph: FunctionGraph) -> int:
                 and not any(inp is f for f in found)
             ):
                 found.append(inp)
-    for constant in found:
-        clients = [(node, i) for node, i in fgraph.clients[constant] if not isinstance(getattr(node, "op", None), LinkArgument)]
-        wrapped = link_argument.make_node(constant).outputs[0]
-        for node, i in clients:
-            fgraph.change_node_input(node, i, wrapped, reason="innergraph_link_arguments")
-    return len(found)
+    uses = sorted(
+        ((position[node], i, constant) for constant in found for node, i in fgraph.clients[constant]
+         if not isinstance(getattr(node, "op", None), LinkArgument)),
+        key=lambda use: use[:2],
+    )
+    for use, (at, i, constant) in enumerate(uses):
+        wrapped = LinkArgument(use).make_node(constant).outputs[0]
+        fgraph.change_node_input(order[at], i, wrapped, reason="innergraph_link_arguments")
+    return len(uses)
