@@ -7,6 +7,8 @@
   (`innergraph.backends.numba_code.convert_once`).
 """
 
+from typing import Any
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -171,16 +173,19 @@ def test_calls_of_one_body_with_an_argument_repeated_or_not_convert_apart():
 
     x, o = pt.dvector("x"), pt.dvector("o")
     closure = innergraph.inner_graph(lambda a, b: a * (b * 2.0) - b, [x, o])
-    fg = FunctionGraph([x, o], [innergraph.call(closure, x, o), innergraph.call(closure, o, o)], clone=False)
+    outputs: list[Any] = [innergraph.call(closure, x, o), innergraph.call(closure, o, o)]
+    fg = FunctionGraph([x, o], outputs, clone=False)
     mark_lifted(fg)
     calls = sorted(fg.apply_nodes, key=lambda n: n.inputs[1] is x)  # (o, o) converts first
-    assert [type(n.op) for n in calls] == [Call, Call] and calls[0].inputs[0].equals(calls[1].inputs[0])
-    thunk, inputs, outputs = NumbaLinker().accept(fg).make_thunk()[:3]
+    body: Any = calls[0].inputs[0]
+    assert [type(n.op) for n in calls] == [Call, Call] and body.equals(calls[1].inputs[0])
+    linked: Any = NumbaLinker().accept(fg).make_thunk()
+    thunk, cells, results = linked[:3]
     xv, ov = np.array([0.5, -1.0, 2.0]), np.array([3.0, 0.25, -1.5])
-    inputs[0].storage[0], inputs[1].storage[0] = xv, ov
+    cells[0].storage[0], cells[1].storage[0] = xv, ov
     thunk()
-    np.testing.assert_allclose(outputs[0].storage[0], xv * ov * 2.0 - ov, rtol=1e-15)
-    np.testing.assert_allclose(outputs[1].storage[0], ov * ov * 2.0 - ov, rtol=1e-15)
+    np.testing.assert_allclose(results[0].storage[0], xv * ov * 2.0 - ov, rtol=1e-15)
+    np.testing.assert_allclose(results[1].storage[0], ov * ov * 2.0 - ov, rtol=1e-15)
 
 
 @pytest.mark.monkey_patch_only  # checks the numba_funcify_ensure_cache record (a delegate in a patched PyTensor)

@@ -208,7 +208,8 @@ def outline_constants_for_link(fgraph: FunctionGraph, order: Sequence[Apply], st
     new_order = lift_scalar_constants(clone, new_order)
     # every use its own argument (a pool slot, or an array argument): which numbers of a graph are
     # equal, and so one merged constant, must not be in the code (`LinkArgument.use`)
-    uses = [(node, i, inp) for node in new_order for i, inp in enumerate(node.inputs) if outlinable(inp, clone.outputs)]
+    uses = [(node, i, inp) for node in new_order for i, inp in enumerate(node.inputs)
+            if isinstance(inp, Constant) and outlinable(inp, clone.outputs)]
     pools: dict[str, list[tuple[Apply, int, Constant]]] = {}
     values: list[Any] = []
     for node, i, c in uses:
