@@ -53,6 +53,7 @@ from innergraph.testing.programs import (
     SMALL,
     Cond,
     Graph,
+    Group,
     Leaf,
     Loop,
     Outcome,
@@ -344,6 +345,9 @@ FOUND = {
     # issue 47's generator, seed 327891608: two calls of one body, Call(body, x, ones) and Call(body, ones, ones),
     # shared one Numba conversion, which read its first argument twice (the derivative was 2 x x, not 2 x)
     "numba-calls-wired-otherwise": ("numba", Program(inputs=(((None,), (3,)),), expr=Graph(args=(0, 0, 0), body=Leaf(recipe=Recipe(params=(Param(dtype='float64', static=(None,), actual=(3,)),), steps=(Step(op='sqr', args=(0,), value=0.0, nested=None, identity=None, dtype='float64'),), outputs=(1,), shapes=(((None,), (3,)), ((None,), (3,)))), args=(0,))), order=2)),
+    # issue 47's generator, seed 12345: four loops over a matrix's columns with symbolic rows; the pickling check's
+    # loaded function lost JAX's eager fallback (the lifted mark did not pickle) and raised where vanilla ran
+    "jax-group-of-loops": ("jax", Program(inputs=(((3,), (3,)), ((), ()), ((None,), (3,)), ((None, 4), (6, 4))), expr=Group(matrix=3, columns=(1, 3, 2, 0), taps=((-3, -1), (-2, -1), (-3, -1), (-3, -1)), n_steps=(3, 3, 3, 3), step=Recipe(params=(Param(dtype='float64', static=(), actual=()), Param(dtype='float64', static=(), actual=()), Param(dtype='float64', static=(), actual=()), Param(dtype='float64', static=(), actual=())), steps=(Step(op='exp', args=(3,), value=0.0, nested=None, identity=None, dtype='float64'), Step(op='tanh', args=(3,), value=0.0, nested=None, identity=None, dtype='float64')), outputs=(5,), shapes=(((), ()), ((), ()), ((), ()), ((), ()), ((), ()), ((), ()))), last=True), order=0)),
     "nit-sots-through-ifelse": ("cvm", Program(inputs=(((), ()), ((3,), (3,))), expr=Loop(sequences=(), states=(), non_sequences=((1, True),), bodies=(Cond(cond=0, then=Leaf(recipe=Recipe(params=(Param(dtype='float64', static=(3,), actual=(3,)),), steps=(Step(op='sum0', args=(0,), value=0.0, nested=None, identity=None), Step(op='index0', args=(0,), value=0.0, nested=None, identity=None), Step(op='mul', args=(2, 1), value=0.0, nested=None, identity=None), Step(op='index0', args=(0,), value=0.0, nested=None, identity=None)), outputs=(4,), shapes=(((3,), (3,)), ((), ()), ((), ()), ((), ()), ((), ()))), args=(0,)), other=Leaf(recipe=Recipe(params=(Param(dtype='float64', static=(3,), actual=(3,)),), steps=(Step(op='neg', args=(0,), value=0.0, nested=None, identity=None),), outputs=(1,), shapes=(((3,), (3,)), ((3,), (3,)))), args=(0,)), summed=True), Leaf(recipe=Recipe(params=(Param(dtype='float64', static=(3,), actual=(3,)),), steps=(Step(op='sum0', args=(0,), value=0.0, nested=None, identity=None), Step(op='index0', args=(0,), value=0.0, nested=None, identity=None), Step(op='mul', args=(2, 1), value=0.0, nested=None, identity=None), Step(op='index0', args=(0,), value=0.0, nested=None, identity=None)), outputs=(4,), shapes=(((3,), (3,)), ((), ()), ((), ()), ((), ()), ((), ()))), args=(0,))), n_steps=3, explicit_n_steps=True, stop=None, threshold=0.5, summed=(), result=1, last=True, all_live=True), order=1)),
 }
 
