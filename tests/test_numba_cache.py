@@ -158,6 +158,7 @@ def test_an_entry_of_another_pytensor_or_numba_is_not_used(tmp_path):
     assert again["compiled"] == 1 and again["warnings"] == []  # the final function, compiled anew
 
 
+@pytest.mark.monkey_patch_only  # in a patched PyTensor a process that never imports innergraph runs innergraph's code
 def test_innergraph_leaves_vanillas_cache_as_it_was(tmp_path):
     first = _child(tmp_path, "vanilla")
     vanillas = _files(tmp_path)

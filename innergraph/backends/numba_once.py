@@ -127,8 +127,10 @@ def _cached_itself(fn: Any, key: str) -> Any:
 
 def compiled_once(op: Any, node: Any = None, *args: Any, **kwargs: Any) -> tuple[Any, str | None]:
     """PyTensor's ``numba_funcify_ensure_cache``, the converted function cached itself (module docstring)."""
-    if args or not config.numba__cache:
+    if args:  # more positional arguments than the node: PyTensor's call, as it was made
         return _ensure_cache(op, node, *args, **kwargs)
+    if not config.numba__cache:  # the node by name: 3.3.6's signature is (op, *args, **kwargs)
+        return _ensure_cache(op, node=node, **kwargs)
     fn, key = numba_funcify_and_cache_key(op, node=node, **kwargs)
     if key is None:
         return fn, None
