@@ -135,6 +135,13 @@ EXPECTED_DIFFERENCES = {
         "the same where the traced shape reaches a slice (found by the 500-program thorough run on "
         "PyTensor 3.3.8: a mit-sot's second derivative); innergraph runs the function eagerly",
     ),
+    "py-more-than-32-operands": Difference(
+        "py", "group", "NotImplementedError('Elemwise.perform (Python mode) does not support more than 32 operands",
+        "vanilla fuses the work around K loops over one step into an Elemwise of more than 32 inputs, which "
+        "the py linker's perform refuses; innergraph batches the K loops into one (batch_loops), and its "
+        "fused nodes read fewer (found by a clock-seeded run on 2026-11-28, seed 234379267, a group of loops "
+        "at order 3)",
+    ),
 }
 
 #: Where vanilla's numbers come from when vanilla fails under the linker tested (py compiles
