@@ -191,8 +191,8 @@ def outline_constants_for_link(fgraph: FunctionGraph, order: Sequence[Apply], st
     """Clone ``fgraph``, lift the fused nodes' float constants and turn every use of an outlinable constant into an argument.
 
     Every use: a constant two nodes read is two arguments, so that the code does not
-    depend on which numbers of a graph are equal (merged into one constant). The single numbers of one dtype (scalars, 0-d and ``(1, ..., 1)`` tensors) are
-    copied into that dtype's *pool*, one vector argument (an argument costs 0.1-0.4 us
+    depend on which numbers of a graph are equal (merged into one constant). The single
+    numbers of one dtype (scalars, 0-d and ``(1, ..., 1)`` tensors) are copied into that dtype's *pool*, one vector argument (an argument costs 0.1-0.4 us
     per call in Numba's dispatcher, and a PyMC model has dozens of numbers), and read
     from it as views (a slice, dimshuffled). A larger constant is an argument of its
     own: passed as the array it is, it keeps its C layout, which a view of a pool would
