@@ -61,6 +61,7 @@ __all__ = [
     "BodyCode",
     "Converted",
     "Rendering",
+    "aliasing",
     "body_code",
     "convert_once",
     "code_key",
@@ -114,7 +115,7 @@ def _convert(node: Apply, storage_map: dict[Variable, list[Any]], constant_keys:
         return numba_funcify_ensure_cache(node.op, node=node, storage_map=storage_map)
     signature = (
         node.op,
-        _aliasing(node),
+        aliasing(node),
         tuple(v.type for v in node.inputs),
         tuple(v.type for v in node.outputs),
         tuple(constant_keys.get(v) for v in node.inputs),
@@ -145,7 +146,7 @@ def convert_once(op: Any, node: Apply | None = None, *args: Any, **kwargs: Any) 
     (a sequence's first rows, its length), and a push-out out of a shared body K equal
     calls. Nodes are equal when they apply an equal Op with the same ``destroy_map``
     and ``view_map`` to inputs of equal types, the same constants (`_constant_key`) and
-    the same inputs repeated (`_aliasing`),
+    the same inputs repeated (`aliasing`),
     with the same extra arguments besides the graph-wide ones (`_GRAPH_WIDE`). A
     native Scan is such a node too: since PyTensor 3.3 its conversion reads only its
     (frozen, already rewritten) inner graph, its layout, its maps and the node's
@@ -164,7 +165,7 @@ def convert_once(op: Any, node: Apply | None = None, *args: Any, **kwargs: Any) 
             op,
             tuple((k, tuple(v)) for k, v in sorted(op.destroy_map.items())),
             tuple((k, tuple(v)) for k, v in sorted(op.view_map.items())),
-            _aliasing(node),
+            aliasing(node),
             tuple(v.type for v in node.inputs),
             tuple(v.type for v in node.outputs),
             tuple(_constant_key(v) for v in node.inputs),  # equal values
@@ -179,7 +180,7 @@ def convert_once(op: Any, node: Apply | None = None, *args: Any, **kwargs: Any) 
     return converted
 
 
-def _aliasing(node: Apply) -> tuple[int, ...]:
+def aliasing(node: Apply) -> tuple[int, ...]:
     """Which inputs of ``node`` are one variable: per input, the position of its first occurrence.
 
     A conversion may read it: innergraph's generated consumers find a param's argument at

@@ -40,7 +40,7 @@ from pytensor.link.numba.dispatch import basic as numba_basic
 from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, register_funcify_and_cache_key
 
 from innergraph.backends.numba import jitted, numba_body_code
-from innergraph.backends.numba_code import Converted, code_key
+from innergraph.backends.numba_code import Converted, aliasing, code_key
 from innergraph.protocol.runtime import body_value
 from innergraph.protocol.semantics import Branch, Once, semantics_of
 from innergraph.protocol.plans import BranchPlan, LoopPlan, OncePlan, Role, branch_plan, loop_plan, once_plan
@@ -197,9 +197,8 @@ def _wiring(node: Any) -> tuple[Any, ...]:
     equal consumers (four conditionals over two bodies, K calls a push-out left)
     were planned K times (about 0.2 ms each).
     """
-    first: dict[int, int] = {}
     return (
-        tuple(first.setdefault(id(v), i) for i, v in enumerate(node.inputs)),
+        aliasing(node),
         tuple(v.type for v in node.inputs),
         tuple(v.type for v in node.outputs),
     )

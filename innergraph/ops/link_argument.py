@@ -24,7 +24,7 @@ import innergraph_pickle
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.op import Op
 
-__all__ = ["LinkArgument", "link_argument"]
+__all__ = ["LinkArgument"]
 
 
 class LinkArgument(Op):
@@ -53,5 +53,3 @@ class LinkArgument(Op):
     def do_constant_folding(self, fgraph: Any, node: Apply) -> bool:
         return False
 
-
-link_argument = LinkArgument()  # use 0
