@@ -64,19 +64,40 @@ def _compiled(case_id, variant):
 
 
 @pytest.mark.parametrize("case_id", list(MODELS))
-def test_nuts_function_gives_vanillas_numbers_and_runs_no_more_ops_per_step(case_id):
-    """Values as vanilla's; every loop (forward and gradient) runs at most vanilla's Ops per step.
-
-    VARMAX's forward loop ran 40 Ops per step against vanilla's 38, its gradient loop
-    81 against 80, before bodies with a hidden fold (`innergraph.core.hidden_folds`) were
-    compiled with canonicalize.
-    """
+def test_nuts_function_gives_vanillas_numbers(case_id):
     case = nuts_case(case_id)
     fns = {v: _compiled(case_id, v) for v in ("vanilla", "innergraph")}
     vanilla, ours = (fns[v](*case.values) for v in ("vanilla", "innergraph"))
     for a, b in zip(vanilla, ours, strict=True):
         np.testing.assert_allclose(b, a, rtol=case.rtol, atol=1e-12)
-    theirs, mine = _ops_per_step(fns["vanilla"]), _ops_per_step(fns["innergraph"])
+
+
+#: Models whose loops run more Ops per step than vanilla's (found 2026-11-28 in a clean-clone run of
+#: .ci/pymc; it fails back to ec8c34f at least; open, design/testing.md "Loops with more Ops per step
+#: than vanilla's"): structural, forward 46 against 39 and gradient 75 against 67; SARIMAX, forward 44
+#: against 36. The extra Ops are PyTensor 3.3.8's Numba ``scalarize`` pass (ScalarizedComposite,
+#: ScalarFromTensor, TensorFromScalar) on innergraph's bodies; vanilla's inner graphs have none.
+#: Strict: once they run no more than vanilla's the test fails, to take them off this list.
+MORE_OPS_PER_STEP = {"pymc-structural", "pymc-sarimax"}
+
+
+@pytest.mark.parametrize(
+    "case_id",
+    [
+        pytest.param(c, marks=pytest.mark.xfail(strict=True, reason="more Ops per step than vanilla's (scalarize); open"))
+        if c in MORE_OPS_PER_STEP
+        else c
+        for c in MODELS
+    ],
+)
+def test_nuts_function_runs_no_more_ops_per_step(case_id):
+    """Every loop (forward and gradient) runs at most vanilla's Ops per step.
+
+    VARMAX's forward loop ran 40 Ops per step against vanilla's 38, its gradient loop
+    81 against 80, before bodies with a hidden fold (`innergraph.core.hidden_folds`) were
+    compiled with canonicalize.
+    """
+    theirs, mine = _ops_per_step(_compiled(case_id, "vanilla")), _ops_per_step(_compiled(case_id, "innergraph"))
     assert mine.keys() == theirs.keys()
     for name, counts in mine.items():
         assert all(m <= t for m, t in zip(counts, theirs[name], strict=True)), (name, counts, theirs[name])
