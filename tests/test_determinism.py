@@ -12,10 +12,10 @@ a `Body` pickles to).
 
 The rewrite itself is compared too, as DebugMode's stability check does: the
 sequence of graph events (imports, input changes, prunes: kind, Op, position,
-reason) of rewriting the case: twice in one process, and in the two fresh interpreters.
-This process's events are not compared with the fresh interpreters': after other
-compilations the order of MergeOptimizer's changes can differ (the graph cannot).
-Run as a script, this module prints both for every case as JSON (what the subprocesses do).
+reason) of rewriting the case, except one equal constant replacing another: PyTensor 3.3
+interns a Scan's inner constants process-wide, so how many of those MergeOptimizer makes
+depends on what the process built before. Run as a script, this module prints both for
+every case as JSON (what the subprocesses do).
 """
 
 from __future__ import annotations
@@ -128,6 +128,11 @@ class _Events(Feature):
         self._record("import", node, reason)
 
     def on_change_input(self, fgraph: FunctionGraph, node: Any, i: int, r: Any, new_r: Any, reason: Any = None) -> None:
+        if isinstance(r, Constant) and isinstance(new_r, Constant) and r.equals(new_r):
+            # one equal constant for another (MergeOptimizer): how many such changes a rewrite
+            # makes depends on which constant objects are already one, and PyTensor 3.3 interns
+            # a Scan's inner constants process-wide (design/testing.md, "Determinism")
+            return
         self._record("change", node, reason, i)
 
     def on_prune(self, fgraph: FunctionGraph, node: Any, reason: Any) -> None:
@@ -212,15 +217,10 @@ def test_fresh_interpreters_with_other_hash_seeds_give_the_same_graphs(in_this_p
         out, err = process.communicate(timeout=600)
         assert process.returncode == 0, err
         results.append(json.loads(out))
-    assert results[0] == results[1]  # the graphs and every event, whatever the hash seed
-    # This process compiled other graphs before (the tests before this module): its graphs must
-    # be the fresh interpreters' too. Its events need not: the order of MergeOptimizer's changes
-    # depends on what the process compiled before (design/testing.md, "Determinism: what
-    # depends on a process's history"); the tests above compare events within one process.
     expected = json.loads(json.dumps(in_this_process))  # tuples as lists, like the subprocesses' JSON
-    assert {case_id: expected[case_id]["graph"] for case_id in CASES} == {
-        case_id: results[0][case_id]["graph"] for case_id in CASES
-    }
+    for case_id in CASES:
+        expected[case_id].pop("compiled")
+    assert results[0] == results[1] == expected
 
 
 if __name__ == "__main__":
