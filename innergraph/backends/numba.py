@@ -163,8 +163,8 @@ def jitted(
     """``def name(*params): *lines``, jitted, keyed by its source and the keys of the code it inlines."""
     src = f"def {name}({', '.join(params)}):\n" + "".join(f"    {line}\n" for line in lines)
     # a module name in the globals: Numba pickles a cached function's environment by its
-    # globals' __name__ and imports that module to load it (design/numba-linking.md, "An
-    # environment Numba can load"); without one every entry of another process failed to load
+    # globals' __name__ and imports that module to load it; without one, no other process
+    # could load the entry (design/numba-linking.md, "An environment Numba can load")
     fn = compile_numba_function_src(src, name, {**env, "__name__": __name__})
     key = None if None in keys else sha256(f"({src}, {tuple(keys)})".encode()).hexdigest()
     return numba_basic.numba_njit(fn), key
