@@ -7,6 +7,8 @@ functions it caches itself (`innergraph.backends.numba_once`) and the final func
 of `innergraph.backends.numba_link`.
 """
 
+import importlib.util
+import io
 import json
 import os
 import pickle
@@ -47,11 +49,17 @@ _CHILD = textwrap.dedent(
     x = pt.dvector("x")
     if graph == "density":
         y = pt.exp(-0.5 * (x / number) ** 2).sum() + pt.log(x.sum() + 3.7)
+    elif graph == "casts":  # scalar Ops of narrow dtypes: PyTensor wraps each in a generated cast_scalar_outputs
+        import pytensor.scalar as ps
+        a, b = ps.float32("a"), ps.int8("b")
+        f = pytensor.function([a, b], [a * b + np.float32(1), b * b, a - np.float32(number)], mode="NUMBA")
+        fn = lambda x: sum(float(v) for v in f(np.float32(x[1]), np.int8(x[2])))
     else:  # a loop whose step is `plus` or `minus`, with `number` in its body
         step = (lambda v, c: c * number + v) if graph == "plus" else (lambda v, c: c * number - v)
         ys = pytensor.scan(step, sequences=[x], outputs_info=[pt.as_tensor_variable(np.float64(0.0))], return_updates=False)
         y = ys[-1]
-    fn = pytensor.function([x], y, mode="NUMBA")
+    if graph != "casts":
+        fn = pytensor.function([x], y, mode="NUMBA")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         value = float(fn(np.arange(1.0, 5.0)))
@@ -78,6 +86,8 @@ def _expected(graph, number):
     x = np.arange(1.0, 5.0)
     if graph == "density":
         return np.exp(-0.5 * (x / number) ** 2).sum() + np.log(x.sum() + 3.7)
+    if graph == "casts":
+        return (2.0 * 3.0 + 1.0) + 3 * 3 + (2.0 - number)
     c = 0.0
     for v in x:
         c = c * number + v if graph == "plus" else c * number - v
@@ -91,6 +101,30 @@ def _files(compiledir):
 
 def _ours(compiledir):
     return [name for name in _files(compiledir) if "_innergraph_" in name]
+
+
+def _environment_modules(compiledir):
+    """The module names innergraph's entries give their Numba environments (``_rebuild_env``'s first argument)."""
+    found = set()
+
+    class Reader(pickle.Unpickler):
+        def find_class(self, module, name):
+            if (module, name) == ("numba.core.environment", "_rebuild_env"):
+                return lambda modname, consts, env_name: found.add(modname)
+            return super().find_class(module, name)
+
+    folder = Path(compiledir) / "numba"
+    for name in _ours(compiledir):
+        if name.endswith(".nbc"):
+            Reader(io.BytesIO((folder / name).read_bytes())).load()
+    return found
+
+
+def _assert_environments_importable(compiledir):
+    """Every environment in innergraph's entries names a module the next process can import (numba-linking.md)."""
+    modules = _environment_modules(compiledir)
+    assert modules, "no environment read: the check would pass vacuously"
+    assert all(isinstance(m, str) and importlib.util.find_spec(m) is not None for m in modules), modules
 
 
 def test_each_converted_function_is_cached_itself():
@@ -118,6 +152,7 @@ def test_a_changed_body_never_hits_a_stale_entry(tmp_path):
         got = _child(tmp_path, "innergraph", graph, number)
         assert got["value"] == pytest.approx(_expected(graph, number), rel=1e-14), (graph, number)
     assert _child(tmp_path, "innergraph", "minus", 0.9)["compiled"] == 0  # and each was kept
+    _assert_environments_importable(tmp_path)
 
 
 def test_the_docs_new_ops_are_loaded_by_the_next_process(tmp_path):
@@ -138,6 +173,23 @@ def test_the_docs_new_ops_are_loaded_by_the_next_process(tmp_path):
     for run in runs:
         assert run.returncode == 0, run.stdout[-3000:]
     assert "could not be read" not in runs[1].stdout + runs[1].stderr, runs[1].stdout[-3000:]
+    _assert_environments_importable(tmp_path)
+
+
+def test_a_generated_scalar_cast_is_loaded_by_a_process_with_another_final_function(tmp_path):
+    """PyTensor's ``cast_scalar_outputs`` (generated, globals without ``__name__``) loads in the next process.
+
+    The second process compiles another final function, so it loads the converted
+    functions' entries themselves; with the globals passed as PyTensor built them each
+    load failed (``'NoneType' object has no attribute 'startswith'``), warned and
+    compiled again: pymc-extras' Kalman filter test failed CI on the warning.
+    """
+    first = _child(tmp_path, "innergraph", "casts", 1.0)
+    second = _child(tmp_path, "innergraph", "casts", 0.5)
+    assert second["warnings"] == [], second["warnings"]
+    assert (first["value"], second["value"]) == (_expected("casts", 1.0), _expected("casts", 0.5))
+    assert second["compiled"] < first["compiled"], (first, second)  # the cast functions were loaded, not compiled
+    _assert_environments_importable(tmp_path)
 
 
 def test_two_processes_compiling_at_once_both_succeed_and_leave_one_valid_entry(tmp_path):

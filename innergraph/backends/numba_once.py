@@ -72,9 +72,17 @@ def direct_key(key: str, kind: str = DIRECT) -> str:
 
 
 def named_stably(py_func: Any) -> Any:
-    """``py_func`` with the file name ``<string>`` (module docstring), its globals and closure shared."""
+    """``py_func`` with the file name ``<string>`` (module docstring) and a module name Numba can import.
+
+    Globals without ``__name__`` (what ``compile_numba_function_src`` builds, e.g. for
+    PyTensor's ``cast_scalar_outputs``) are copied with one: Numba pickles a cached
+    function's environment under its module's name and, in another process, imports
+    that name; under None it fails (design/numba-linking.md, "An environment Numba can
+    load").
+    """
     code = py_func.__code__.replace(co_filename="<string>")
-    stable = types.FunctionType(code, py_func.__globals__, py_func.__name__, py_func.__defaults__, py_func.__closure__)
+    env = py_func.__globals__ if "__name__" in py_func.__globals__ else {**py_func.__globals__, "__name__": __name__}
+    stable = types.FunctionType(code, env, py_func.__name__, py_func.__defaults__, py_func.__closure__)
     stable.__source__ = getattr(py_func, "__source__", None)  # type: ignore[attr-defined]
     return stable
 
