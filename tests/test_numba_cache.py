@@ -30,7 +30,10 @@ _CHILD = textwrap.dedent(
     variant, graph, number = sys.argv[1], sys.argv[2], float(sys.argv[3])
     if variant == "innergraph":
         import innergraph
-    if len(sys.argv) > 4:
+    if len(sys.argv) > 4 and sys.argv[4].startswith("format:"):  # as if another innergraph wrote or reads it
+        import innergraph.backends.numba_once
+        innergraph.backends.numba_once.FORMAT = int(sys.argv[4].removeprefix("format:"))
+    elif len(sys.argv) > 4:
         import pytensor
         pytensor.__version__ = sys.argv[4]  # as if another PyTensor wrote or reads the cache
     import numpy as np, pytensor, pytensor.tensor as pt
@@ -215,13 +218,16 @@ def test_an_unreadable_entry_is_removed_and_recompiled_with_one_warning(tmp_path
     assert again["compiled"] == 0 and again["warnings"] == []
 
 
-def test_an_entry_of_another_pytensor_or_numba_is_not_used(tmp_path):
+def test_an_entry_of_another_pytensor_numba_or_format_is_not_used(tmp_path):
     _child(tmp_path, "innergraph")
     other = _child(tmp_path, "innergraph", version="3.3.0+other")
     assert other["compiled"] > 0 and other["value"] == pytest.approx(_expected("density", 1.5), rel=1e-14)
+    older = _child(tmp_path, "innergraph", version="format:1")  # an innergraph whose entries other processes could not load
+    assert older["compiled"] > 0 and older["warnings"] == []
     # another Numba: Numba's index records its version and refuses another's
     folder = Path(tmp_path) / "numba"
-    [index] = [folder / n for n in _ours(tmp_path) if "numba_funcified_fgraph" in n and "3.3.0+other" not in n and n.endswith(".nbi")]
+    [index] = [folder / n for n in _ours(tmp_path) if "numba_funcified_fgraph" in n and "3.3.0+other" not in n
+               and "_format1_" not in n and n.endswith(".nbi")]
     with index.open("rb") as f:
         pickle.load(f)
         rest = f.read()

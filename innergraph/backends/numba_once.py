@@ -59,6 +59,11 @@ DIRECT = "_innergraph_direct"
 #: function): every entry innergraph writes has a name of its own, none of vanilla's is overwritten.
 WRAPPED = "_innergraph_wrapped"
 
+#: The version of what innergraph writes into its entries, raised when the code it caches under
+#: an unchanged key changes. 2 (2026-11-28): generated functions' globals carry a module name
+#: (`named_stably`); entries of format 1 could not be loaded by another process.
+FORMAT = 2
+
 
 def direct_key(key: str, kind: str = DIRECT) -> str:
     """The key a function innergraph caches is registered under: PyTensor's ``key``, ``kind``, and what else its code depends on.
@@ -66,9 +71,9 @@ def direct_key(key: str, kind: str = DIRECT) -> str:
     PyTensor's keys name what an Op's conversion reads (its class, props, the graph), not
     the code PyTensor generates from it, and its locator stamps no version: an entry made
     by another PyTensor would be served. innergraph's entries carry PyTensor's version
-    (Numba's index already refuses another Numba's) and the fastmath setting.
+    (Numba's index already refuses another Numba's), the fastmath setting and `FORMAT`.
     """
-    return f"{key}{kind}_pytensor{pytensor.__version__}_fastmath{int(config.numba__fastmath)}"
+    return f"{key}{kind}_format{FORMAT}_pytensor{pytensor.__version__}_fastmath{int(config.numba__fastmath)}"
 
 
 def named_stably(py_func: Any) -> Any:

@@ -16,7 +16,7 @@ name                                  position  tags
 ``innergraph_set_rows``               2.01      fast_run, innergraph
 ``innergraph_ofg_dead_outputs``       48.3      fast_run, innergraph, innergraph_ofg
 ``innergraph_fold``                   48.5      fast_run, fast_compile, minimum_compile
-``innergraph_link_arguments``        48.95     fast_run, innergraph                 
+``innergraph_link_arguments``         48.95     fast_run, innergraph
 ``innergraph_fusion``                 49.1      fast_run, fusion
 ``innergraph_inline_outlined_loops``  49.15     fast_run, innergraph
 ``innergraph_fresh_carries``          49.3      fast_run, innergraph
