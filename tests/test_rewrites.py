@@ -160,6 +160,39 @@ def test_mit_mot_states_of_gradients_are_pruned():
     assert innergraph.graph_stats(fg)["unused_outputs"] == 0
 
 
+def test_loops_over_one_body_walk_it_once_and_live_slots_needs_no_memo(monkeypatch):
+    """K loops over one step body walk it once (the `leaves` memo), and `live_slots` alone gives the same slots.
+
+    Without the memo shared across consumers (``live_slots`` starting a fresh one) the
+    numbers stay right and the walks grow with K; the mutation run of ``dce.py`` found no
+    test that would notice.
+    """
+    from innergraph.protocol.signature import consumers
+    from innergraph.rewriting import dce
+
+    def step(x, s, t):
+        return s * x, t + 1  # t is dead: nothing reads it but itself
+
+    def walks(k):
+        seqs = [xs, xs * 2, xs + 1][:k]
+        outs = [innergraph.scan(step, sequences=[q], outputs_info=[x0, c], return_updates=False)[0] for q in seqs]
+        fg = FunctionGraph([x0, xs, c], outs, clone=True)
+        MergeOptimizer().rewrite(fg)
+        assert len({n.inputs[0] for n in nodes_of(fg, Scan)}) == 1  # one body variable
+        before = [len(sig.slots) for sig in consumers(fg)]
+        alone = [len(dce.live_slots(fg, sig)) for sig in consumers(fg)]  # no memo passed
+        seen = []
+        real = dce.scope_leaves
+        monkeypatch.setattr(dce, "scope_leaves", lambda outputs: seen.append(1) or real(outputs))
+        assert remove_dead_slots(fg) == k
+        monkeypatch.setattr(dce, "scope_leaves", real)
+        assert [len(sig.slots) for sig in consumers(fg)] == alone < before  # each loop lost its dead state
+        assert all(only.op.layout.info.n_sit_sot == 1 for only in nodes_of(fg, Scan))
+        return len(seen)
+
+    assert walks(3) == walks(1) > 0
+
+
 def test_dead_call_and_conditional_outputs():
     used, _ = call(lambda p, q, r: [pt.exp(p) * q, pt.log(r)], x0, c, xs.sum())
     fg = check_rewrite(remove_dead_slots, [x0, c, xs], [used])
