@@ -41,6 +41,10 @@ MODULES: dict[str, dict[str, object]] = {
         "tests": [["tests/test_graph.py"], ["tests/test_pickle.py", "-k", "constant or pickl or load"]],
         "sample": 12,  # about 15 s a mutant on one core: 3 minutes
     },
+    "innergraph/rewriting/dce.py": {
+        "tests": [["tests/test_rewrites.py", "-k", "dead or keeps or pruned or live_slots"], ["tests/test_opfromgraph.py", "-k", "dead"]],
+        "sample": 12,
+    },
 }
 
 

@@ -45,6 +45,7 @@ from vanilla import vanilla_function, vanilla_values
 from typed import call, grad, ifelse as ig_ifelse
 
 x0, c = pt.dscalar("x0"), pt.dscalar("c")
+d = pt.dscalar("d")
 xs = pt.dvector("xs")
 
 
@@ -136,6 +137,8 @@ def test_a_param_read_by_a_live_output_keeps_its_state():
     )
     fg = check_rewrite(remove_dead_slots, [x0, xs, c], [outs[0]], expect_change=False)
     assert only_scan(fg)[1].n_sit_sot == 2
+    node = only_scan(fg)[0]
+    assert remove_dead_slots(fg) == 0 and only_scan(fg)[0] is node  # nothing dead: no rebuild, no change counted
 
 
 def test_while_condition_keeps_what_it_reads():
@@ -158,6 +161,33 @@ def test_mit_mot_states_of_gradients_are_pruned():
     _, g_x0 = grad(ys[-1], [c, x0])  # the backward scan also accumulates the gradient for k
     fg = check_rewrite(merged_then(remove_dead_slots), [x0, c], [g_x0])
     assert innergraph.graph_stats(fg)["unused_outputs"] == 0
+
+
+@pytest.mark.parametrize("two_params_in", ["else", "then"])
+def test_each_branch_keeps_the_params_its_own_live_outputs_read(two_params_in):
+    """A branch reading ``c * d`` does not keep the other branch's second param alive.
+
+    The branches' params are positional placeholders, so both bodies' second param is one
+    `NominalVariable`: a walk that mixed the bodies' outputs (``bb <= b`` or ``bb >= b``
+    for ``bb == b``, mutants that survived ``dce.py``'s run) kept ``d`` in the branch that
+    reads only ``c``.
+    """
+    one, two = [pt.exp(c), pt.sin(d)], [c * d, x0 * 3]
+    then, other = (one, two) if two_params_in == "else" else (two, one)
+    (a, _) = ig_ifelse(x0 > 0, then, other)
+    fg = check_rewrite(remove_dead_slots, [x0, c, d], [a], values=[[0.5, 1.5, -2.0], [-1.0, 0.3, 4.0]])
+    (node,) = nodes_of(fg, IfElse)
+    expected = [1, 2] if two_params_in == "else" else [2, 1]
+    assert [len(body_of(f).param_types) for f in node.inputs[1:3]] == expected
+
+
+def test_a_consumer_of_many_slots_with_nothing_dead_is_left_as_it_is():
+    """300 params, all read: no rebuild and no change counted (slot counts above CPython's cached ints)."""
+    ps = [pt.dscalar(f"p{i}") for i in range(300)]
+    total = call(lambda *qs: pt.add(*qs), *ps)
+    fg = FunctionGraph(ps, [total], clone=False)
+    (node,) = nodes_of(fg, Call)
+    assert remove_dead_slots(fg) == 0 and nodes_of(fg, Call) == [node]
 
 
 def test_loops_over_one_body_walk_it_once_and_live_slots_needs_no_memo(monkeypatch):
