@@ -18,6 +18,9 @@ rerun
     and the edited rerun left: what a user waits for on every later run.
 warm
     A second process on the cache the cold one left (for the samplers).
+peak memory
+    The child's peak resident set size (``ru_maxrss``) when it is done: imports, the
+    model, the compilation and the calls, so what the compiling process needed at most.
 vanilla
     A process that never imports innergraph (the child is told which variant it is
     and imports innergraph only for ``innergraph``).
@@ -33,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -119,7 +123,7 @@ def _cells(cells: Sequence[Any]) -> str:
 def cold_report(results: Sequence[ColdResult]) -> list[str]:
     """Markdown tables: cold starts and edited reruns, innergraph against vanilla; where the cold start goes."""
     edited = all("edited" in r.runs["vanilla"] for r in results)
-    head = ["case", "vanilla: function + first call", "innergraph", "cold ratio", "steady ratio"]
+    head = ["case", "vanilla: function + first call", "innergraph", "cold ratio", "steady ratio", "peak memory v → ig", "ratio"]
     if edited:
         head += ["edited rerun: vanilla", "innergraph", "ratio", "rerun: vanilla", "innergraph", "ratio"]
     lines = [_cells(head), _cells(["---"] + ["---:"] * (len(head) - 1))]
@@ -131,6 +135,8 @@ def cold_report(results: Sequence[ColdResult]) -> list[str]:
             f"{i['function']:.2f} + {i['first_call']:.2f} s",
             f"{r.ratio('cold', 'cold_start'):.2f}",
             f"{r.ratio('cold', 'steady'):.2f}",
+            f"{v['peak_mb']:.0f} → {i['peak_mb']:.0f} MB",
+            f"{r.ratio('cold', 'peak_mb'):.2f}",
         ]
         if edited:
             row += [
@@ -167,14 +173,14 @@ def cold_report(results: Sequence[ColdResult]) -> list[str]:
 
 def sampling_report(results: Sequence[ColdResult]) -> list[str]:
     """A markdown table of the samplers' compile, sampling and total wall time, cold and warm."""
-    head = ["model / sampler", "run", "vanilla: compile + sampling", "innergraph", "total ratio"]
-    lines = [_cells(head), _cells(["---", "---", "---:", "---:", "---:"])]
+    head = ["model / sampler", "run", "vanilla: compile + sampling", "innergraph", "total ratio", "peak memory v → ig", "ratio"]
+    lines = [_cells(head), _cells(["---", "---", "---:", "---:", "---:", "---:", "---:"])]
     for r in results:
         for run in ("cold", "warm"):
             v, i = r.runs["vanilla"][run], r.runs["innergraph"][run]
             lines.append(_cells([
                 r.case, run, f"{v['compile']:.2f} + {v['sampling']:.2f} s", f"{i['compile']:.2f} + {i['sampling']:.2f} s",
-                f"{r.ratio(run, 'total'):.2f}",
+                f"{r.ratio(run, 'total'):.2f}", f"{v['peak_mb']:.0f} → {i['peak_mb']:.0f} MB", f"{r.ratio(run, 'peak_mb'):.2f}",
             ]))
     return lines
 
@@ -302,7 +308,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         figures = _where(args.case, args.steady_calls, args.edited)
     else:
         figures = _sample(args.case, args.sampler, args.draws, args.tune, args.edited)
-    print(json.dumps({"case": args.case, "variant": args.variant, "import": imported, **figures}))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kilobytes on Linux
+    print(json.dumps({"case": args.case, "variant": args.variant, "import": imported, **figures, "peak_mb": peak}))
     return 0
 
 

@@ -43,3 +43,15 @@ def test_sample_builds_the_edited_model(no_pymc, monkeypatch):
     with pytest.raises(Built) as built:
         cold.main(["sample", "pymc-garch-potential", "vanilla", "--edited"])
     assert built.value.args == (True,)
+
+
+def test_each_child_reports_its_peak_memory_and_the_report_its_ratio(no_pymc, monkeypatch, capsys):
+    monkeypatch.setattr(cold, "nuts_figures", lambda case, edited, steady_calls: {"first_call": 1.0})
+    assert cold.main(["nuts", "pymc-garch-potential", "vanilla"]) == 0
+    peak = json.loads(capsys.readouterr().out.splitlines()[-1])["peak_mb"]
+    assert 10 < peak < 100_000  # this process, in megabytes
+    figures = {"function": 1.0, "first_call": 2.0, "cold_start": 3.0, "steady": 1e-3}
+    result = cold.ColdResult("m", {"vanilla": {"cold": {**figures, "peak_mb": 800.0}},
+                                   "innergraph": {"cold": {**figures, "peak_mb": 600.0}}})
+    row = cold.cold_report([result])[2]
+    assert row.endswith("| 800 → 600 MB | 0.75 |"), row
