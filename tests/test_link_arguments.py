@@ -32,14 +32,19 @@ from vanilla import vanilla_function
 NUMBA = "NUMBA"
 
 
+def _final_function(fn):
+    """The final Numba function the thunk calls (``vm.jit_fn`` keeps it as ``final`` when constants are outlined)."""
+    return getattr(fn.vm.jit_fn, "final", fn.vm.jit_fn)
+
+
 def _final_key(fn):
     """The cache key the compiled function's final Numba dispatcher was registered under."""
-    jitted = fn.vm.jit_fn
+    jitted = _final_function(fn)
     return CACHED_SRC_FUNCTIONS.get(jitted.py_func)
 
 
 def _params(fn):
-    code = fn.vm.jit_fn.py_func.__code__
+    code = _final_function(fn).py_func.__code__
     return code.co_varnames[: code.co_argcount]
 
 
@@ -176,7 +181,7 @@ def test_a_graph_without_a_loop_keeps_its_numbers_and_is_compiled_once():
 def test_vanilla_bakes_the_numbers_in():
     fn = vanilla_function(_density(1.5), mode=NUMBA, first_call=[np.arange(1.0, 4.0)])
     assert not any(isinstance(n.op, LinkArgument) for n in fn.maker.fgraph.apply_nodes)
-    assert fn.vm.jit_fn.py_func.__source__.startswith("def numba_funcified_fgraph(*args)")  # PyTensor's own wrapper
+    assert _final_function(fn).py_func.__source__.startswith("def numba_funcified_fgraph(*args)")  # PyTensor's own wrapper
 
 
 def test_other_linkers_never_see_link_arguments():
@@ -196,7 +201,7 @@ _CHILD = textwrap.dedent(
     y = y + pytensor.scan(lambda v, c: 0.5 * c + v, sequences=[x], outputs_info=[pt.zeros(())], return_updates=False)[-1]
     fn = pytensor.function([x], [y, pytensor.grad(y, x)], mode="NUMBA")
     value = fn(np.arange(1.0, 4.0))
-    stats = fn.vm.jit_fn.stats
+    stats = getattr(fn.vm.jit_fn, "final", fn.vm.jit_fn).stats
     print(json.dumps({"hits": sum(stats.cache_hits.values()), "misses": sum(stats.cache_misses.values()),
                       "value": float(value[0])}))
     """
@@ -224,3 +229,34 @@ def test_uninstalled_numba_linker_is_pytensors():
     with innergraph.uninstalled():
         assert NumbaLinker.fgraph_convert.__module__.startswith("pytensor")
         assert NumbaLinker.jit_compile.__module__.startswith("pytensor")
+
+
+def test_jit_fn_takes_the_graphs_inputs_only_from_numba_code():
+    """``fn.vm.jit_fn`` called from Numba code with the graph's inputs gives the function's value.
+
+    nutpie calls a compiled function's ``vm.jit_fn`` from its own jitted function with the
+    graph's inputs only; the final function also takes the outlined constants, so nutpie
+    failed to type it (``Cannot bind args=(array(float64, 1d, C),)``) on every model with a loop.
+    """
+    import numba
+
+    def build():
+        x = pt.dvector("x")
+        ys = pytensor.scan(lambda v, c: c * 0.9 + v, sequences=[x], outputs_info=[pt.as_tensor_variable(np.float64(0.0))], return_updates=False)
+        return [x], ys[-1] * 1.7 + pt.exp(x * 0.3).sum()
+
+    fn = pytensor.function(*build(), mode="NUMBA")
+    assert fn.vm.jit_fn.final.py_func.__code__.co_argcount > 1  # the final function takes outlined constants too
+    inner = fn.vm.jit_fn
+
+    @numba.njit
+    def outer(a):
+        return inner(a)
+
+    v = np.arange(1.0, 5.0)
+    (got,) = outer(v)
+    expected = vanilla_function(build, mode="NUMBA")(v)
+    np.testing.assert_allclose(got, expected, rtol=1e-14)
+    assert float(fn(v)) == pytest.approx(float(expected), rel=1e-14)
+    (from_python,) = inner(v)  # called from Python with the graph's inputs, as vanilla's jit_fn can be
+    np.testing.assert_allclose(from_python, expected, rtol=1e-14)

@@ -47,11 +47,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numba.core.registry import CPUDispatcher
 from pytensor import config
 from pytensor.graph.basic import Apply, Constant, Variable, clone_get_equiv
 from pytensor.graph.traversal import io_toposort
 from pytensor.graph.fg import FunctionGraph
-from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS
+from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS, compile_numba_function_src
 from pytensor.link.numba.dispatch import basic as numba_basic
 from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, numba_typify
 from pytensor.link.numba.linker import NumbaLinker
@@ -263,10 +264,49 @@ def jit_compile(self: NumbaLinker, fn_and_cache: tuple[Any, str | None]) -> Call
         return _original_jit_compile(self, fn_and_cache)
     fn, key = fn_and_cache
     if key is None or not config.numba__cache:  # PyTensor's own rule: no key or caching off, no cache
-        return numba_basic.numba_njit(fn.py_func, final_function=True)
-    py_func = named_stably(fn.py_func)
-    CACHED_SRC_FUNCTIONS[py_func] = direct_key(key, FINAL)
-    return guarded(numba_basic.numba_njit(py_func, final_function=True, cache=True))
+        final = numba_basic.numba_njit(fn.py_func, final_function=True)
+    else:
+        py_func = named_stably(fn.py_func)
+        CACHED_SRC_FUNCTIONS[py_func] = direct_key(key, FINAL)
+        final = guarded(numba_basic.numba_njit(py_func, final_function=True, cache=True))
+    values = getattr(self, _VALUES)
+    return with_values_bound(final, fn.py_func.__code__.co_argcount - len(values), values) if values else final
+
+
+class _Bound(CPUDispatcher):
+    """The function PyTensor keeps as ``jit_fn``: its Numba signature takes the graph's inputs only.
+
+    Called from Python with the outlined values appended (PyTensor's thunk) it calls the
+    final function itself. Called with the graph's inputs only, from Numba code (nutpie
+    calls a compiled function's ``vm.jit_fn`` from its own jitted functions) or from
+    Python (as vanilla's ``jit_fn`` may be), it compiles its own Python function, which
+    calls the final function with the values as globals (`with_values_bound`).
+    """
+
+    final: Any
+    n_inputs: int
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if len(args) == self.n_inputs and not kwargs:
+            return super().__call__(*args)
+        return self.final(*args, **kwargs)
+
+
+def with_values_bound(final: Any, n_inputs: int, values: Sequence[Any]) -> Any:
+    """``final`` for PyTensor's thunk, a function of the graph's ``n_inputs`` inputs for Numba code (`_Bound`).
+
+    The values are globals of the Numba function, so Numba bakes them into its code, as
+    PyTensor's own final function would; it is compiled only when Numba code calls it,
+    and not cached (its code depends on the values).
+    """
+    names = [f"i{k}" for k in range(n_inputs)]
+    bound = [f"v{k}" for k in range(len(values))]
+    src = f"def jit_fn({', '.join(names)}):\n    return final({', '.join(names + bound)})\n"
+    env = {"final": final, "__name__": __name__, **dict(zip(bound, values, strict=True))}
+    py_func = compile_numba_function_src(src, "jit_fn", env)
+    dispatcher = _Bound(py_func, locals={}, targetoptions={"nopython": True, "boundscheck": False, "fastmath": config.numba__fastmath, "no_cpython_wrapper": False})
+    dispatcher.final, dispatcher.n_inputs = final, n_inputs
+    return dispatcher
 
 
 apply_late(Patch(NumbaLinker, "fgraph_convert", fgraph_convert))
