@@ -296,15 +296,16 @@ def with_values_bound(final: Any, n_inputs: int, values: Sequence[Any]) -> Any:
     """``final`` for PyTensor's thunk, a function of the graph's ``n_inputs`` inputs for Numba code (`_Bound`).
 
     The values are globals of the Numba function, so Numba bakes them into its code, as
-    PyTensor's own final function would; it is compiled only when Numba code calls it,
-    and not cached (its code depends on the values).
+    PyTensor's own final function would; it is compiled only when something calls it with
+    the graph's inputs, and not cached (its code depends on the values).
     """
     names = [f"i{k}" for k in range(n_inputs)]
     bound = [f"v{k}" for k in range(len(values))]
     src = f"def jit_fn({', '.join(names)}):\n    return final({', '.join(names + bound)})\n"
     env = {"final": final, "__name__": __name__, **dict(zip(bound, values, strict=True))}
     py_func = compile_numba_function_src(src, "jit_fn", env)
-    dispatcher = _Bound(py_func, locals={}, targetoptions={"nopython": True, "boundscheck": False, "fastmath": config.numba__fastmath, "no_cpython_wrapper": False})
+    options = {"nopython": True, "boundscheck": False, "fastmath": config.numba__fastmath, "no_cpython_wrapper": False}
+    dispatcher = _Bound(py_func, locals={}, targetoptions=options)
     dispatcher.final, dispatcher.n_inputs = final, n_inputs
     return dispatcher
 
