@@ -26,25 +26,21 @@ from pytensor.graph.basic import Constant
 from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS
 
 import innergraph
+from innergraph.backends.numba_link import final_function
 from innergraph.ops.link_argument import LinkArgument
 from vanilla import vanilla_function
 
 NUMBA = "NUMBA"
 
 
-def _final_function(fn):
-    """The final Numba function the thunk calls (``vm.jit_fn`` keeps it as ``final`` when constants are outlined)."""
-    return getattr(fn.vm.jit_fn, "final", fn.vm.jit_fn)
-
-
 def _final_key(fn):
     """The cache key the compiled function's final Numba dispatcher was registered under."""
-    jitted = _final_function(fn)
+    jitted = final_function(fn.vm.jit_fn)
     return CACHED_SRC_FUNCTIONS.get(jitted.py_func)
 
 
 def _params(fn):
-    code = _final_function(fn).py_func.__code__
+    code = final_function(fn.vm.jit_fn).py_func.__code__
     return code.co_varnames[: code.co_argcount]
 
 
@@ -181,7 +177,7 @@ def test_a_graph_without_a_loop_keeps_its_numbers_and_is_compiled_once():
 def test_vanilla_bakes_the_numbers_in():
     fn = vanilla_function(_density(1.5), mode=NUMBA, first_call=[np.arange(1.0, 4.0)])
     assert not any(isinstance(n.op, LinkArgument) for n in fn.maker.fgraph.apply_nodes)
-    assert _final_function(fn).py_func.__source__.startswith("def numba_funcified_fgraph(*args)")  # PyTensor's own wrapper
+    assert final_function(fn.vm.jit_fn).py_func.__source__.startswith("def numba_funcified_fgraph(*args)")  # PyTensor's own wrapper
 
 
 def test_other_linkers_never_see_link_arguments():
@@ -201,7 +197,8 @@ _CHILD = textwrap.dedent(
     y = y + pytensor.scan(lambda v, c: 0.5 * c + v, sequences=[x], outputs_info=[pt.zeros(())], return_updates=False)[-1]
     fn = pytensor.function([x], [y, pytensor.grad(y, x)], mode="NUMBA")
     value = fn(np.arange(1.0, 4.0))
-    stats = getattr(fn.vm.jit_fn, "final", fn.vm.jit_fn).stats
+    from innergraph.backends.numba_link import final_function
+    stats = final_function(fn.vm.jit_fn).stats
     print(json.dumps({"hits": sum(stats.cache_hits.values()), "misses": sum(stats.cache_misses.values()),
                       "value": float(value[0])}))
     """
@@ -246,7 +243,7 @@ def test_jit_fn_takes_the_graphs_inputs_only_from_numba_code():
         return [x], ys[-1] * 1.7 + pt.exp(x * 0.3).sum()
 
     fn = pytensor.function(*build(), mode="NUMBA")
-    assert fn.vm.jit_fn.final.py_func.__code__.co_argcount > 1  # the final function takes outlined constants too
+    assert final_function(fn.vm.jit_fn).py_func.__code__.co_argcount > 1  # the final function takes outlined constants too
     inner = fn.vm.jit_fn
 
     @numba.njit

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS
 
+from innergraph.backends.numba_link import final_function
 from innergraph.backends.numba_once import DIRECT
 
 _CHILD = textwrap.dedent(
@@ -70,11 +71,6 @@ _CHILD = textwrap.dedent(
                       "warnings": [str(w.message) for w in caught if "innergraph" in str(w.message)]}))
     """
 )
-
-
-def _final_function(fn):
-    """The final Numba function the thunk calls (``vm.jit_fn`` keeps it as ``final`` when constants are outlined)."""
-    return getattr(fn.vm.jit_fn, "final", fn.vm.jit_fn)
 
 
 def _child(compiledir, variant, graph="density", number=1.5, version=None, wait=True):
@@ -143,7 +139,8 @@ def test_each_converted_function_is_cached_itself():
     x = pt.dvector("x")
     fn = pytensor.function([x], pt.exp(-0.5 * (x / 1.5) ** 2).sum() + pt.log(x.sum() + 3.7), mode="NUMBA")
     fn(np.arange(1.0, 4.0))
-    called = [v for v in _final_function(fn).py_func.__globals__.values() if hasattr(v, "py_func") and v is not _final_function(fn)]
+    final = final_function(fn.vm.jit_fn)
+    called = [v for v in final.py_func.__globals__.values() if hasattr(v, "py_func") and v is not final]
     keys = [CACHED_SRC_FUNCTIONS.get(dispatcher.py_func, "") for dispatcher in called]
     assert keys and all("_innergraph_" in key for key in keys), keys  # no entry under vanilla's name
     # the converted functions that are jitted Python functions are cached themselves, not through
@@ -263,8 +260,9 @@ def test_caching_turned_off_writes_no_entry(tmp_path):
         ys = pytensor.scan(lambda v, c: 0.5 * c + v, sequences=[x], outputs_info=[pt.zeros(())], return_updates=False)
         fn = pytensor.function([x], ys[-1] * 1.5, mode="NUMBA")
         assert fn(np.arange(1.0, 4.0)) == pytest.approx(1.5 * (0.25 + 1.0 + 3.0))
-    assert CACHED_SRC_FUNCTIONS.get(_final_function(fn).py_func) is None
-    assert type(_final_function(fn)._cache).__name__ == "NullCache"
+    final = final_function(fn.vm.jit_fn)
+    assert CACHED_SRC_FUNCTIONS.get(final.py_func) is None
+    assert type(final._cache).__name__ == "NullCache"
 
 
 _MOCKED_CHILD = textwrap.dedent(

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from numba.core.registry import CPUDispatcher
@@ -270,7 +270,8 @@ def jit_compile(self: NumbaLinker, fn_and_cache: tuple[Any, str | None]) -> Call
         CACHED_SRC_FUNCTIONS[py_func] = direct_key(key, FINAL)
         final = guarded(numba_basic.numba_njit(py_func, final_function=True, cache=True))
     values = getattr(self, _VALUES)
-    return with_values_bound(final, fn.py_func.__code__.co_argcount - len(values), values) if values else final
+    graph = cast(FunctionGraph, self.fgraph)  # set by `accept` before PyTensor compiles anything
+    return with_values_bound(final, len(graph.inputs), values) if values else final
 
 
 class _Bound(CPUDispatcher):
@@ -290,6 +291,11 @@ class _Bound(CPUDispatcher):
         if len(args) == self.n_inputs and not kwargs:
             return super().__call__(*args)
         return self.final(*args, **kwargs)
+
+
+def final_function(jit_fn: Any) -> Any:
+    """The final Numba function a thunk calls, given what PyTensor keeps as its ``jit_fn`` (a `_Bound` or it)."""
+    return jit_fn.final if isinstance(jit_fn, _Bound) else jit_fn
 
 
 def with_values_bound(final: Any, n_inputs: int, values: Sequence[Any]) -> Any:
