@@ -242,7 +242,8 @@ def test_jit_fn_takes_the_graphs_inputs_only_from_numba_code():
         ys = pytensor.scan(lambda v, c: c * 0.9 + v, sequences=[x], outputs_info=[pt.as_tensor_variable(np.float64(0.0))], return_updates=False)
         return [x], ys[-1] * 1.7 + pt.exp(x * 0.3).sum()
 
-    fn = pytensor.function(*build(), mode="NUMBA")
+    inputs, output = build()
+    fn = pytensor.function(inputs, output, mode="NUMBA")
     assert final_function(fn.vm.jit_fn).py_func.__code__.co_argcount > 1  # the final function takes outlined constants too
     inner = fn.vm.jit_fn
 

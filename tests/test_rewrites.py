@@ -42,7 +42,7 @@ from innergraph.rewriting.simplify import simplify_consumers
 from innergraph.rewriting.untrace import untrace_final_states
 from innergraph.testing.rewrites import check_rewrite
 from vanilla import vanilla_function, vanilla_values
-from typed import call, grad, ifelse as ig_ifelse
+from typed import call, grad, ifelse as ig_ifelse, recording
 
 x0, c = pt.dscalar("x0"), pt.dscalar("c")
 d = pt.dscalar("d")
@@ -211,9 +211,9 @@ def test_loops_over_one_body_walk_it_once_and_live_slots_needs_no_memo(monkeypat
         assert len({n.inputs[0] for n in nodes_of(fg, Scan)}) == 1  # one body variable
         before = [len(sig.slots) for sig in consumers(fg)]
         alone = [len(dce.live_slots(fg, sig)) for sig in consumers(fg)]  # no memo passed
-        seen = []
+        seen: list[Any] = []
         real = dce.scope_leaves
-        monkeypatch.setattr(dce, "scope_leaves", lambda outputs: seen.append(1) or real(outputs))
+        monkeypatch.setattr(dce, "scope_leaves", recording(seen, real))
         assert remove_dead_slots(fg) == k
         monkeypatch.setattr(dce, "scope_leaves", real)
         assert [len(sig.slots) for sig in consumers(fg)] == alone < before  # each loop lost its dead state
