@@ -29,9 +29,10 @@ upstream
 suite
     innergraph's own tests: after patches 1-4 in the monkey-patched form (``--suite
     each``: the whole suite; default: `PARTIAL_TESTS`, the tests of the two forms and the
-    series), the whole suite with no monkey-patch
-    (``-m "not monkey_patch_only"``) after patch 5 (``--suite-tests`` names a subset), its
-    property tests with 25 examples each (the ``repeat`` profile of ``tests/conftest.py``):
+    series); after patch 5 the whole suite with no monkey-patch, less the repository's
+    tools, which the main suite checks (``-m "not monkey_patch_only and not
+    repository_tools"``; ``--suite-tests`` names a subset), its property tests with 25
+    examples each (the ``repeat`` profile of ``tests/conftest.py``):
     the main suite runs the same code with 200.
 
 One line per step is printed as it finishes, with its time; the records of PyTensor's tests
@@ -277,8 +278,8 @@ def _check_suite(python: Path, level: int, whole: bool, tests: list[str] | None,
     path = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(_OUTCOMES.parent)) if p)
     env = {"INNERGRAPH_EXPECT_FORM": form, "INNERGRAPH_EXPECT_SERIES_LEVEL": str(level), "PYTHONPATH": path, "OUTCOMES_RECORD": str(record)}
     command = [str(python), "-m", "pytest", "-x", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-p", "outcomes"]
-    if form == "patched pytensor":  # the property tests' 200 examples ran in the main suite already
-        command += ["-m", "not monkey_patch_only", "--hypothesis-profile=repeat", *(tests or ["tests"])]
+    if form == "patched pytensor":  # the property tests' 200 examples and the repository's tools ran in the main suite already
+        command += ["-m", "not monkey_patch_only and not repository_tools", "--hypothesis-profile=repeat", *(tests or ["tests"])]
     else:
         command += ["tests"] if whole else list(PARTIAL_TESTS)
     code, output, seconds = _run(command, env=env, cwd=REPOSITORY)

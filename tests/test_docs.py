@@ -8,6 +8,8 @@ import warnings
 
 import pytest
 
+pytestmark = pytest.mark.repository_tools  # run once, on the newest PyTensor (pyproject.toml's markers)
+
 ROOT = pathlib.Path(__file__).parent.parent
 
 

@@ -210,6 +210,7 @@ def test_a_user_built_body_is_not_interned():
     assert interned_bodies() == []
 
 
+@pytest.mark.repository_tools  # the bench command's own behaviour (pyproject.toml's markers)
 @pytest.mark.parametrize("fresh", [False, True])
 def test_the_bench_empties_the_table_before_each_timed_innergraph_compile_only_when_asked(fresh, monkeypatch):
     import innergraph_bench.bench as bench

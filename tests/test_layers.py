@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.repository_tools  # run once, on the newest PyTensor (pyproject.toml's markers)
+
 sys.path.insert(0, str(Path(__file__).parent / "scripts"))
 
 import import_graph  # noqa: E402

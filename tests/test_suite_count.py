@@ -9,6 +9,10 @@ import re
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.repository_tools  # run once, on the newest PyTensor (pyproject.toml's markers)
+
 ROOT = pathlib.Path(__file__).parent.parent
 
 

@@ -6,6 +6,8 @@ from innergraph_bench.__main__ import main
 from innergraph_bench.bench import CaseResult, Measurement, markdown_report, splice, write_chart
 from innergraph_bench.cases import CASES, select
 
+pytestmark = pytest.mark.repository_tools  # run once, on the newest PyTensor (pyproject.toml's markers)
+
 
 def fake_result(case, compile_ratio, nodes=(10, 8)):
     def measurement(compile_s, total):

@@ -18,6 +18,8 @@ from innergraph import graph_stats
 from innergraph_bench.bench import compile_case, compile_graph, fresh_graph
 from innergraph_bench.cases import CASES, VARIANTS, ifelse_heavy
 
+pytestmark = pytest.mark.repository_tools  # run once, on the newest PyTensor (pyproject.toml's markers)
+
 MEASURED = [c for c in CASES if c.group != "7"]
 BY_ID = {c.id: c for c in MEASURED}
 

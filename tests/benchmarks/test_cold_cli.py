@@ -11,6 +11,8 @@ import pytest
 
 from innergraph_bench import cold
 
+pytestmark = pytest.mark.repository_tools  # run once, on the newest PyTensor (pyproject.toml's markers)
+
 
 @pytest.fixture
 def no_pymc(monkeypatch):

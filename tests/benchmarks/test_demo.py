@@ -8,6 +8,8 @@ from innergraph_bench import demo
 from innergraph_bench.bench import CaseResult, Measurement
 from innergraph_bench.cases import ar2, issue_1669, student_t
 
+pytestmark = pytest.mark.repository_tools  # run once, on the newest PyTensor (pyproject.toml's markers)
+
 
 def _measurement(compile_s, steady_s, scans, calls, outer, hidden, unread, dead=0, result=(1.0,)):
     stats = {"outer_nodes": outer, "hidden_nodes": hidden, "total_nodes": outer + hidden, "bodies": 2,

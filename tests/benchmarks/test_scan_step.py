@@ -23,6 +23,8 @@ import innergraph
 from innergraph_bench.bench import as_variant, compile_case, mode_for
 from innergraph_bench.cases import trivial_scan
 
+pytestmark = pytest.mark.repository_tools  # run once, on the newest PyTensor (pyproject.toml's markers)
+
 STEPS = 10_000
 LINKERS = ["numba", "cvm", "py"]
 VARIANTS = ["vanilla", "pipeline", "in_graph"]
