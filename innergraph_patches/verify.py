@@ -277,6 +277,8 @@ def _check_suite(python: Path, level: int, whole: bool, tests: list[str] | None,
     record.unlink(missing_ok=True)
     path = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(_OUTCOMES.parent)) if p)
     env = {"INNERGRAPH_EXPECT_FORM": form, "INNERGRAPH_EXPECT_SERIES_LEVEL": str(level), "PYTHONPATH": path, "OUTCOMES_RECORD": str(record)}
+    if form != "patched pytensor":  # a shard (INNERGRAPH_SHARD, .ci/patched) is of the last patch's whole suite only
+        env["INNERGRAPH_SHARD"] = ""
     command = [str(python), "-m", "pytest", "-x", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-p", "outcomes"]
     if form == "patched pytensor":  # the property tests' 200 examples and the repository's tools ran in the main suite already
         command += ["-m", "not monkey_patch_only and not repository_tools", "--hypothesis-profile=repeat", *(tests or ["tests"])]
@@ -286,6 +288,8 @@ def _check_suite(python: Path, level: int, whole: bool, tests: list[str] | None,
     summary = next((line for line in reversed(output.splitlines()) if re.search(r"\d+ (passed|failed)", line)), "no summary")
     if form == "patched pytensor":
         what = f"{len(tests)} files" if tests else "whole suite"
+        if os.environ.get("INNERGRAPH_SHARD"):
+            what += f", shard {os.environ['INNERGRAPH_SHARD']}"
     else:
         what = "whole suite" if whole else "the forms' and the series' tests"
     detail = "" if code == 0 else "\n" + output[-4000:]

@@ -1,3 +1,4 @@
+import hashlib
 import os
 import time
 from contextlib import contextmanager
@@ -27,8 +28,39 @@ DIFFERENTIAL_SEED = int(os.environ.get("INNERGRAPH_DIFF_SEED") or time.time_ns()
 _differential_lines: list[str] = []
 
 
+def _shard() -> tuple[int, int] | None:
+    """``INNERGRAPH_SHARD=K/N``: this run keeps the tests whose id hashes to K modulo N (CI's second runs)."""
+    text = os.environ.get("INNERGRAPH_SHARD", "")
+    if not text:
+        return None
+    k, _, n = text.partition("/")
+    if not (k.isdigit() and n.isdigit() and 0 <= int(k) < int(n)):
+        raise pytest.UsageError(f"INNERGRAPH_SHARD={text!r}: expected K/N with 0 <= K < N, e.g. 0/2")
+    return int(k), int(n)
+
+
+def in_shard(nodeid: str, k: int, n: int) -> bool:
+    """Whether the test ``nodeid`` is in shard ``k`` of ``n`` (a hash of the id: the same on every machine)."""
+    return int(hashlib.sha256(nodeid.encode()).hexdigest()[:8], 16) % n == k
+
+
+def pytest_collection_modifyitems(config, items):
+    shard = _shard()
+    if shard is None:
+        return
+    keep, drop = [], []
+    for item in items:
+        (keep if in_shard(item.nodeid, *shard) else drop).append(item)
+    config.hook.pytest_deselected(items=drop)
+    items[:] = keep
+
+
 def pytest_report_header(config):
-    return f"innergraph differential seed: {DIFFERENTIAL_SEED} (replay: INNERGRAPH_DIFF_SEED={DIFFERENTIAL_SEED})"
+    shard = _shard()
+    lines = [f"innergraph differential seed: {DIFFERENTIAL_SEED} (replay: INNERGRAPH_DIFF_SEED={DIFFERENTIAL_SEED})"]
+    if shard is not None:
+        lines.append(f"innergraph shard {shard[0]}/{shard[1]} (INNERGRAPH_SHARD): the other tests are deselected")
+    return lines
 
 
 def pytest_terminal_summary(terminalreporter):
