@@ -48,7 +48,8 @@ def pytest_collection_modifyitems(config, items):
     shard = _shard()
     if shard is None:
         return
-    keep, drop = [], []
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
     for item in items:
         (keep if in_shard(item.nodeid, *shard) else drop).append(item)
     config.hook.pytest_deselected(items=drop)

@@ -1,0 +1,49 @@
+"""``INNERGRAPH_SHARD=K/N`` (tests/conftest.py): the shards of CI's second runs of the suite
+(.ci/oldest, .ci/patched) partition the tests, the same way on every machine."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import _shard, in_shard
+
+pytestmark = pytest.mark.repository_tools  # run once, on the newest PyTensor (pyproject.toml's markers)
+
+ROOT = Path(__file__).parent.parent
+
+
+def _collected(shard: str) -> list[str]:
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests/test_user_errors.py"],
+        cwd=ROOT, env={**os.environ, "INNERGRAPH_SHARD": shard}, capture_output=True, text=True, timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    return [line for line in run.stdout.splitlines() if "::" in line]
+
+
+def test_a_shard_collects_exactly_its_tests():
+    everything, first = _collected(""), _collected("0/2")
+    assert len(everything) > 10
+    assert first == [t for t in everything if in_shard(t, 0, 2)]
+    assert 0 < len(first) < len(everything)
+
+
+def test_the_shards_partition_any_ids():
+    ids = [f"tests/test_x.py::test_{i}[{j}]" for i in range(50) for j in range(3)]
+    shards = [[t for t in ids if in_shard(t, k, 3)] for k in range(3)]
+    assert sorted(sum(shards, [])) == sorted(ids)
+    assert all(shards)
+
+
+@pytest.mark.parametrize("text", ["2/2", "a/2", "1", "-1/2"])
+def test_a_malformed_shard_is_refused_by_name(text, monkeypatch):
+    monkeypatch.setenv("INNERGRAPH_SHARD", text)
+    with pytest.raises(pytest.UsageError, match=f"INNERGRAPH_SHARD={text!r}"):
+        _shard()
+
+
+def test_no_shard_keeps_everything(monkeypatch):
+    monkeypatch.delenv("INNERGRAPH_SHARD", raising=False)
+    assert _shard() is None
