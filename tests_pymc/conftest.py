@@ -4,7 +4,7 @@
 deselects the tests parametrized by a ``case_id`` outside it: `.ci/pymc` keeps CI's run in
 budget with it, judging the light models on every run and one of the four whose Numba
 compilation takes minutes per variant, in rotation (design/testing.md, "CI on 2 cores").
-Unset, every model runs.
+Unset or ``all``, every model runs.
 """
 
 import os
@@ -14,7 +14,7 @@ import innergraph  # noqa: F401  (installs the patches for every test)
 
 def pytest_collection_modifyitems(config, items):
     chosen = os.environ.get("PYMC_MODELS")
-    if chosen is None:
+    if chosen is None or chosen == "all":
         return
     from innergraph_bench.pymc_models import MODELS
 
