@@ -28,9 +28,8 @@ DIFFERENTIAL_SEED = int(os.environ.get("INNERGRAPH_DIFF_SEED") or time.time_ns()
 _differential_lines: list[str] = []
 
 
-def _shard() -> tuple[int, int] | None:
-    """``INNERGRAPH_SHARD=K/N``: this run keeps the tests whose id hashes to K modulo N (CI's second runs)."""
-    text = os.environ.get("INNERGRAPH_SHARD", "")
+def _shard(text: str) -> tuple[int, int] | None:
+    """``K/N`` (`INNERGRAPH_SHARD`): keep the tests whose id hashes to K modulo N (CI's second runs); empty: all."""
     if not text:
         return None
     k, _, n = text.partition("/")
@@ -39,28 +38,30 @@ def _shard() -> tuple[int, int] | None:
     return int(k), int(n)
 
 
+#: This session's shard, taken out of the environment: a pytest that a test starts runs whole.
+SHARD = _shard(os.environ.pop("INNERGRAPH_SHARD", ""))
+
+
 def in_shard(nodeid: str, k: int, n: int) -> bool:
     """Whether the test ``nodeid`` is in shard ``k`` of ``n`` (a hash of the id: the same on every machine)."""
     return int(hashlib.sha256(nodeid.encode()).hexdigest()[:8], 16) % n == k
 
 
 def pytest_collection_modifyitems(config, items):
-    shard = _shard()
-    if shard is None:
+    if SHARD is None:
         return
     keep: list[pytest.Item] = []
     drop: list[pytest.Item] = []
     for item in items:
-        (keep if in_shard(item.nodeid, *shard) else drop).append(item)
+        (keep if in_shard(item.nodeid, *SHARD) else drop).append(item)
     config.hook.pytest_deselected(items=drop)
     items[:] = keep
 
 
 def pytest_report_header(config):
-    shard = _shard()
     lines = [f"innergraph differential seed: {DIFFERENTIAL_SEED} (replay: INNERGRAPH_DIFF_SEED={DIFFERENTIAL_SEED})"]
-    if shard is not None:
-        lines.append(f"innergraph shard {shard[0]}/{shard[1]} (INNERGRAPH_SHARD): the other tests are deselected")
+    if SHARD is not None:
+        lines.append(f"innergraph shard {SHARD[0]}/{SHARD[1]} (INNERGRAPH_SHARD): the other tests are deselected")
     return lines
 
 

@@ -38,12 +38,25 @@ def test_the_shards_partition_any_ids():
 
 
 @pytest.mark.parametrize("text", ["2/2", "a/2", "1", "-1/2"])
-def test_a_malformed_shard_is_refused_by_name(text, monkeypatch):
-    monkeypatch.setenv("INNERGRAPH_SHARD", text)
+def test_a_malformed_shard_is_refused_by_name(text):
     with pytest.raises(pytest.UsageError, match=f"INNERGRAPH_SHARD={text!r}"):
-        _shard()
+        _shard(text)
 
 
-def test_no_shard_keeps_everything(monkeypatch):
-    monkeypatch.delenv("INNERGRAPH_SHARD", raising=False)
-    assert _shard() is None
+def test_no_shard_keeps_everything():
+    assert _shard("") is None
+
+
+def test_a_pytest_that_a_test_starts_runs_whole():
+    """A sharded session's tests do not pass their shard on (tests/test_numba_cache.py runs a pytest of one test)."""
+    this = "tests/test_shards.py::test_the_environment_of_tests_holds_no_shard"
+    k = next(k for k in range(2) if in_shard(this, k, 2))
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", this],
+        cwd=ROOT, env={**os.environ, "INNERGRAPH_SHARD": f"{k}/2"}, capture_output=True, text=True, timeout=600,
+    )
+    assert run.returncode == 0 and "1 passed" in run.stdout, run.stdout[-2000:]
+
+
+def test_the_environment_of_tests_holds_no_shard():
+    assert "INNERGRAPH_SHARD" not in os.environ
