@@ -49,7 +49,7 @@ from typing import Any
 
 from innergraph_bench.cold import THREADS, nuts_figures  # imports neither PyMC nor innergraph
 
-__all__ = ["RUNS", "CompileRecorder", "compare", "summary"]
+__all__ = ["RUNS", "VARIANTS", "CompileRecorder", "compare", "summary"]
 
 
 class CompileRecorder:
@@ -151,7 +151,7 @@ def summary(data: dict[str, Any], top: int = 8) -> dict[str, Any]:
     records = data["records"]
     kinds: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
     for r in records:
-        kind = "outer" if r["function"] == "numba_funcified_fgraph" else "loops" if r["function"] in ("scan", "numba_scan") else "ops"
+        kind = "outer" if r["function"] == "numba_funcified_fgraph" else "loops" if r["function"] in ("scan", "numba_scan", "step_body_by_reference") else "ops"
         kinds[kind].append(r)
     linked = collections.Counter(name for r in records for name in r["linked"])
     return {
@@ -173,15 +173,24 @@ def summary(data: dict[str, Any], top: int = 8) -> dict[str, Any]:
 RUNS = (("cold", False), ("edited", True), ("rerun", False))
 
 
-def compare(cases: Sequence[str], python: str = sys.executable, log: Any = print) -> list[str]:
-    """Both variants' runs (`RUNS`) of each case, each a fresh child; a markdown table of them."""
+#: The variants a child can be: ``innergraph-linked`` is innergraph with every step body linked into its loop
+#: (none called by reference), to measure what calling by reference changes.
+VARIANTS = ("vanilla", "innergraph", "innergraph-linked")
+
+
+def compare(
+    cases: Sequence[str], python: str = sys.executable, log: Any = print, variants: Sequence[str] = ("vanilla", "innergraph")
+) -> list[str]:
+    """Each variant's runs (`RUNS`) of each case, each a fresh child; a markdown table, each variant against the first."""
+    first, others = variants[0], variants[1:]
+    head = " | ".join(f"{v} | Numba functions | LLVM | ratio" for v in others)
     rows = [
-        "| case | run | vanilla: function + first call | Numba functions | LLVM | innergraph | Numba functions | LLVM | ratio |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        f"| case | run | {first}: function + first call | Numba functions | LLVM | {head} |",
+        "| --- | --- | ---: | ---: | ---: |" + " ---: | ---: | ---: | ---: |" * len(others),
     ]
     for n, case in enumerate(cases):
         figures: dict[tuple[str, str], dict[str, Any]] = {}
-        for variant in ("vanilla", "innergraph") if n % 2 == 0 else ("innergraph", "vanilla"):
+        for variant in variants if n % 2 == 0 else variants[::-1]:
             with tempfile.TemporaryDirectory(prefix="innergraph-numba-time-") as compiledir:
                 for run, edited in RUNS:
                     out = os.path.join(compiledir, f"{run}.json")
@@ -193,12 +202,13 @@ def compare(cases: Sequence[str], python: str = sys.executable, log: Any = print
                     figures[variant, run] = {**data, **summary(data)}
                     log(f"  {case} {variant} {run}: {data['function']:.2f} + {data['first_call']:.2f} s")
         for run, _ in RUNS:
-            v, i = figures["vanilla", run], figures["innergraph", run]
-            total = (i["function"] + i["first_call"]) / (v["function"] + v["first_call"])
-            rows.append(
-                f"| {case} | {run} | {v['function']:.2f} + {v['first_call']:.2f} s | {v['compilations']} | {v['llvm']:.2f} s "
-                f"| {i['function']:.2f} + {i['first_call']:.2f} s | {i['compilations']} | {i['llvm']:.2f} s | {total:.2f} |"
-            )
+            v = figures[first, run]
+            cells = [f"{v['function']:.2f} + {v['first_call']:.2f} s | {v['compilations']} | {v['llvm']:.2f} s"]
+            for other in others:
+                i = figures[other, run]
+                total = (i["function"] + i["first_call"]) / (v["function"] + v["first_call"])
+                cells.append(f"{i['function']:.2f} + {i['first_call']:.2f} s | {i['compilations']} | {i['llvm']:.2f} s | {total:.2f}")
+            rows.append(f"| {case} | {run} | {' | '.join(cells)} |")
     return rows
 
 
@@ -206,17 +216,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m innergraph_bench.numba_time", description=__doc__.split("\n")[0])
     parser.add_argument("--compare", nargs="+", metavar="CASE", help="run both variants' cold, edited and rerun children and print the table")
     parser.add_argument("case", nargs="?")
-    parser.add_argument("variant", nargs="?", choices=("vanilla", "innergraph"))
+    parser.add_argument("variant", nargs="?", choices=VARIANTS)
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=["vanilla", "innergraph"], help="with --compare: the variants, the first the baseline")
     parser.add_argument("--edited", action="store_true")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     if args.compare:
-        print("\n".join(compare(args.compare)))
+        print("\n".join(compare(args.compare, variants=args.variants)))
         return 0
     if not (args.case and args.variant and args.out):
         parser.error("a child needs CASE, VARIANT and --out")
-    if args.variant == "innergraph":
+    if args.variant != "vanilla":
         import innergraph  # noqa: F401  (installs itself)
+    if args.variant == "innergraph-linked":
+        from innergraph.backends import numba_reference
+
+        numba_reference.MIN_NODES = sys.maxsize
     import warnings
 
     warnings.simplefilter("ignore")

@@ -277,11 +277,17 @@ _BACKENDS = PatchSpec(
     message=f"""The Numba and JAX conversions of the in-graph consumers (a body compiled
 once however many consumers read it), loaded on a linker's first link
 once innergraph is enabled.
-Seven functions of PyTensor delegate to innergraph while it is enabled,
+Nine functions of PyTensor delegate to innergraph while it is enabled,
 keeping their body as _<name>_base:
 
 - numba's numba_funcify_ensure_cache: equal nodes of one conversion
   (native Scans of one Op among them) convert once;
+- numba's numba_funcify_Scan: a step body of eight nodes or more is
+  compiled once as its own unit, cached under its own key, and called
+  by reference (through a pointer the loop fetches on its first call),
+  so no caller's LLVM module holds its code again;
+- numba's numba_funcify_FunctionGraph: records each converted inner
+  graph for numba_funcify_Scan (the conversion is PyTensor's);
 - numba's cache_key_for_constant: a folded body whose Ops do not pickle
   gets a key of its own instead of failing the conversion;
 - NumbaLinker.fgraph_convert, create_thunk_inputs and jit_compile: the
@@ -315,6 +321,20 @@ inner graphs of Scan and OpFromGraph.
             "pytensor.innergraph.backends.numba_code",
             "convert_once",
             replaces="numba_basic.numba_funcify_ensure_cache",
+        ),
+        Delegate(
+            "pytensor/link/numba/dispatch/scan.py",
+            "numba_funcify_Scan",
+            "pytensor.innergraph.backends.numba",
+            "funcify_scan_by_reference",
+            replaces="numba_funcify_and_cache_key[Scan]",
+        ),
+        Delegate(
+            "pytensor/link/numba/dispatch/basic.py",
+            "numba_funcify_FunctionGraph",
+            "pytensor.innergraph.backends.numba",
+            "funcify_other_fgraph",
+            replaces="numba_funcify_and_cache_key[AbstractFunctionGraph]",
         ),
         Delegate(
             "pytensor/link/numba/dispatch/basic.py",

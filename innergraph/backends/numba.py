@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from hashlib import sha256
 from typing import Any
 
+from numba.core.registry import CPUDispatcher
 from pytensor.link.numba.dispatch import basic as numba_basic
 from pytensor.link.numba.dispatch.basic import (
     numba_funcify_and_cache_key,
@@ -35,9 +36,11 @@ from pytensor.link.numba.dispatch.basic import (
     register_funcify_and_cache_key,
     register_funcify_default_op_cache_key,
 )
-from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.fg import AbstractFunctionGraph, FunctionGraph
 from pytensor.link.numba.cache import compile_numba_function_src
+from pytensor.link.numba.dispatch import scan as numba_scan
 from pytensor.link.numba.linker import NumbaLinker
+from pytensor.scan.op import Scan as NativeScan
 
 from innergraph.backends.numba_code import (
     BodyCode,
@@ -48,6 +51,7 @@ from innergraph.backends.numba_code import (
     one_conversion,
     prepared_body,
 )
+from innergraph.backends.numba_reference import by_reference, called_by_reference, capture_body, captured_bodies, referenced_key
 from innergraph.core.dispatch import register_conversion_dispatch
 from innergraph.core.hooks import DispatchPatch, Patch, apply_late, original
 from innergraph.rewriting.lift import was_lifted
@@ -76,10 +80,50 @@ def funcify_fgraph_as_one_conversion(fgraph: FunctionGraph, node: Any = None, *a
     if not isinstance(fgraph, FunctionGraph):
         return _fgraph_funcify(fgraph, node=node, **kwargs)
     with one_conversion(outer_nodes=was_lifted(fgraph)):
-        return _fgraph_funcify(fgraph, node=node, **kwargs)
+        fn, key = _fgraph_funcify(fgraph, node=node, **kwargs)
+    capture_body(fgraph, fn, key)
+    return fn, key
 
 
 apply_late(DispatchPatch(numba_funcify_and_cache_key, FunctionGraph, funcify_fgraph_as_one_conversion))
+
+
+def funcify_other_fgraph(fgraph: AbstractFunctionGraph, node: Any = None, *args: Any, **kwargs: Any) -> Converted:
+    """PyTensor's conversion of another graph (a Scan's `FrozenFunctionGraph`), recorded for `funcify_scan_by_reference`."""
+    fn, key = _fgraph_funcify(fgraph, node, *args, **kwargs)
+    capture_body(fgraph, fn, key)
+    return fn, key
+
+
+apply_late(DispatchPatch(numba_funcify_and_cache_key, AbstractFunctionGraph, funcify_other_fgraph))
+
+_scan_funcify = original(numba_scan, "numba_funcify_Scan")
+
+
+def funcify_scan_by_reference(op: NativeScan, node: Any = None, **kwargs: Any) -> Converted:
+    """PyTensor's Numba Scan, calling a step body of ``MIN_NODES`` nodes or more by reference.
+
+    The body function is compiled once as its own unit and cached under its own key
+    (`innergraph.backends.numba_reference`); the loop's code and key name it, so
+    neither the loop's LLVM module nor the outer function's holds its code. A loop
+    PyTensor converts otherwise (no key, another PyTensor's code) is left as it is.
+    """
+    with captured_bodies() as bodies:
+        fn, key = _scan_funcify(op, node, **kwargs)
+    body, body_key = bodies.get(id(op.fgraph), (None, None))
+    if key is None or body_key is None or not isinstance(fn, CPUDispatcher):  # not compiled: code run in Python, mocked
+        return fn, key
+    env = fn.py_func.__globals__
+    if env.get("scan_inner_func") is not body:
+        return fn, key
+    if not called_by_reference(op.fgraph):
+        return fn, key
+    # the globals are the loop's own: PyTensor builds them for this function alone
+    env["scan_inner_func"] = by_reference(body, body_key, len(op.fgraph.inputs))
+    return fn, referenced_key(key)
+
+
+apply_late(DispatchPatch(numba_funcify_and_cache_key, NativeScan, funcify_scan_by_reference))
 # PyTensor's conversion of a FunctionGraph converts each node through this module-level
 # function: within one conversion, equal nodes of the outer graph convert once too.
 apply_late(Patch(numba_basic, "numba_funcify_ensure_cache", convert_once))

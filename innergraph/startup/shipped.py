@@ -90,6 +90,7 @@ SHIPPED: dict[str, tuple[str, ...]] = {
         "backends/numba_generated.py",
         "backends/numba_link.py",
         "backends/numba_once.py",
+        "backends/numba_reference.py",
     ),
     "innergraph-rewrites": (
         "__init__.py",

@@ -1,0 +1,201 @@
+"""A loop's step body compiled once as its own unit and called by reference under Numba.
+
+PyTensor's Numba Scan calls its step body, the converted inner graph, as a jitted
+function. Numba links the body's code into the loop's LLVM module and optimises it
+again, and the outer function, which calls the loop, links and optimises it a third
+time. The body is compiled in every process whose loop is not in the disk cache: the
+body itself is never cached.
+
+Here the body is compiled once, as its own unit, cached under its own key, and the loop
+calls it through a pointer: no caller's module holds its code.
+
+Terms
+-----
+body function
+    The converted inner graph of a Scan (PyTensor's ``scan_inner_func``), registered
+    with PyTensor's cache locator under innergraph's key of the inner graph
+    (`BODY`): cached once per machine, shared by every loop and every model whose
+    step is the same graph with the same types.
+token
+    A hash of the body function's key: what the loop's code names the body by. The
+    code holds the token, never an address, so the loop stays cacheable.
+stub
+    The function the loop calls in place of the body: one line,
+    ``return call_by_reference(TOKEN, (a0, ..., an))``.
+call by reference
+    `call_by_reference`, a Numba intrinsic. Its code keeps the body's address in a
+    private global of the caller's module, filled on the first call by asking this
+    process (`body_address`, called through Python's C API with the token and the
+    argument types pickled into the module's constants, as Numba's object mode calls
+    Python, without compiling an object-mode function), and calls the body's native
+    function through it with Numba's own calling convention: arguments, returned
+    values, reference counts and exceptions pass as they would in a linked call.
+
+A body of fewer than `MIN_NODES` nodes stays linked: there the caller's re-optimisation
+costs little and inlining can pay (``design/numba-linking.md``, "Bodies by reference").
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from hashlib import sha256
+from typing import Any
+
+import numba
+from llvmlite import ir
+from numba.core import cgutils
+from numba.core.registry import CPUDispatcher
+from numba.extending import intrinsic
+from pytensor import config
+from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS, compile_numba_function_src
+from pytensor.link.numba.dispatch import basic as numba_basic
+
+from innergraph.backends.numba_once import direct_key, guarded, named_stably
+
+__all__ = [
+    "BODY",
+    "MIN_NODES",
+    "body_address",
+    "by_reference",
+    "call_by_reference",
+    "called_by_reference",
+    "capture_body",
+    "captured_bodies",
+    "referenced_key",
+]
+
+#: The suffix of a body function's own cache entry.
+BODY = "_innergraph_body"
+
+#: The suffix a loop's key gets when its body is called by reference (its code differs from PyTensor's).
+REFERENCED = "_innergraph_by_reference"
+
+#: The least number of nodes a step body has to be called by reference (measured: ``design/numba-linking.md``).
+MIN_NODES = 8
+
+# token -> body function. Weak: a loop's stub holds its body function, so it lives as long as any caller can run.
+_BODIES: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+
+# id(inner graph) -> (body function, key), for the conversions of a Scan under way
+_CAPTURED: ContextVar[dict[int, tuple[Any, str | None]] | None] = ContextVar("innergraph_captured_bodies", default=None)
+
+
+def called_by_reference(graph: Any) -> bool:
+    """Whether a step body of ``graph``'s size is called by reference (`MIN_NODES`)."""
+    return len(graph.apply_nodes) >= MIN_NODES
+
+
+@contextmanager
+def captured_bodies() -> Iterator[dict[int, tuple[Any, str | None]]]:
+    """Within the block, `capture_body` records each converted graph by id (one dict per block: nested loops nest)."""
+    bodies: dict[int, tuple[Any, str | None]] = {}
+    reset = _CAPTURED.set(bodies)
+    try:
+        yield bodies
+    finally:
+        _CAPTURED.reset(reset)
+
+
+def capture_body(graph: Any, fn: Any, key: str | None) -> None:
+    """Record ``graph``'s conversion for the innermost `captured_bodies` block, if any."""
+    bodies = _CAPTURED.get()
+    if bodies is not None:
+        bodies[id(graph)] = (fn, key)
+
+
+def body_address(token: str, argtypes: tuple[Any, ...]) -> int:
+    """The address of the native function of body ``token`` for ``argtypes``: compiled, or loaded from the cache, once."""
+    body = _BODIES.get(token)
+    if body is None:
+        raise RuntimeError(
+            f"innergraph: a loop calls the step body {token} by reference, but no body of that token was converted "
+            "in this process (a function compiled with innergraph loaded from Numba's cache without its conversion)"
+        )
+    body.compile(argtypes)
+    result = body.overloads[argtypes]
+    return int(result.library.get_pointer_to_function(result.fndesc.llvm_func_name))
+
+
+def _fetch_address(context: Any, builder: Any, token: str, argtypes: tuple[Any, ...]) -> Any:
+    """Code calling `body_address` under the GIL; on an exception, the caller returns it (as object mode would)."""
+    pyapi = context.get_python_api(builder)
+    gil = pyapi.gil_ensure()
+    # pickled into the module's constants: a cached caller holds the token and the types, not an address
+    function = pyapi.unserialize(pyapi.serialize_object(body_address))
+    arguments = [pyapi.unserialize(pyapi.serialize_object(value)) for value in (token, argtypes)]
+    result = pyapi.call_function_objargs(function, arguments)
+    for obj in (function, *arguments):
+        pyapi.decref(obj)
+    with builder.if_then(cgutils.is_null(builder, result), likely=False):
+        pyapi.gil_release(gil)
+        context.call_conv.return_exc(builder)
+    address = pyapi.long_as_voidptr(result)
+    pyapi.decref(result)
+    pyapi.gil_release(gil)
+    return address
+
+
+@intrinsic(prefer_literal=True)
+def call_by_reference(typingctx: Any, token_literal: Any, arguments: Any) -> Any:
+    """``body(*arguments)`` for the body registered as ``token``, called through a pointer (module docstring)."""
+    token = token_literal.literal_value
+    argtypes = tuple(arguments.types)
+    body = _BODIES.get(token)
+    if body is None:
+        raise RuntimeError(f"innergraph: no step body {token} to call by reference in this process")
+    body.compile(argtypes)
+    restype = body.overloads[argtypes].signature.return_type
+    name = f"_innergraph_body_{token}_{sha256(str(argtypes).encode()).hexdigest()[:16]}"
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        pointer = ir.PointerType(ir.IntType(8))
+        slot = cgutils.add_global_variable(builder.module, pointer, name)
+        slot.linkage = "private"
+        slot.initializer = pointer(None)
+        slot.align = 64
+        loaded = builder.load_atomic(slot, "acquire", 64)
+        address = cgutils.alloca_once_value(builder, loaded)
+        with builder.if_then(builder.icmp_unsigned("==", loaded, pointer(None)), likely=False):
+            fetched = builder.bitcast(_fetch_address(context, builder, token, argtypes), pointer)
+            builder.store_atomic(fetched, slot, "release", 64)
+            builder.store(fetched, address)
+        function_type = context.call_conv.get_function_type(restype, argtypes)
+        callee = builder.bitcast(builder.load(address), function_type.as_pointer())
+        values = cgutils.unpack_tuple(builder, args[1], len(argtypes))
+        status, result = context.call_conv.call_function(builder, callee, restype, argtypes, values)
+        with cgutils.if_unlikely(builder, status.is_error):
+            context.call_conv.return_status_propagate(builder, status)
+        return result
+
+    return restype(token_literal, arguments), codegen
+
+
+def _body_function(fn: Any, key: str) -> Any:
+    """``fn`` (a jitted body) compiled from the disk cache under its own key, or ``fn`` where it cannot be cached."""
+    if not config.numba__cache or type(fn) is not CPUDispatcher:
+        return fn
+    stable = named_stably(fn.py_func)
+    CACHED_SRC_FUNCTIONS[stable] = direct_key(key, BODY)
+    return guarded(numba.jit(stable, **{**fn.targetoptions, "cache": True}))
+
+
+def by_reference(fn: Any, key: str, n_params: int) -> Any:
+    """A stub of ``n_params`` parameters that calls body ``fn`` (keyed ``key``) by reference; registers the body."""
+    token = sha256(direct_key(key, BODY).encode()).hexdigest()[:32]
+    body = _BODIES.get(token)
+    if body is None:
+        body = _BODIES[token] = _body_function(fn, key)
+    params = [f"a{i}" for i in range(n_params)]
+    packed = f"({', '.join(params)}{',' if n_params == 1 else ''})"
+    src = f"def step_body_by_reference({', '.join(params)}):\n    return call_by_reference(TOKEN, {packed})\n"
+    env = {"call_by_reference": call_by_reference, "TOKEN": token, "BODY": body, "__name__": __name__}
+    stub = compile_numba_function_src(src, "step_body_by_reference", env)
+    return numba_basic.numba_njit(stub)
+
+
+def referenced_key(key: str) -> str:
+    """The key of a loop whose body is called by reference, from PyTensor's key of the loop."""
+    return sha256(f"{key}{REFERENCED}".encode()).hexdigest()
