@@ -309,8 +309,8 @@ innergraph is enabled: the consumers' conversions, and a Numba conversion
 for FunctionGraph, which converts a graph as one conversion (the bodies
 its consumers inline convert their equal nodes once) by calling
 numba_funcify_FunctionGraph. PyTensor registers that function for
-AbstractFunctionGraph, so it stays registered, unchanged, for the frozen
-inner graphs of Scan and OpFromGraph.
+AbstractFunctionGraph, so it stays registered for the frozen inner graphs
+of Scan and OpFromGraph (delegating, above, to record them).
 
 {_TESTED}""",
     modules=SHIPPED["innergraph-backends"],

@@ -9,7 +9,6 @@ of `innergraph.backends.numba_link`.
 
 import importlib.util
 import io
-import json
 import os
 import pickle
 import subprocess
@@ -21,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS
+
+from children import result, spawn
 
 from innergraph.backends.numba_link import final_function
 from innergraph.backends.numba_once import DIRECT
@@ -74,16 +75,7 @@ _CHILD = textwrap.dedent(
 
 
 def _child(compiledir, variant, graph="density", number=1.5, version=None, wait=True):
-    env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={compiledir}"}
-    args = [sys.executable, "-c", _CHILD, variant, graph, str(number), *([version] if version else [])]
-    process = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return _result(process) if wait else process
-
-
-def _result(process):
-    out, err = process.communicate()
-    assert process.returncode == 0, err[-3000:]
-    return json.loads(out.strip().splitlines()[-1])
+    return spawn(_CHILD, compiledir, variant, graph, str(number), *([version] if version else []), wait=wait)
 
 
 def _expected(graph, number):
@@ -200,7 +192,7 @@ def test_a_generated_scalar_cast_is_loaded_by_a_process_with_another_final_funct
 def test_two_processes_compiling_at_once_both_succeed_and_leave_one_valid_entry(tmp_path):
     first, second = (_child(tmp_path, "innergraph", wait=False) for _ in range(2))
     for process in (first, second):
-        assert _result(process)["value"] == pytest.approx(_expected("density", 1.5), rel=1e-14)
+        assert result(process)["value"] == pytest.approx(_expected("density", 1.5), rel=1e-14)
     again = _child(tmp_path, "innergraph")
     assert again["compiled"] == 0 and again["warnings"] == []
     assert len([n for n in _ours(tmp_path) if "numba_funcified_fgraph" in n and n.endswith(".nbi")]) == 1

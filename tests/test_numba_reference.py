@@ -6,11 +6,7 @@ compile events, what its compiled functions link is read from their libraries
 (`innergraph.backends.numba_reference`, ``design/numba-linking.md``).
 """
 
-import json
-import os
 import shutil
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -18,6 +14,7 @@ import numpy as np
 import pytest
 
 import numba
+from children import result, spawn
 
 from innergraph.backends.numba_reference import _BODIES, body_address, call_by_reference
 
@@ -117,16 +114,7 @@ _CHILD = textwrap.dedent(
 
 def _child(compiledir, variant="reference", number=1.5, inputs="inside", graph="grad", wait=True):
     """One process: ``graph`` is the loop and its derivative ("grad"), the loop alone ("plain") or a small loop ("small")."""
-    env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={compiledir}"}
-    args = [sys.executable, "-c", _CHILD, variant, str(number), inputs, graph]
-    process = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return _result(process) if wait else process
-
-
-def _result(process):
-    out, err = process.communicate()
-    assert process.returncode == 0, err[-3000:]
-    return json.loads(out.strip().splitlines()[-1])
+    return spawn(_CHILD, compiledir, variant, str(number), inputs, graph, wait=wait)
 
 
 def _body_entries(compiledir, suffix=".nbi"):
@@ -191,7 +179,7 @@ def test_the_next_process_compiles_nothing_and_loads_each_body(cold):
 def test_two_processes_compiling_at_once_both_succeed_and_leave_one_entry_per_body(cold, tmp_path):
     first, second = (_child(tmp_path, wait=False) for _ in range(2))
     for process in (first, second):
-        _assert_values_equal(_result(process), cold[1]["python"])
+        _assert_values_equal(result(process), cold[1]["python"])
     again = _child(tmp_path)
     assert [n for n in again["compiled"] if not _per_process(n)] == [] and again["warnings"] == []
     assert len(_body_entries(tmp_path)) == 2

@@ -332,23 +332,26 @@ def test_loops_over_one_body_are_converted_to_numba_once():
         for x in xs
     ]
     pytensor.function(xs, pt.add(*outs), mode="NUMBA")  # loads the Numba dispatch
-    calls = []
-    original = numba_funcify_and_cache_key.dispatch(NativeScan)
 
-    def counting(op, node=None, **kwargs):
-        calls.append(op)
-        return original(op, node=node, **kwargs)
+    def conversions():
+        """The function compiled, and the Scan conversions it made (counted around whatever is registered now)."""
+        calls = []
+        original = numba_funcify_and_cache_key.dispatch(NativeScan)
 
-    numba_funcify_and_cache_key.register(NativeScan, counting)
-    try:
-        innergraph.clear_body_cache()
-        fn = pytensor.function(xs, pt.add(*outs), mode="NUMBA")
-        ours = len(calls)
-        with innergraph.uninstalled():
-            pytensor.function(xs, pt.add(*outs), mode="NUMBA")
-        theirs = len(calls) - ours
-    finally:
-        numba_funcify_and_cache_key.register(NativeScan, original)
+        def counting(op, node=None, **kwargs):
+            calls.append(op)
+            return original(op, node=node, **kwargs)
+
+        numba_funcify_and_cache_key.register(NativeScan, counting)
+        try:
+            return pytensor.function(xs, pt.add(*outs), mode="NUMBA"), len(calls)
+        finally:
+            numba_funcify_and_cache_key.register(NativeScan, original)
+
+    innergraph.clear_body_cache()
+    fn, ours = conversions()
+    with innergraph.uninstalled():  # vanilla's registration (innergraph's, for the body by reference, is reverted)
+        _, theirs = conversions()
     scans = [n for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, NativeScan)]
     assert len(scans) == 4 and len({n.op for n in scans}) == 1
     assert (ours, theirs) == (1, 4)

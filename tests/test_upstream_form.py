@@ -178,13 +178,23 @@ def test_the_replacements_reach_pytensors_own_conversion_and_delegates_follow_in
 
     import innergraph.backends.numba as backend
 
-    # Both forms: a registration for FunctionGraph; PyTensor's function stays registered for AbstractFunctionGraph
+    # Both forms: a registration for FunctionGraph; the conversion registered for AbstractFunctionGraph (the
+    # frozen inner graphs) records them for the Scan's body by reference, and is PyTensor's once uninstalled
     base = hooks.original(numba_basic_module, "numba_funcify_FunctionGraph")
-    assert backend._fgraph_funcify is base is numba_basic_module.numba_funcify_FunctionGraph
-    assert numba_funcify_and_cache_key.registry[AbstractFunctionGraph] is base
+    assert backend._fgraph_funcify is base
+    registered = numba_funcify_and_cache_key.registry[AbstractFunctionGraph]
+    if PATCHED:  # PyTensor's own registration, now a delegate; its body is the base
+        assert registered is numba_basic_module.numba_funcify_FunctionGraph is not base
+        assert hooks.hook("pytensor.innergraph.backends.numba", "funcify_other_fgraph", base) is backend.funcify_other_fgraph
+    else:
+        assert registered is backend.funcify_other_fgraph and base is numba_basic_module.numba_funcify_FunctionGraph
     assert numba_funcify_and_cache_key.dispatch(FunctionGraph) is backend.funcify_fgraph_as_one_conversion
     with innergraph.uninstalled():
-        assert numba_funcify_and_cache_key.dispatch(FunctionGraph) is base
+        assert numba_funcify_and_cache_key.dispatch(FunctionGraph) is (registered if PATCHED else base)
+        if PATCHED:
+            assert hooks.hook("pytensor.innergraph.backends.numba", "funcify_other_fgraph", base) is base
+        else:
+            assert numba_funcify_and_cache_key.registry[AbstractFunctionGraph] is base
     assert numba_funcify_and_cache_key.dispatch(FunctionGraph) is backend.funcify_fgraph_as_one_conversion
 
 

@@ -57,6 +57,7 @@ from innergraph.backends.numba_once import direct_key, guarded, named_stably
 
 __all__ = [
     "BODY",
+    "FORMAT",
     "MIN_NODES",
     "body_address",
     "by_reference",
@@ -72,6 +73,10 @@ BODY = "_innergraph_body"
 
 #: The suffix a loop's key gets when its body is called by reference (its code differs from PyTensor's).
 REFERENCED = "_innergraph_by_reference"
+
+#: The version of the code `call_by_reference` generates, raised when it changes: a loop compiled by an earlier
+#: version (whose code a cached caller holds) is then never served to this one.
+FORMAT = 1
 
 #: The least number of nodes a step body has to be called by reference (measured: ``design/numba-linking.md``).
 MIN_NODES = 8
@@ -198,4 +203,4 @@ def by_reference(fn: Any, key: str, n_params: int) -> Any:
 
 def referenced_key(key: str) -> str:
     """The key of a loop whose body is called by reference, from PyTensor's key of the loop."""
-    return sha256(f"{key}{REFERENCED}".encode()).hexdigest()
+    return sha256(f"{key}{REFERENCED}_format{FORMAT}".encode()).hexdigest()
