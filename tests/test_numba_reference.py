@@ -121,8 +121,10 @@ def _body_entries(compiledir, suffix=".nbi"):
     return sorted((Path(compiledir) / "numba").glob(f"*_innergraph_body_*{suffix}"))
 
 
-def _per_process(name):
-    return name.startswith("get_") and name.endswith("_pointer")
+def _assert_compiled_nothing(child):
+    """The child compiled only what every process compiles, vanilla's too (Numba's BLAS pointer getters), and warned of nothing."""
+    assert [n for n in child["compiled"] if not (n.startswith("get_") and n.endswith("_pointer"))] == [], child["compiled"]
+    assert child["warnings"] == [], child["warnings"]
 
 
 @pytest.fixture(scope="module")
@@ -171,8 +173,7 @@ def test_the_next_process_compiles_nothing_and_loads_each_body(cold):
     folders, got = cold
     again = _child(folders["reference"])
     assert again["value"] == got["reference"]["value"]
-    # what every process compiles, vanilla's too: Numba's BLAS pointer getters
-    assert [n for n in again["compiled"] if not _per_process(n)] == [] and again["warnings"] == []
+    _assert_compiled_nothing(again)
     assert len(_body_entries(folders["reference"])) == 2  # one entry per body, each its own unit
 
 
@@ -181,7 +182,7 @@ def test_two_processes_compiling_at_once_both_succeed_and_leave_one_entry_per_bo
     for process in (first, second):
         _assert_values_equal(result(process), cold[1]["python"])
     again = _child(tmp_path)
-    assert [n for n in again["compiled"] if not _per_process(n)] == [] and again["warnings"] == []
+    _assert_compiled_nothing(again)
     assert len(_body_entries(tmp_path)) == 2
 
 
@@ -195,7 +196,7 @@ def test_an_unreadable_body_entry_is_removed_and_compiled_again_with_one_warning
     assert len(damaged["warnings"]) == 1 and "could not be read" in damaged["warnings"][0], damaged["warnings"]
     assert damaged["compiled"].count("numba_scan") == 1  # the damaged body alone
     again = _child(tmp_path / "cache")
-    assert [n for n in again["compiled"] if not _per_process(n)] == [] and again["warnings"] == []
+    _assert_compiled_nothing(again)
 
 
 def test_another_model_of_the_same_body_compiles_no_body_and_a_changed_body_is_compiled_again(cold, tmp_path):

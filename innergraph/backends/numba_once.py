@@ -48,7 +48,7 @@ from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
 
 from innergraph.core.hooks import original
 
-__all__ = ["GuardedCache", "compiled_once", "direct_key", "guarded", "named_stably"]
+__all__ = ["GuardedCache", "cached_itself", "compiled_once", "direct_key", "guarded", "named_stably"]
 
 _ensure_cache = original(numba_basic, "numba_funcify_ensure_cache")
 
@@ -129,12 +129,12 @@ def guarded(dispatcher: Any) -> Any:
     return dispatcher
 
 
-def _cached_itself(fn: Any, key: str) -> Any:
-    """A dispatcher of ``fn``'s Python function with ``fn``'s options, cached under `direct_key`; None if ``fn`` is no such dispatcher."""
+def cached_itself(fn: Any, key: str, kind: str = DIRECT) -> Any:
+    """A dispatcher of ``fn``'s Python function with ``fn``'s options, cached under `direct_key` (``kind``); None if ``fn`` is no such dispatcher."""
     if type(fn) is not CPUDispatcher or not isinstance(fn.py_func, types.FunctionType):
         return None
     stable = named_stably(fn.py_func)
-    CACHED_SRC_FUNCTIONS[stable] = direct_key(key)
+    CACHED_SRC_FUNCTIONS[stable] = direct_key(key, kind)
     return guarded(numba.jit(stable, **{**fn.targetoptions, "cache": True}))
 
 
@@ -147,7 +147,7 @@ def compiled_once(op: Any, node: Any = None, *args: Any, **kwargs: Any) -> tuple
     fn, key = numba_funcify_and_cache_key(op, node=node, **kwargs)
     if key is None:
         return fn, None
-    itself = _cached_itself(fn, key)
+    itself = cached_itself(fn, key)
     if itself is not None:
         return itself, key
     graph = op if isinstance(op, AbstractFunctionGraph) else node

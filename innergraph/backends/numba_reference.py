@@ -44,16 +44,14 @@ from contextvars import ContextVar
 from hashlib import sha256
 from typing import Any
 
-import numba
 from llvmlite import ir
 from numba.core import cgutils
-from numba.core.registry import CPUDispatcher
 from numba.extending import intrinsic
 from pytensor import config
-from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS, compile_numba_function_src
+from pytensor.link.numba.cache import compile_numba_function_src
 from pytensor.link.numba.dispatch import basic as numba_basic
 
-from innergraph.backends.numba_once import direct_key, guarded, named_stably
+from innergraph.backends.numba_once import cached_itself, direct_key
 
 __all__ = [
     "BODY",
@@ -111,8 +109,8 @@ def capture_body(graph: Any, fn: Any, key: str | None) -> None:
         bodies[id(graph)] = (fn, key)
 
 
-def body_address(token: str, argtypes: tuple[Any, ...]) -> int:
-    """The address of the native function of body ``token`` for ``argtypes``: compiled, or loaded from the cache, once."""
+def _compiled(token: str, argtypes: tuple[Any, ...]) -> Any:
+    """Numba's compile result of body ``token`` for ``argtypes``: compiled, or loaded from the cache, once."""
     body = _BODIES.get(token)
     if body is None:
         raise RuntimeError(
@@ -120,7 +118,12 @@ def body_address(token: str, argtypes: tuple[Any, ...]) -> int:
             "in this process (a function compiled with innergraph loaded from Numba's cache without its conversion)"
         )
     body.compile(argtypes)
-    result = body.overloads[argtypes]
+    return body.overloads[argtypes]
+
+
+def body_address(token: str, argtypes: tuple[Any, ...]) -> int:
+    """The address of the native function of body ``token`` for ``argtypes`` (`_compiled`)."""
+    result = _compiled(token, argtypes)
     return int(result.library.get_pointer_to_function(result.fndesc.llvm_func_name))
 
 
@@ -148,11 +151,7 @@ def call_by_reference(typingctx: Any, token_literal: Any, arguments: Any) -> Any
     """``body(*arguments)`` for the body registered as ``token``, called through a pointer (module docstring)."""
     token = token_literal.literal_value
     argtypes = tuple(arguments.types)
-    body = _BODIES.get(token)
-    if body is None:
-        raise RuntimeError(f"innergraph: no step body {token} to call by reference in this process")
-    body.compile(argtypes)
-    restype = body.overloads[argtypes].signature.return_type
+    restype = _compiled(token, argtypes).signature.return_type
     name = f"_innergraph_body_{token}_{sha256(str(argtypes).encode()).hexdigest()[:16]}"
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
@@ -180,11 +179,8 @@ def call_by_reference(typingctx: Any, token_literal: Any, arguments: Any) -> Any
 
 def _body_function(fn: Any, key: str) -> Any:
     """``fn`` (a jitted body) compiled from the disk cache under its own key, or ``fn`` where it cannot be cached."""
-    if not config.numba__cache or type(fn) is not CPUDispatcher:
-        return fn
-    stable = named_stably(fn.py_func)
-    CACHED_SRC_FUNCTIONS[stable] = direct_key(key, BODY)
-    return guarded(numba.jit(stable, **{**fn.targetoptions, "cache": True}))
+    itself = cached_itself(fn, key, BODY) if config.numba__cache else None
+    return fn if itself is None else itself
 
 
 def by_reference(fn: Any, key: str, n_params: int) -> Any:
