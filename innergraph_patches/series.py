@@ -253,6 +253,12 @@ the backends, loaded on a Numba or JAX linker's first link);
 mode.excluding("innergraph") gives the previous pipeline back (the fold
 stays: graphs built with in-graph consumers must still link).
 
+Two of PyTensor's passes are replaced under their own names and tags:
+scan_make_inplace decides once per Scan Op that loops share, and
+topo_constant_folding folds an OpFromGraph of constants in Python, node
+by node, where PyTensor's would link its inner graph with C thunks (a C
+compilation per inner node kind on an empty compile cache).
+
 Every rewrite is deterministic and tagged with the tags of the Scan
 rewrites it stands in for (excluding "scan_pushout" excludes its
 counterpart).

@@ -37,6 +37,13 @@ increment of zeros that feeds another increment one increment of the outer buffe
 consumer rewrites, whose length proofs (`innergraph.rewriting.lengths`) walk exactly
 those nested increments.
 
+PyTensor's constant folding pass, ``topo_constant_folding`` (the final pass of
+canonicalize, uncanonicalize, stabilize and specialize), is replaced under the same
+name and tags by one that folds an ``OpFromGraph`` of constants in Python before
+trying PyTensor's folding (`innergraph.rewriting.fold_inner_functions`): PyTensor's
+would link its inner graph with C thunks, a C compilation per inner node kind on an
+empty cache.
+
 ``innergraph_read_of_written_region`` (`innergraph.rewriting.read_back`, canonicalize,
 fast_run, innergraph) reads back what a set/inc-subtensor wrote; it lets the
 checkpointed gradients of `innergraph.ops.checkpoint` drop buffer-sized zeros.
@@ -148,6 +155,7 @@ from pytensor.graph.rewriting.basic import GraphRewriter, dfs_rewriter
 from pytensor.graph.rewriting.db import RewriteDatabase
 
 from innergraph.rewriting.copies import add_to_copies, remove_from_copies
+from innergraph.rewriting.fold_inner_functions import replace_folding_passes, restore_folding_passes
 from innergraph.rewriting.fresh_carry import fresh_carries
 from innergraph.rewriting.fusion import fuse_bodies
 from innergraph.rewriting.inline_args import inline_lifted_arguments
@@ -282,6 +290,7 @@ def register_all() -> None:
             _added_keys.setdefault(id(db), set()).update(set(db.__db__) - before)
     add_to_copies(_copied_rewriters())  # PyMC's copies of canonicalize (`innergraph.rewriting.copies`)
     replace_pytensor_pass()  # scan_make_inplace deciding once per shared Op (`innergraph.rewriting.scan_inplace`)
+    replace_folding_passes()  # an OpFromGraph of constants folded in Python (`innergraph.rewriting.fold_inner_functions`)
 
 
 def _copied_rewriters() -> list[Any]:
@@ -305,6 +314,7 @@ def unregister_all() -> None:
     """Remove innergraph's rewrites (and the tags only they used) from ``optdb``, its sub-databases and known copies."""
     remove_from_copies(_copied_rewriters())
     restore_pytensor_pass()
+    restore_folding_passes()
     dbs = {}
     for db, name, rewriter, _, _ in _entries():
         if name not in db._names:

@@ -104,6 +104,7 @@ SHIPPED: dict[str, tuple[str, ...]] = {
         "rewriting/dce.py",
         "rewriting/debugmode.py",
         "rewriting/duplicates.py",
+        "rewriting/fold_inner_functions.py",
         "rewriting/forward.py",
         "rewriting/fresh_carry.py",
         "rewriting/fusion.py",
