@@ -46,6 +46,7 @@ from pytensor.graph.rewriting.basic import in2out, node_rewriter
 from pytensor.tensor.type import DenseTensorType, TensorType
 
 from innergraph.core.hooks import installed
+from innergraph.rewriting.scan_inplace import swap_registered
 
 __all__ = ["evaluate_inner_function", "local_fold_inner_function", "replace_folding_passes", "restore_folding_passes"]
 
@@ -78,28 +79,24 @@ def evaluate_inner_function(op: OpFromGraph, values: list[Any]) -> list[Any] | N
     """The outputs of ``op`` applied to ``values``, evaluated inner node by inner node without linking (None: not evaluable so)."""
     inner = op.fgraph
     known: dict[Variable, Any] = dict(zip(inner.inputs, values))
-    for node in inner.toposort():
-        args = []
-        for var in node.inputs:
-            if var in known:
-                args.append(known[var])
-            elif isinstance(var, Constant):
-                args.append(var.data)
-            else:  # not an input of the inner graph, not computed: not a graph this can walk
+    try:
+        for node in inner.toposort():
+            results = _run(node, [_known(var, known) for var in node.inputs])
+            if results is None:
                 return None
-        results = _run(node, args)
-        if results is None:
-            return None
-        known.update(zip(node.outputs, results))
-    outputs = []
-    for out in inner.outputs:
-        if out in known:
-            outputs.append(known[out])
-        elif isinstance(out, Constant):
-            outputs.append(out.data)
-        else:
-            return None
-    return outputs
+            known.update(zip(node.outputs, results))
+        return [_known(out, known) for out in inner.outputs]
+    except KeyError:  # a variable neither an input, a constant nor computed: not a graph this can walk
+        return None
+
+
+def _known(var: Variable, known: dict[Variable, Any]) -> Any:
+    """``var``'s value: computed (or given), or a constant's data; `KeyError` if neither."""
+    if var in known:
+        return known[var]
+    if isinstance(var, Constant):
+        return var.data
+    raise KeyError(var)
 
 
 def _constant(output: Variable, data: Any) -> Constant:
@@ -142,7 +139,7 @@ def replace_folding_passes() -> None:
         db = optdb.__db__.get(name, set())
         for sub in list(db):
             if topo_constant_folding in sub.__db__.get(PASS_NAME, ()):
-                _swap(sub, topo_constant_folding, ours)
+                swap_registered(sub, topo_constant_folding, ours)
                 _swapped.append((sub, topo_constant_folding, ours))
 
 
@@ -150,11 +147,4 @@ def restore_folding_passes() -> None:
     """Undo `replace_folding_passes`: PyTensor's own pass back in every tag."""
     while _swapped:
         db, original, ours = _swapped.pop()
-        _swap(db, ours, original)
-
-
-def _swap(db: Any, old: Any, new: Any) -> None:
-    for members in db.__db__.values():
-        if old in members:
-            members.discard(old)
-            members.add(new)
+        swap_registered(db, ours, original)

@@ -56,7 +56,7 @@ from pytensor.scan.rewriting.inplace import ScanInplaceOptimizer
 
 from innergraph.rewriting.lift import was_lifted
 
-__all__ = ["SharedScanInplace"]
+__all__ = ["SharedScanInplace", "swap_registered"]
 
 
 class SharedScanInplace(ScanInplaceOptimizer):
@@ -246,7 +246,7 @@ def replace_pytensor_pass() -> None:
         return  # not PyTensor's registration as released: leave it alone
     original, ours = originals[0], SharedScanInplace()
     ours.name = original.name
-    _swap(optdb, original, ours)
+    swap_registered(optdb, original, ours)
     _swapped.append((original, ours))
 
 
@@ -256,10 +256,11 @@ def restore_pytensor_pass() -> None:
 
     while _swapped:
         original, ours = _swapped.pop()
-        _swap(optdb, ours, original)
+        swap_registered(optdb, ours, original)
 
 
-def _swap(db: Any, old: Any, new: Any) -> None:
+def swap_registered(db: Any, old: Any, new: Any) -> None:
+    """Put ``new`` in ``db`` wherever ``old`` is registered (under its name and every tag), ``old`` out."""
     for members in db.__db__.values():
         if old in members:
             members.discard(old)
