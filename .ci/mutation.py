@@ -45,6 +45,10 @@ MODULES: dict[str, dict[str, object]] = {
         "tests": [["tests/test_rewrites.py", "-k", "dead or keeps or pruned or live_slots"], ["tests/test_opfromgraph.py", "-k", "dead"]],
         "sample": 12,
     },
+    "innergraph/rewriting/fold_inner_functions.py": {
+        "tests": [["tests/test_fold_inner_functions.py"]],
+        "sample": 12,  # about 10 s a mutant on one core
+    },
 }
 
 

@@ -16,7 +16,8 @@ import pytest
 from pytensor.compile.builders import OpFromGraph
 from pytensor.compile.inner_function import HasInnerFunction
 from pytensor.compile.mode import optdb
-from pytensor.graph.basic import Constant, Variable, equal_computations
+from pytensor.graph.basic import Apply, Constant, Variable, equal_computations
+from pytensor.graph.op import Op
 from pytensor.tensor.rewriting.basic import topo_constant_folding
 
 import innergraph
@@ -88,9 +89,7 @@ def test_an_inner_graph_it_cannot_walk_is_left_to_pytensor() -> None:
     loop = pytensor.scan(lambda v, acc: acc + v, sequences=[a], outputs_info=[pt.zeros(())], return_updates=False)
     ofg = OpFromGraph([a], [loop[-1]])
     assert fold.evaluate_inner_function(ofg, [np.array([1.0, 2.0])]) is None
-    out = ofg(pt.constant(np.array([1.0, 2.0])))
-    assert isinstance(out, Variable) and out.owner is not None
-    node = out.owner
+    node = _node(ofg(pt.constant(np.array([1.0, 2.0]))))
     assert fold.local_fold_inner_function.transform(None, node) is None
 
 
@@ -106,8 +105,81 @@ def test_uninstalling_puts_pytensors_pass_back_under_its_name() -> None:
     assert passes() == installed
 
 
+def _node(out: Any) -> Any:
+    assert isinstance(out, Variable) and out.owner is not None
+    return out.owner
+
+
 def test_the_folded_constant_is_narrowed_as_pytensors() -> None:
-    node = pt.diag(pt.constant(np.array([1.0, 2.0]))).owner
+    a = pt.dvector("a")
+    node = _node(OpFromGraph([a], [a * 2.0])(pt.constant(np.array([1.0, 2.0, 4.0]))))
+    assert node.outputs[0].type.shape == (None,)
     (out,) = fold.local_fold_inner_function.transform(None, node)
-    assert isinstance(out, Constant) and out.type.shape == (2, 2)
-    np.testing.assert_array_equal(out.data, np.diag([1.0, 2.0]))
+    assert isinstance(out, Constant) and out.type.shape == (3,)
+    np.testing.assert_array_equal(out.data, [2.0, 4.0, 8.0])
+
+
+def test_a_node_pytensor_would_not_fold_is_left_alone() -> None:
+    a, b = pt.dvectors("a", "b")
+    x = pt.dvector("x")
+    constant = pt.constant(np.array([1.0, 2.0]))
+    # a symbolic input (a constant second: fed to the first inner input, it would give 2 * constant)
+    assert fold.local_fold_inner_function.transform(None, _node(OpFromGraph([a, b], [a * 2.0])(x, constant))) is None
+    assert fold.local_fold_inner_function.transform(None, _node(OpFromGraph([a, b], [a * 2.0])(constant, x))) is None
+
+    class Unfoldable(OpFromGraph):
+        def do_constant_folding(self, fgraph: Any, node: Any) -> bool:
+            return False
+
+    assert fold.local_fold_inner_function.transform(None, _node(Unfoldable([a], [a * 2.0])(constant))) is None
+    node = _node(OpFromGraph([a], [a * 2.0])(constant))
+    assert fold.local_fold_inner_function.transform(None, node) is not None
+    with innergraph.uninstalled():
+        assert fold.local_fold_inner_function.transform(None, node) is None
+
+
+def test_a_lazy_inner_ifelse_is_evaluated() -> None:
+    from pytensor.conditional.op import ifelse
+
+    a = pt.dvector("a")
+    chosen: Any = ifelse(a.sum() > 0, a * 3.0, -a)
+    ofg = OpFromGraph([a], [chosen])
+    for data, expected in ((np.array([1.0, 2.0]), [3.0, 6.0]), (np.array([-1.0, -2.0]), [1.0, 2.0])):
+        values = fold.evaluate_inner_function(ofg, [data])
+        assert values is not None
+        np.testing.assert_array_equal(values[0], expected)
+
+
+class _Doubled(Op):
+    """x * 2 with no Python implementation: only its default thunk (``default``), or none at all."""
+
+    def __init__(self, default: bool) -> None:
+        self.default = default
+
+    def make_node(self, *inputs: Any) -> Apply:
+        x = pt.as_tensor(inputs[0])
+        return Apply(self, [x], [x.type()])
+
+    def perform(self, node: Any, inputs: Any, outputs: Any) -> None:
+        raise NotImplementedError("no Python implementation")
+
+    def make_thunk(self, node: Any, storage_map: Any, compute_map: Any, no_recycling: Any, impl: Any = None) -> Any:
+        if impl == "py" or not self.default:
+            raise NotImplementedError("no such implementation")
+
+        def thunk() -> None:
+            storage_map[node.outputs[0]][0] = storage_map[node.inputs[0]][0] * 2
+            compute_map[node.outputs[0]][0] = True
+
+        return thunk
+
+
+def test_an_inner_op_without_a_python_implementation_runs_its_default_one_or_is_left_to_pytensor() -> None:
+    a = pt.dvector("a")
+    data = np.array([1.0, 5.0])
+    doubled: Any = _Doubled(True)(a)
+    values = fold.evaluate_inner_function(OpFromGraph([a], [doubled + 1.0]), [data])
+    assert values is not None
+    np.testing.assert_array_equal(values[0], [3.0, 11.0])
+    undoubled: Any = _Doubled(False)(a)
+    assert fold.evaluate_inner_function(OpFromGraph([a], [undoubled + 1.0]), [data]) is None

@@ -63,14 +63,13 @@ def _run(node: Apply, values: list[Any]) -> list[Any] | None:
         storage_map[out], compute_map[out] = [None], [False]
     try:
         try:
-            thunk = node.op.make_thunk(node, storage_map, compute_map, no_recycling=[], impl="py")
-            required = thunk()
+            node.op.make_thunk(node, storage_map, compute_map, no_recycling=[], impl="py")()
         except NotImplementedError:  # PyTensor's rule: an Op without a Python implementation runs its own
-            thunk = node.op.make_thunk(node, storage_map, compute_map, no_recycling=[])
-            required = thunk()
+            node.op.make_thunk(node, storage_map, compute_map, no_recycling=[])()
     except NotImplementedError:
         return None
-    if required or not all(compute_map[out][0] for out in node.outputs):
+    # a lazy thunk (an inner ifelse) computes its outputs here, its inputs being all known
+    if not all(compute_map[out][0] for out in node.outputs):
         return None
     return [storage_map[out][0] for out in node.outputs]
 
@@ -79,24 +78,17 @@ def evaluate_inner_function(op: OpFromGraph, values: list[Any]) -> list[Any] | N
     """The outputs of ``op`` applied to ``values``, evaluated inner node by inner node without linking (None: not evaluable so)."""
     inner = op.fgraph
     known: dict[Variable, Any] = dict(zip(inner.inputs, values))
-    try:
-        for node in inner.toposort():
-            results = _run(node, [_known(var, known) for var in node.inputs])
-            if results is None:
-                return None
-            known.update(zip(node.outputs, results))
-        return [_known(out, known) for out in inner.outputs]
-    except KeyError:  # a variable neither an input, a constant nor computed: not a graph this can walk
-        return None
+    for node in inner.toposort():
+        results = _run(node, [_known(var, known) for var in node.inputs])
+        if results is None:
+            return None
+        known.update(zip(node.outputs, results))
+    return [_known(out, known) for out in inner.outputs]
 
 
 def _known(var: Variable, known: dict[Variable, Any]) -> Any:
-    """``var``'s value: computed (or given), or a constant's data; `KeyError` if neither."""
-    if var in known:
-        return known[var]
-    if isinstance(var, Constant):
-        return var.data
-    raise KeyError(var)
+    """``var``'s value: a constant's data, or computed (or given); every other variable of an inner graph is one of these."""
+    return var.data if isinstance(var, Constant) else known[var]
 
 
 def _constant(output: Variable, data: Any) -> Constant:
