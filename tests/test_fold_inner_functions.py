@@ -99,6 +99,8 @@ def test_uninstalling_puts_pytensors_pass_back_under_its_name() -> None:
 
     installed = passes()
     assert all(len(p) == 1 and topo_constant_folding not in p for p in installed)
+    # each is its database's final pass, as PyTensor's (an EquilibriumDB finds those by name)
+    assert all(optdb[name].query("+fast_run").final_rewriters == list(p) for name, p in zip(fold.DATABASES, installed))
     with innergraph.uninstalled():
         assert all(p == {topo_constant_folding} for p in passes())
         assert all(optdb[name].query("+fast_run").final_rewriters == [topo_constant_folding] for name in fold.DATABASES)

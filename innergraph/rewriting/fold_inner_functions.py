@@ -43,7 +43,6 @@ from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.op import HasInnerGraph
 from pytensor.graph.rewriting.basic import in2out, node_rewriter
-from pytensor.tensor.type import DenseTensorType, TensorType
 
 from innergraph.core.hooks import installed
 from innergraph.rewriting.scan_inplace import swap_registered
@@ -92,9 +91,8 @@ def _known(var: Variable, known: dict[Variable, Any]) -> Any:
 
 
 def _constant(output: Variable, data: Any) -> Constant:
-    """The constant PyTensor's folding makes of ``output``'s value (a tensor narrowed to the value's shape)."""
-    out_type = TensorType(output.type.dtype, shape=data.shape, name=output.type.name) if isinstance(output.type, DenseTensorType) else output.type
-    return out_type.make_constant(data)
+    """The constant PyTensor's folding makes of ``output``'s value (a tensor constant narrows its type to the value's shape itself)."""
+    return output.type.make_constant(data)
 
 
 @node_rewriter([OpFromGraph])
@@ -125,7 +123,11 @@ def replace_folding_passes() -> None:
     if _swapped:
         return
     if not _ours:  # one pass object for every install, as PyTensor's is one
-        _ours.append(in2out(local_fold_inner_function, constant_folding, ignore_newtrees=True, name=PASS_NAME))
+        ours = in2out(local_fold_inner_function, constant_folding, ignore_newtrees=True, name=PASS_NAME)
+        # the name a database's registration would have set: an EquilibriumDB finds its final
+        # passes by it (unnamed, the pass ran first in each round, as a global rewriter)
+        ours.name = topo_constant_folding.name
+        _ours.append(ours)
     ours = _ours[0]
     for name in DATABASES:
         db = optdb.__db__.get(name, set())
