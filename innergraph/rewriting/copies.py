@@ -29,6 +29,10 @@ So ``import innergraph; import pymc`` and ``import pymc; import innergraph`` giv
 PyMC the same logprob rewrites, and ``uninstall()`` leaves PyMC's databases as
 PyMC alone builds them. The rewriters also still return nothing while innergraph
 is uninstalled (`innergraph.rewriting.outer`), for copies this module does not know.
+
+`swap_registered` is the other edit innergraph makes to a rewrite database: one of
+PyTensor's passes replaced by innergraph's under the same name and tags, and back
+(`innergraph.rewriting.scan_inplace`, `innergraph.rewriting.fold_inner_functions`).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from typing import Any
 from pytensor.compile.mode import optdb
 from pytensor.graph.rewriting.basic import EquilibriumGraphRewriter, OpToRewriterTracker, SequentialGraphRewriter
 
-__all__ = ["add_to_copies", "copies", "remove_from_copies"]
+__all__ = ["add_to_copies", "copies", "remove_from_copies", "swap_registered"]
 
 #: The copies PyMC keeps: (module, database attribute, entry names, query PyMC made).
 _PYMC = ("pymc.logprob.rewriting", "logprob_rewrites_db", ("pre-canonicalize", "post-canonicalize"))
@@ -158,3 +162,11 @@ def _paired_lists(tracker: OpToRewriterTracker, fresh: OpToRewriterTracker) -> I
         for pattern, members in by_pattern.items():
             yield members, functools.partial(lambda t, p: tracker.tracked_pattern_types[t][p], op_type, pattern)
     yield fresh.untracked_rewrites, lambda: tracker.untracked_rewrites
+
+
+def swap_registered(db: Any, old: Any, new: Any) -> None:
+    """Put ``new`` in ``db`` wherever ``old`` is registered (under its name and every tag), ``old`` out."""
+    for members in db.__db__.values():
+        if old in members:
+            members.discard(old)
+            members.add(new)

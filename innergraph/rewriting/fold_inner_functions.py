@@ -36,6 +36,7 @@ last bit, as PyTensor's own folding of a node (Python) and its compiled code (C)
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 from pytensor.compile.builders import OpFromGraph
@@ -45,7 +46,7 @@ from pytensor.graph.op import HasInnerGraph
 from pytensor.graph.rewriting.basic import in2out, node_rewriter
 
 from innergraph.core.hooks import installed
-from innergraph.rewriting.scan_inplace import swap_registered
+from innergraph.rewriting.copies import swap_registered
 
 __all__ = ["evaluate_inner_function", "local_fold_inner_function", "replace_folding_passes", "restore_folding_passes"]
 
@@ -111,34 +112,37 @@ def local_fold_inner_function(fgraph: FunctionGraph, node: Apply) -> list[Variab
 PASS_NAME = "topo_constant_folding"
 DATABASES = ("canonicalize", "uncanonicalize", "stabilize", "specialize")
 
-_swapped: list[tuple[Any, Any, Any]] = []  # (database, PyTensor's pass, innergraph's)
-_ours: list[Any] = []  # innergraph's pass, made on the first install
+_swapped: list[Any] = []  # the databases whose folding pass is innergraph's
+
+
+@cache
+def _folding_pass() -> Any:
+    """innergraph's folding pass: one object for every install, as PyTensor's is one."""
+    from pytensor.tensor.rewriting.basic import constant_folding, topo_constant_folding
+
+    ours = in2out(local_fold_inner_function, constant_folding, ignore_newtrees=True, name=PASS_NAME)
+    # the name a database's registration would have set: an EquilibriumDB finds its final
+    # passes by it (unnamed, the pass ran first in each round, as a global rewriter)
+    ours.name = topo_constant_folding.name
+    return ours
 
 
 def replace_folding_passes() -> None:
     """Put innergraph's folding pass in place of PyTensor's ``topo_constant_folding`` (same name and tags) in `DATABASES`."""
     from pytensor.compile.mode import optdb
-    from pytensor.tensor.rewriting.basic import constant_folding, topo_constant_folding
+    from pytensor.tensor.rewriting.basic import topo_constant_folding
 
     if _swapped:
         return
-    if not _ours:  # one pass object for every install, as PyTensor's is one
-        ours = in2out(local_fold_inner_function, constant_folding, ignore_newtrees=True, name=PASS_NAME)
-        # the name a database's registration would have set: an EquilibriumDB finds its final
-        # passes by it (unnamed, the pass ran first in each round, as a global rewriter)
-        ours.name = topo_constant_folding.name
-        _ours.append(ours)
-    ours = _ours[0]
     for name in DATABASES:
-        db = optdb.__db__.get(name, set())
-        for sub in list(db):
-            if topo_constant_folding in sub.__db__.get(PASS_NAME, ()):
-                swap_registered(sub, topo_constant_folding, ours)
-                _swapped.append((sub, topo_constant_folding, ours))
+        if name in optdb and topo_constant_folding in optdb[name].__db__.get(PASS_NAME, ()):
+            swap_registered(optdb[name], topo_constant_folding, _folding_pass())
+            _swapped.append(optdb[name])
 
 
 def restore_folding_passes() -> None:
     """Undo `replace_folding_passes`: PyTensor's own pass back in every tag."""
+    from pytensor.tensor.rewriting.basic import topo_constant_folding
+
     while _swapped:
-        db, original, ours = _swapped.pop()
-        swap_registered(db, ours, original)
+        swap_registered(_swapped.pop(), _folding_pass(), topo_constant_folding)

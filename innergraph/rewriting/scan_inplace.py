@@ -54,9 +54,10 @@ from pytensor.graph.utils import InconsistencyError
 from pytensor.scan.op import Scan as NativeScan
 from pytensor.scan.rewriting.inplace import ScanInplaceOptimizer
 
+from innergraph.rewriting.copies import swap_registered
 from innergraph.rewriting.lift import was_lifted
 
-__all__ = ["SharedScanInplace", "swap_registered"]
+__all__ = ["SharedScanInplace"]
 
 
 class SharedScanInplace(ScanInplaceOptimizer):
@@ -257,11 +258,3 @@ def restore_pytensor_pass() -> None:
     while _swapped:
         original, ours = _swapped.pop()
         swap_registered(optdb, ours, original)
-
-
-def swap_registered(db: Any, old: Any, new: Any) -> None:
-    """Put ``new`` in ``db`` wherever ``old`` is registered (under its name and every tag), ``old`` out."""
-    for members in db.__db__.values():
-        if old in members:
-            members.discard(old)
-            members.add(new)
