@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, settings
 from pytensor.graph.rewriting.basic import GraphRewriter
 
 import innergraph  # noqa: F401  (installs the patches for every test)
+from file_processes import pytest_addoption, pytest_runtestloop, register_child_state  # noqa: F401  (hooks: one process per test file)
 from innergraph.rewriting.db import unregister
 
 # Property-based tests: deterministic in CI; `--hypothesis-profile=thorough` runs thousands.
@@ -26,6 +27,7 @@ settings.load_profile("ci")
 # from the clock, so each run draws other programs; printed in the header to replay a run.
 DIFFERENTIAL_SEED = int(os.environ.get("INNERGRAPH_DIFF_SEED") or time.time_ns() % 10**9)
 _differential_lines: list[str] = []
+register_child_state("differential lines", lambda: _differential_lines, _differential_lines.extend)
 
 
 def _shard(text: str) -> tuple[int, int] | None:

@@ -1,0 +1,265 @@
+"""Each test file in a process of its own: the suite's memory is one file's, not their sum.
+
+Numba's compiled code lives as long as the process that compiled it (LLVM's MCJIT never frees
+it: numba/numba#5976, #7831), so one pytest process that compiles the whole suite under Numba
+holds every file's code at once, and its memory grows with every file (issue 49). Here pytest's
+own process collects and reports, and each test file runs in a child forked from it: when the
+file ends, the child exits and its code goes with it.
+
+Terms:
+
+- **the parent**: pytest's own process. It collects every test, then forks once per file and
+  reports what the child sends, as if the tests had run in it (the terminal, ``-x``, the cache
+  of last failures, junit XML all see ordinary reports).
+- **the child**: a fork of the parent that runs one file's tests through pytest's whole
+  protocol (fixtures, captures, warnings), sends each report, warning and line of the
+  differential summary back through a pipe, and exits without running anything else.
+
+A child that dies (a crash, a signal) fails the test it was running, naming the exit status,
+and the rest of its file is reported as not run with the same reason. Everything runs in one
+process, as before, under ``--one-process`` (or ``INNERGRAPH_ONE_PROCESS=1``), when pytest's
+debugger or pytest-xdist is in use, with ``--benchmark-enable`` (benchmarks are measured and
+summarized in one process), and on systems without ``fork``.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from _pytest.reports import TestReport
+
+__all__ = ["file_groups", "pytest_addoption", "pytest_runtestloop", "register_child_state"]
+
+_HEADER = struct.Struct("!I")
+
+#: Module-level state a child fills for the parent's summary: name -> (read the child's
+#: entries, extend the parent's). `register_child_state` adds one.
+_CHILD_STATE: dict[str, tuple[Callable[[], list[Any]], Callable[[list[Any]], None]]] = {}
+
+
+def register_child_state(name: str, read: Callable[[], list[Any]], extend: Callable[[list[Any]], None]) -> None:
+    """Carry a list the tests fill (e.g. lines of a terminal summary) from each child to the parent.
+
+    ``read()`` is called in the child when its file ends; ``extend(entries)`` in the parent with
+    what that child read.
+    """
+    _CHILD_STATE[name] = (read, extend)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--one-process",
+        action="store_true",
+        default=os.environ.get("INNERGRAPH_ONE_PROCESS", "") not in ("", "0"),
+        help="run every test file in pytest's own process instead of one forked process per file "
+        "(tests/file_processes.py; also INNERGRAPH_ONE_PROCESS=1)",
+    )
+
+
+def _isolating(config: pytest.Config) -> bool:
+    option = config.option
+    if option.one_process or not hasattr(os, "fork"):
+        return False
+    if getattr(option, "usepdb", False) or getattr(option, "trace", False):
+        return False
+    if getattr(option, "numprocesses", None) or hasattr(config, "workerinput"):
+        return False
+    benchmark = getattr(config, "_benchmarksession", None)
+    return benchmark is None or benchmark.disabled
+
+
+def file_groups(items: list[pytest.Item]) -> Iterator[list[pytest.Item]]:
+    """The collected items in runs of one file each, in collection order."""
+    group: list[pytest.Item] = []
+    for item in items:
+        if group and item.path != group[-1].path:
+            yield group
+            group = []
+        group.append(item)
+    if group:
+        yield group
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> bool | None:
+    if not _isolating(session.config):
+        return None  # pytest's own loop
+    if session.testsfailed and not session.config.option.continue_on_collection_errors:
+        raise session.Interrupted(f"{session.testsfailed} error{'s' if session.testsfailed != 1 else ''} during collection")
+    if session.config.option.collectonly:
+        return True
+    for group in file_groups(session.items):
+        _run_in_child(session, group)
+        if session.shouldfail:
+            raise session.Failed(session.shouldfail)
+        if session.shouldstop:
+            raise session.Interrupted(session.shouldstop)
+    return True
+
+
+# --- the child ----------------------------------------------------------------------------
+
+
+class _Sender:
+    """The child's plugin: sends each report and warning to the parent as it happens."""
+
+    def __init__(self, config: pytest.Config, fd: int) -> None:
+        self.config = config
+        self.fd = fd
+        #: False while the plugin is registered: pluggy then replays to it every warning the
+        #: parent recorded before the fork, which the parent has already (sent back, they would
+        #: double with every file).
+        self.live = False
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        data = pickle.dumps(message)
+        os.write(self.fd, _HEADER.pack(len(data)))
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view) :]
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logstart(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
+        self.send(("start", nodeid, location))
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: TestReport) -> None:
+        self.send(("report", self.config.hook.pytest_report_to_serializable(config=self.config, report=report)))
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logfinish(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
+        self.send(("finish", nodeid, location))
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_warning_recorded(self, warning_message: warnings.WarningMessage, when: str, nodeid: str, location: Any) -> None:
+        if not self.live:
+            return
+        message = warning_message.message
+        try:
+            pickle.dumps(message)
+        except Exception:
+            message = warning_message.category(str(message)) if isinstance(message, Warning) else str(message)
+        plain = warnings.WarningMessage(message, warning_message.category, warning_message.filename, warning_message.lineno)
+        self.send(("warning", plain, when, nodeid, location))
+
+
+def _child(session: pytest.Session, group: list[pytest.Item], fd: int) -> None:
+    config = session.config
+    manager = config.pluginmanager
+    # The parent's terminal reporter prints what the child sends; the child's would print it twice.
+    for name in ("terminalreporter", "junitxml", "resultlog"):
+        plugin = manager.get_plugin(name)
+        if plugin is not None:
+            manager.unregister(plugin)
+    sender = _Sender(config, fd)
+    manager.register(sender, "innergraph-file-process-sender")
+    sender.live = True
+    for i, item in enumerate(group):
+        nextitem = group[i + 1] if i + 1 < len(group) else None
+        item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
+        if session.shouldfail or session.shouldstop:
+            break
+    for name, (read, _) in _CHILD_STATE.items():
+        sender.send(("state", name, read()))
+
+
+# --- the parent ---------------------------------------------------------------------------
+
+
+def _messages(fd: int) -> Iterator[tuple[Any, ...]]:
+    with os.fdopen(fd, "rb") as pipe:
+        while True:
+            head = pipe.read(_HEADER.size)
+            if len(head) < _HEADER.size:
+                return
+            (size,) = _HEADER.unpack(head)
+            body = pipe.read(size)
+            if len(body) < size:
+                return
+            yield pickle.loads(body)
+
+
+def _run_in_child(session: pytest.Session, group: list[pytest.Item]) -> None:
+    config = session.config
+    read_fd, write_fd = os.pipe()
+    _flush()  # else the child inherits the parent's unwritten output and writes it again
+    pid = os.fork()
+    if pid == 0:  # the child
+        status = 0
+        try:
+            os.close(read_fd)
+            _child(session, group, write_fd)
+        except BaseException:  # noqa: BLE001 -- reported by the parent as the child's death
+            status = 3
+        finally:
+            _flush()  # os._exit writes no buffer: what a test printed under -s would be lost
+            os._exit(status)
+    os.close(write_fd)
+    running: str | None = None
+    finished: set[str] = set()
+    for message in _messages(read_fd):
+        kind = message[0]
+        if kind == "start":
+            running = message[1]
+            config.hook.pytest_runtest_logstart(nodeid=message[1], location=message[2])
+        elif kind == "report":
+            report = config.hook.pytest_report_from_serializable(config=config, data=message[1])
+            config.hook.pytest_runtest_logreport(report=report)
+        elif kind == "finish":
+            finished.add(message[1])
+            running = None
+            config.hook.pytest_runtest_logfinish(nodeid=message[1], location=message[2])
+        elif kind == "warning":
+            _, warning_message, when, nodeid, location = message
+            config.hook.pytest_warning_recorded.call_historic(
+                kwargs=dict(warning_message=warning_message, when=when, nodeid=nodeid, location=location)
+            )
+        elif kind == "state":
+            _CHILD_STATE[message[1]][1](message[2])
+    _, status = os.waitpid(pid, 0)
+    if status == 0 or session.shouldfail or session.shouldstop:
+        return
+    # The child died: fail the test it was running and every later test of its file.
+    cause = _describe(status)
+    stopped = False
+    for item in group:
+        if item.nodeid in finished:
+            continue
+        if stopped:
+            break
+        if item.nodeid != running:
+            config.hook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        report = TestReport(
+            item.nodeid,
+            item.location,
+            {name: 1 for name in item.keywords},
+            "failed",
+            f"the process running {item.path.name} {cause} "
+            + ("during this test" if item.nodeid == running else "before this test ran"),
+            "call",
+        )
+        config.hook.pytest_runtest_logreport(report=report)
+        config.hook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+        stopped = bool(session.shouldfail)
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def _describe(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"was killed by signal {os.WTERMSIG(status)}"
+    return f"exited with status {os.WEXITSTATUS(status)}"
