@@ -283,7 +283,7 @@ _BACKENDS = PatchSpec(
     message=f"""The Numba and JAX conversions of the in-graph consumers (a body compiled
 once however many consumers read it), loaded on a linker's first link
 once innergraph is enabled.
-Nine functions of PyTensor delegate to innergraph while it is enabled,
+Ten functions of PyTensor delegate to innergraph while it is enabled,
 keeping their body as _<name>_base:
 
 - numba's numba_funcify_ensure_cache: equal nodes of one conversion
@@ -292,8 +292,11 @@ keeping their body as _<name>_base:
   compiled once as its own unit, cached under its own key, and called
   by reference (through a pointer the loop fetches on its first call),
   so no caller's LLVM module holds its code again;
+- numba's numba_funcify_OpFromGraph: an inner graph of eight nodes or
+  more is likewise compiled once and called by reference;
 - numba's numba_funcify_FunctionGraph: records each converted inner
-  graph for numba_funcify_Scan (the conversion is PyTensor's);
+  graph for numba_funcify_Scan and numba_funcify_OpFromGraph (the
+  conversion is PyTensor's);
 - numba's cache_key_for_constant: a folded body whose Ops do not pickle
   gets a key of its own instead of failing the conversion;
 - NumbaLinker.fgraph_convert, create_thunk_inputs and jit_compile: the
@@ -334,6 +337,13 @@ of Scan and OpFromGraph (delegating, above, to record them).
             "pytensor.innergraph.backends.numba",
             "funcify_scan_by_reference",
             replaces="numba_funcify_and_cache_key[Scan]",
+        ),
+        Delegate(
+            "pytensor/link/numba/dispatch/compile_ops.py",
+            "numba_funcify_OpFromGraph",
+            "pytensor.innergraph.backends.numba",
+            "funcify_ofg_by_reference",
+            replaces="numba_funcify_and_cache_key[OpFromGraph]",
         ),
         Delegate(
             "pytensor/link/numba/dispatch/basic.py",

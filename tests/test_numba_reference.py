@@ -101,7 +101,7 @@ _CHILD = textwrap.dedent(
             if inner is None:
                 continue
             facts["loops"] += 1
-            body = inner.py_func.__globals__.get("BODY") if inner.py_func.__name__ == "step_body_by_reference" else inner
+            body = inner.py_func.__globals__.get("BODY") if inner.py_func.__name__ == "body_by_reference" else inner
             facts["stubs"] += body is not inner
             libraries = {o.library.name for o in body.overloads.values()}
             facts["body_libraries"] += len(libraries)
@@ -215,7 +215,7 @@ def test_another_model_of_the_same_body_compiles_no_body_and_a_changed_body_is_c
 
 
 def test_a_body_unknown_to_the_process_is_refused_by_name():
-    with pytest.raises(RuntimeError, match="step body 0123abcd by reference"):
+    with pytest.raises(RuntimeError, match="the body 0123abcd by reference"):
         body_address("0123abcd", ())
 
 
@@ -230,7 +230,7 @@ def test_a_caller_whose_body_is_unknown_raises_in_python_and_runs_once_it_is_kno
 
     caller.compile((numba.types.float64,))  # typed while the body is known
     del _BODIES["feedbeef"]
-    with pytest.raises(RuntimeError, match="step body feedbeef by reference"):
+    with pytest.raises(RuntimeError, match="the body feedbeef by reference"):
         caller(3.0)
     _BODIES["feedbeef"] = body
     assert caller(3.0) == 6.0  # the address was not stored by the failed call

@@ -22,9 +22,11 @@ Numba's on-disk cache can never confuse two different bodies.
 
 from __future__ import annotations
 
+import io
 import pickle
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from hashlib import sha256
 from typing import Any
 
@@ -36,8 +38,11 @@ from pytensor.link.numba.dispatch.basic import (
     register_funcify_and_cache_key,
     register_funcify_default_op_cache_key,
 )
+from pytensor.graph.basic import Variable
 from pytensor.graph.fg import AbstractFunctionGraph, FunctionGraph
 from pytensor.link.numba.cache import compile_numba_function_src
+from pytensor.compile.builders import OpFromGraph
+from pytensor.link.numba.dispatch import compile_ops as numba_compile_ops
 from pytensor.link.numba.dispatch import scan as numba_scan
 from pytensor.link.numba.linker import NumbaLinker
 from pytensor.scan.op import Scan as NativeScan
@@ -45,13 +50,21 @@ from pytensor.scan.op import Scan as NativeScan
 from innergraph.backends.numba_code import (
     BodyCode,
     Converted,
+    Rendering,
     body_code,
     code_key,
     convert_once,
     one_conversion,
     prepared_body,
 )
-from innergraph.backends.numba_reference import by_reference, called_by_reference, capture_body, captured_bodies, referenced_key
+from innergraph.backends.numba_reference import (
+    by_reference,
+    called_by_reference,
+    capture_body,
+    captured_bodies,
+    large_enough,
+    referenced_key,
+)
 from innergraph.core.dispatch import register_conversion_dispatch
 from innergraph.core.hooks import DispatchPatch, Patch, apply_late, original
 from innergraph.rewriting.lift import was_lifted
@@ -60,7 +73,7 @@ from innergraph.ops.scan import Scan, backend_native_scan
 from innergraph.protocol.runtime import body_value, compile_count
 from innergraph.core.types import Body
 
-__all__ = ["funcify_fgraph_as_one_conversion", "jitted", "numba_body", "numba_body_code"]
+__all__ = ["ReferencedCode", "caller_code", "funcify_fgraph_as_one_conversion", "funcify_ofg_by_reference", "jitted", "numba_body", "numba_body_code"]
 
 _fgraph_funcify = original(numba_basic, "numba_funcify_FunctionGraph")
 
@@ -124,6 +137,35 @@ def funcify_scan_by_reference(op: NativeScan, node: Any = None, **kwargs: Any) -
 
 
 apply_late(DispatchPatch(numba_funcify_and_cache_key, NativeScan, funcify_scan_by_reference))
+
+_ofg_funcify = original(numba_compile_ops, "numba_funcify_OpFromGraph")
+
+
+def funcify_ofg_by_reference(op: OpFromGraph, node: Any = None, ofg_memo: dict[Any, Converted] | None = None, **kwargs: Any) -> Converted:
+    """PyTensor's Numba `OpFromGraph`, calling an inner graph of ``MIN_NODES`` nodes or more by reference.
+
+    PyTensor's conversion of an `OpFromGraph` node is its inner graph's function, which
+    every caller links and optimises again. Here that function is compiled once as its own
+    unit, cached under its own key, and the node's function is a stub that calls it by
+    reference (`innergraph.backends.numba_reference`), as `funcify_scan_by_reference` does
+    for a loop's step. innergraph's in-graph calls reach Numba as `OpFromGraph` nodes
+    (lowered before linking), so this covers them too. A smaller graph, or one PyTensor
+    converts otherwise (no key, code run in Python), keeps PyTensor's conversion.
+    """
+    if ofg_memo is not None and op in ofg_memo:
+        return ofg_memo[op]
+    with captured_bodies() as bodies:
+        fn, key = _ofg_funcify(op, node, ofg_memo=ofg_memo, **kwargs)
+    body, body_key = bodies.get(id(op.fgraph), (None, None))
+    if key is None or body_key is None or body is not fn or not isinstance(fn, CPUDispatcher) or not called_by_reference(op.fgraph):
+        return fn, key
+    converted = (by_reference(body, body_key, len(op.fgraph.inputs)), referenced_key(key))
+    if ofg_memo is not None:
+        ofg_memo[op] = converted
+    return converted
+
+
+apply_late(DispatchPatch(numba_funcify_and_cache_key, OpFromGraph, funcify_ofg_by_reference))
 # PyTensor's conversion of a FunctionGraph converts each node through this module-level
 # function: within one conversion, equal nodes of the outer graph convert once too.
 apply_late(Patch(numba_basic, "numba_funcify_ensure_cache", convert_once))
@@ -147,10 +189,42 @@ def cache_key_for_constant(data: Any) -> str:
     key = data.cache.get(_BODY_KEY)  # a function of the structure: once per body (interned: once per process)
     if key is None:
         try:
-            key = data.cache[_BODY_KEY] = str(_original_cache_key_for_constant(data))
+            key = data.cache[_BODY_KEY] = sha256(stable_pickle(data)).hexdigest()
         except (AttributeError, TypeError, pickle.PicklingError):
             return f"unpicklable body {uuid.uuid4().hex}"  # a new one every time, as before
     return str(key)
+
+
+#: What a variable's pickle holds that no code depends on, and that differs between processes:
+#: PyTensor's ``auto_name`` counts the variables the process made before, ``tag`` holds traces.
+_UNSTABLE = ("auto_name", "tag", "name")
+
+
+class _StablePickler(pickle.Pickler):
+    """A pickler that leaves out of every variable what `_UNSTABLE` names (the variable itself is not changed)."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if not isinstance(obj, Variable):
+            return NotImplemented
+        reduced = obj.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+        if not isinstance(reduced, tuple) or len(reduced) < 3 or not isinstance(reduced[2], dict):
+            return NotImplemented
+        state = {k: v for k, v in reduced[2].items() if k not in _UNSTABLE}
+        return (*reduced[:2], state, *reduced[3:])
+
+
+def stable_pickle(value: Any) -> bytes:
+    """``value`` pickled with no variable's auto-name, tag or name: the same bytes in every process.
+
+    A body's canonical encoding leaves names out, but the Ops it holds may hold graphs
+    (a fused `Composite`'s scalar graph), whose variables pickle their auto-names:
+    the count of variables the process made before. Keyed by such a pickle, the same
+    function in a new process missed the disk cache whenever the process had built
+    another graph first.
+    """
+    buffer = io.BytesIO()
+    _StablePickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
+    return buffer.getvalue()
 
 
 _BODY_KEY = "numba constant key"
@@ -236,6 +310,50 @@ def numba_body(body: Body) -> Converted:
         return _returning("innergraph_body", code, _names("a", code.n_params))
 
     return body.cached(("numba_function", code_key(body)), make)
+
+
+@dataclass(frozen=True)
+class ReferencedCode:
+    """A body a generated function calls by reference: rendered as one call of a stub, not inline.
+
+    Renders like `BodyCode` (``render(prefix, args)``), so a generated loop, call or
+    conditional writes either. ``stub`` calls the body function, compiled once as its own
+    unit (`innergraph.backends.numba_reference`); ``key`` says so (`referenced_key`).
+    """
+
+    n_params: int
+    n_outputs: int
+    stub: Any
+    key: str
+
+    def render(self, prefix: str, args: Sequence[str]) -> Rendering:
+        """One assignment: the body's outputs, named ``<prefix>o<k>``, from a call of the stub on ``args``."""
+        if len(args) != self.n_params:
+            raise ValueError(f"body code takes {self.n_params} arguments, got {len(args)}: {list(args)}")
+        outputs = [f"{prefix}o{k}" for k in range(self.n_outputs)]
+        target = outputs[0] if self.n_outputs == 1 else ", ".join(outputs)
+        return Rendering([f"{target} = {prefix}ref({', '.join(args)})"], outputs, {f"{prefix}ref": self.stub})
+
+
+def caller_code(body: Body, mutable: frozenset[int] = frozenset()) -> BodyCode | ReferencedCode:
+    """What a generated function writes for ``body``: its code inline, or a call by reference.
+
+    A body of `MIN_NODES` converted nodes or more whose code can be cached is called by
+    reference, as a loop's step of that size is (``design/numba-linking.md``, "Bodies by
+    reference"); it then gets no overwritable params (``mutable``): the body function
+    copies what it writes. A smaller body is inlined, where the caller's optimiser pays.
+    """
+    code = numba_body_code(body, mutable)
+    if not large_enough(len(code.functions)) or code.key is None:
+        return code
+    fn, key = numba_body(body)
+    if key is None:
+        return code
+
+    def make() -> ReferencedCode:
+        return ReferencedCode(code.n_params, len(code.outputs), by_reference(fn, key, code.n_params), referenced_key(key))
+
+    return body.cached(("numba_reference", code_key(body)), make)
 
 
 @register_funcify_and_cache_key(Scan)

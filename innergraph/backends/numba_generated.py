@@ -39,7 +39,7 @@ import numpy as np
 from pytensor.link.numba.dispatch import basic as numba_basic
 from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, register_funcify_and_cache_key
 
-from innergraph.backends.numba import jitted, numba_body_code
+from innergraph.backends.numba import caller_code, jitted
 from innergraph.backends.numba_code import Converted, aliasing, code_key
 from innergraph.protocol.runtime import body_value
 from innergraph.protocol.semantics import Branch, Once, semantics_of
@@ -159,7 +159,7 @@ def numba_funcify_generated(op: Any, node: Any = None, **kwargs: Any) -> Convert
     others = tuple(bodies[b] for b in plan.bodies_run if b != plan.update)
 
     def make() -> Converted:
-        codes = {b: numba_body_code(body, _owned(plan, b)) for b, body in bodies.items()}
+        codes = {b: caller_code(body, _owned(plan, b)) for b, body in bodies.items()}
         params, lines, env = generated_source(plan, codes, rows)
         return jitted(f"innergraph_{type(op).__name__.lower()}", params, lines, env, [codes[b].key for b in plan.bodies_run])
 
@@ -210,7 +210,7 @@ def _branch(op: Any, node: Any, form: Form) -> Converted:
 
     def make() -> Converted:
         plan = branch_plan(op, node)  # its bodies are the form's functions (`innergraph.protocol.semantics._declared`)
-        codes = [numba_body_code(then_body), numba_body_code(else_body)]
+        codes = [caller_code(then_body), caller_code(else_body)]
         params, lines, env = branch_source(plan, codes)
         return jitted(f"innergraph_{type(op).__name__.lower()}", params, lines, env, [c.key for c in codes])
 
@@ -233,7 +233,7 @@ def _once(op: Any, node: Any, form: Form) -> Converted:
 
     def make() -> Converted:
         plan = once_plan(op, node)
-        code = numba_body_code(body)
+        code = caller_code(body)
         params, lines, env = once_source(plan, code)
         return jitted(f"innergraph_{type(op).__name__.lower()}", params, lines, env, [code.key])
 

@@ -1,26 +1,28 @@
-"""A loop's step body compiled once as its own unit and called by reference under Numba.
+"""A body compiled once as its own unit and called by reference under Numba.
 
 PyTensor's Numba Scan calls its step body, the converted inner graph, as a jitted
-function. Numba links the body's code into the loop's LLVM module and optimises it
-again, and the outer function, which calls the loop, links and optimises it a third
-time. The body is compiled in every process whose loop is not in the disk cache: the
-body itself is never cached.
+function; its `OpFromGraph` is its inner graph's function; innergraph's generated loops,
+calls and conditionals wrote their bodies' code inline. Numba links such a body's code
+into its caller's LLVM module and optimises it again there, and the outer function, which
+calls the caller, links and optimises it once more. The body is compiled in every process
+whose caller is not in the disk cache: the body itself is never cached.
 
-Here the body is compiled once, as its own unit, cached under its own key, and the loop
+Here the body is compiled once, as its own unit, cached under its own key, and the caller
 calls it through a pointer: no caller's module holds its code.
 
 Terms
 -----
 body function
-    The converted inner graph of a Scan (PyTensor's ``scan_inner_func``), registered
-    with PyTensor's cache locator under innergraph's key of the inner graph
-    (`BODY`): cached once per machine, shared by every loop and every model whose
-    step is the same graph with the same types.
+    The converted inner graph (PyTensor's ``scan_inner_func`` of a Scan, the function of an
+    `OpFromGraph`'s graph, or innergraph's `innergraph.backends.numba.numba_body` of a
+    body), registered with PyTensor's cache locator under innergraph's key of the graph
+    (`BODY`): cached once per machine, shared by every caller and every model whose body
+    is the same graph with the same types.
 token
-    A hash of the body function's key: what the loop's code names the body by. The
-    code holds the token, never an address, so the loop stays cacheable.
+    A hash of the body function's key: what the caller's code names the body by. The
+    code holds the token, never an address, so the caller stays cacheable.
 stub
-    The function the loop calls in place of the body: one line,
+    The function the caller calls in place of the body: one line,
     ``return call_by_reference(TOKEN, (a0, ..., an))``.
 call by reference
     `call_by_reference`, a Numba intrinsic. Its code keeps the body's address in a
@@ -63,32 +65,39 @@ __all__ = [
     "called_by_reference",
     "capture_body",
     "captured_bodies",
+    "large_enough",
     "referenced_key",
 ]
 
 #: The suffix of a body function's own cache entry.
 BODY = "_innergraph_body"
 
-#: The suffix a loop's key gets when its body is called by reference (its code differs from PyTensor's).
+#: The suffix a caller's key gets when its body is called by reference (its code differs from PyTensor's).
 REFERENCED = "_innergraph_by_reference"
 
-#: The version of the code `call_by_reference` generates, raised when it changes: a loop compiled by an earlier
-#: version (whose code a cached caller holds) is then never served to this one.
-FORMAT = 1
+#: The version of the code `call_by_reference` generates, raised when it changes: a caller compiled by an earlier
+#: version (whose code a cached caller holds) is then never served to this one. 2: the stub is named
+#: ``body_by_reference`` (calls and conditionals call bodies by reference too).
+FORMAT = 2
 
-#: The least number of nodes a step body has to be called by reference (measured: ``design/numba-linking.md``).
+#: The least number of nodes a body has to be called by reference (measured: ``design/numba-linking.md``).
 MIN_NODES = 8
 
-# token -> body function. Weak: a loop's stub holds its body function, so it lives as long as any caller can run.
+# token -> body function. Weak: a caller's stub holds its body function, so it lives as long as any caller can run.
 _BODIES: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
 
-# id(inner graph) -> (body function, key), for the conversions of a Scan under way
+# id(inner graph) -> (body function, key), for the conversions of a Scan or an OpFromGraph under way
 _CAPTURED: ContextVar[dict[int, tuple[Any, str | None]] | None] = ContextVar("innergraph_captured_bodies", default=None)
 
 
 def called_by_reference(graph: Any) -> bool:
-    """Whether a step body of ``graph``'s size is called by reference (`MIN_NODES`)."""
-    return len(graph.apply_nodes) >= MIN_NODES
+    """Whether a body of ``graph``'s size is called by reference (`MIN_NODES`)."""
+    return large_enough(len(graph.apply_nodes))
+
+
+def large_enough(n_nodes: int) -> bool:
+    """Whether a body of ``n_nodes`` converted nodes is called by reference (`MIN_NODES`, read at each call)."""
+    return n_nodes >= MIN_NODES
 
 
 @contextmanager
@@ -114,7 +123,7 @@ def _compiled(token: str, argtypes: tuple[Any, ...]) -> Any:
     body = _BODIES.get(token)
     if body is None:
         raise RuntimeError(
-            f"innergraph: a loop calls the step body {token} by reference, but no body of that token was converted "
+            f"innergraph: a compiled function calls the body {token} by reference, but no body of that token was converted "
             "in this process (a function compiled with innergraph loaded from Numba's cache without its conversion)"
         )
     body.compile(argtypes)
@@ -191,12 +200,12 @@ def by_reference(fn: Any, key: str, n_params: int) -> Any:
         body = _BODIES[token] = _body_function(fn, key)
     params = [f"a{i}" for i in range(n_params)]
     packed = f"({', '.join(params)}{',' if n_params == 1 else ''})"
-    src = f"def step_body_by_reference({', '.join(params)}):\n    return call_by_reference(TOKEN, {packed})\n"
+    src = f"def body_by_reference({', '.join(params)}):\n    return call_by_reference(TOKEN, {packed})\n"
     env = {"call_by_reference": call_by_reference, "TOKEN": token, "BODY": body, "__name__": __name__}
-    stub = compile_numba_function_src(src, "step_body_by_reference", env)
+    stub = compile_numba_function_src(src, "body_by_reference", env)
     return numba_basic.numba_njit(stub)
 
 
 def referenced_key(key: str) -> str:
-    """The key of a loop whose body is called by reference, from PyTensor's key of the loop."""
+    """The key of a caller whose body is called by reference, from its key with the body linked."""
     return sha256(f"{key}{REFERENCED}_format{FORMAT}".encode()).hexdigest()
