@@ -8,8 +8,11 @@ registers, with PyTensor's Numba dispatchers:
 * (`Call`, the lazy `IfElse` and the loops get code generated from their step
   semantics, `innergraph.backends.numba_generated`, with their bodies' code inline:
   `numba_body_code` prepares a body and converts its nodes once per distinct
-  `Body`, so merged bodies convert once);
-* the in-graph `Scan`, delegating to PyTensor's own Numba Scan;
+  `Body`, so merged bodies convert once; a body of ``MIN_NODES`` nodes or more is
+  called by reference instead, `caller_code`);
+* the in-graph `Scan`, delegating to PyTensor's own Numba Scan; PyTensor's Scan and
+  `OpFromGraph` calling an inner graph of ``MIN_NODES`` nodes or more by reference
+  (`funcify_scan_by_reference`, `funcify_ofg_by_reference`);
 * for a `FunctionGraph`, its conversion as one `one_conversion`
   (`funcify_fgraph_as_one_conversion`), within which equal nodes of the outer
   graph, native Scans included, convert once (`numba_code.convert_once` in place of
@@ -148,9 +151,10 @@ def funcify_ofg_by_reference(op: OpFromGraph, node: Any = None, ofg_memo: dict[A
     every caller links and optimises again. Here that function is compiled once as its own
     unit, cached under its own key, and the node's function is a stub that calls it by
     reference (`innergraph.backends.numba_reference`), as `funcify_scan_by_reference` does
-    for a loop's step. innergraph's in-graph calls reach Numba as `OpFromGraph` nodes
-    (lowered before linking), so this covers them too. A smaller graph, or one PyTensor
-    converts otherwise (no key, code run in Python), keeps PyTensor's conversion.
+    for a loop's step. This is for the `OpFromGraph` nodes innergraph leaves to PyTensor
+    (those it lifts into in-graph calls run innergraph's generated code, `caller_code`). A
+    smaller graph, or one PyTensor converts otherwise (no key, code run in Python), keeps
+    PyTensor's conversion.
     """
     if ofg_memo is not None and op in ofg_memo:
         return ofg_memo[op]

@@ -1,4 +1,4 @@
-"""Numba code generated from a consumer's declaration: one function per loop or conditional, its bodies inline.
+"""Numba code generated from a consumer's declaration: one function per loop or conditional, its bodies inline or by reference.
 
 Loaded on the first Numba link. Every registered consumer whose form declares step
 semantics (`innergraph.protocol.semantics`) gets `numba_funcify_generated` as its Numba
@@ -26,6 +26,11 @@ exactly one runs per call. A loop, from the node's `LoopPlan`, runs:
   no step writes stay zero; a loop of no steps returns the static row shape, 0
   where unknown);
 * the carried values' final values and the per-step outputs, in the node's output order.
+
+A body of ``MIN_NODES`` converted nodes or more is not inline: it is one call of a stub
+that calls the body, compiled once as its own unit, by reference (`caller_code`,
+`innergraph.backends.numba_reference`); such a loop step's carries are then copied by the
+body rather than overwritten.
 
 Its disk-cache key combines the source with the bodies' keys (`numba_function`).
 """
