@@ -51,7 +51,7 @@ MODULES: dict[str, dict[str, object]] = {
     },
     "innergraph/rewriting/until_while.py": {
         "tests": [["tests/test_until_while.py"]],
-        "sample": 12,
+        "sample": 12,  # about 7 s a mutant at load 3: under 2 minutes
     },
 }
 
