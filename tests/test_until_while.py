@@ -1,7 +1,8 @@
 """``innergraph_until_to_while``: a Scan with ``until`` read only at its final states becomes one
 WhileLoop (by default under Numba and JAX, and under py and cvm with INNERGRAPH_UNTIL_TO_WHILE=always); the
-values equal vanilla PyTensor's; a Scan any other way (traces read whole, JAX, the rewrite
-excluded) stays a Scan."""
+values equal vanilla PyTensor's; a Scan any other way (traces read whole, sequences, per-step
+outputs, multi-tap traces, a linker that runs no WhileLoop, the rewrite excluded) stays a Scan.
+Several tests come from the module's mutation run (design/testing.md, "Planted faults as a habit")."""
 
 import warnings
 from typing import Any
@@ -16,9 +17,9 @@ from pytensor.graph.fg import FunctionGraph
 from pytensor.scan.op import Scan as NativeScan
 from pytensor.scan.utils import until
 
+import innergraph
 from innergraph.ops.loop import WhileLoop
 from innergraph.ops.scan import Scan
-import innergraph
 from innergraph.protocol.signature import Meaning, consumers, replace_consumer
 from innergraph.rewriting.outer import first_row
 from innergraph.rewriting.untrace import last_step_reads
@@ -166,8 +167,8 @@ def fixed_point(x0, a, n):
 def beside_others(a, x0, n, xs):
     """Until-scans the rewrite leaves (and a counted scan), then two it takes that read them all.
 
-    Left: a trace read whole; a sequence; a per-step output; two-tap traces (taps -1, -2 and
-    -2 alone); a scan without ``until``. Taken: a fixed point started from all of them, and one
+    Left: a trace read whole; a sequence; a per-step output; a trace with taps (-1, -2) and one
+    with tap -2 alone; a scan without ``until``. Taken: a fixed point started from all of them, and one
     whose non-sequence is that fixed point's final state (its node's input, replaced when the
     first is converted).
     """
