@@ -130,11 +130,14 @@ def while_loop_of(sig: Signature) -> tuple[WhileLoop, list[Variable]]:
 
 
 def _initial(buffer: Variable, row_type: TensorType) -> Variable:
-    """A traced state's initial value, of ``row_type``, from its buffer (`first_row`, broadcast to a row)."""
+    """A traced state's initial value, for a carry of ``row_type``, from its buffer (`first_row`, broadcast to a row).
+
+    `WhileLoop.make_node` converts it to the carry's type (as it does every argument).
+    """
     written = first_row(buffer)
     if written.type != row_type:  # a write broadcasts: [[1.]] into every column of the row
         written = pt.broadcast_to(written, pt.shape(buffer)[1:])
-    return row_type.filter_variable(written, allow_convert=True)
+    return written
 
 
 def _replacements(sig: Signature, reads: dict[Slot, list[Variable]], finals: Sequence[Variable]) -> list[tuple[Variable, Variable]]:
@@ -142,7 +145,7 @@ def _replacements(sig: Signature, reads: dict[Slot, list[Variable]], finals: Seq
     pairs = []
     for slot, final in zip(states, finals, strict=True):
         olds = reads.get(slot, []) if sig.meaning(slot) is Meaning.TRACE else list(slot.results)
-        pairs += [(old, old.type.filter_variable(final, allow_convert=True)) for old in olds]
+        pairs += [(old, final) for old in olds]  # replace_all converts final to old's type (FunctionGraph.replace)
     return pairs
 
 
@@ -151,9 +154,7 @@ def until_scans_to_while_loops(fgraph: FunctionGraph) -> int:
     if not any(isinstance(node.op, Scan) for node in fgraph.apply_nodes) or not _wanted(fgraph):
         return 0
     changed = 0
-    for sig in list(consumers(fgraph)):
-        if sig.node not in fgraph.apply_nodes:
-            continue
+    for sig in consumers(fgraph):  # each made when reached: an earlier conversion may have replaced its inputs
         reads = _convertible(fgraph, sig)
         if reads is None:
             continue
