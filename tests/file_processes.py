@@ -47,8 +47,9 @@ _CHILD_STATE: dict[str, tuple[Callable[[], list[Any]], Callable[[list[Any]], Non
 def register_child_state(name: str, read: Callable[[], list[Any]], extend: Callable[[list[Any]], None]) -> None:
     """Carry a list the tests fill (e.g. lines of a terminal summary) from each child to the parent.
 
-    ``read()`` is called in the child when its file ends; ``extend(entries)`` in the parent with
-    what that child read.
+    ``read()`` is called in the child when its file starts and when it ends; ``extend(entries)``
+    in the parent with the entries the child added (the list it inherited from the parent at
+    the fork is the parent's already).
     """
     _CHILD_STATE[name] = (read, extend)
 
@@ -161,13 +162,15 @@ def _child(session: pytest.Session, group: list[pytest.Item], fd: int) -> None:
     sender = _Sender(config, fd)
     manager.register(sender, "innergraph-file-process-sender")
     sender.live = True
+    # what the parent held at the fork: only what this file's tests add is sent back
+    inherited = {name: len(read()) for name, (read, _) in _CHILD_STATE.items()}
     for i, item in enumerate(group):
         nextitem = group[i + 1] if i + 1 < len(group) else None
         item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
         if session.shouldfail or session.shouldstop:
             break
     for name, (read, _) in _CHILD_STATE.items():
-        sender.send(("state", name, read()))
+        sender.send(("state", name, read()[inherited[name] :]))
 
 
 # --- the parent ---------------------------------------------------------------------------
