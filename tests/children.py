@@ -25,3 +25,40 @@ def result(process: subprocess.Popen) -> Any:
     out, err = process.communicate()
     assert process.returncode == 0, err[-3000:]
     return json.loads(out.strip().splitlines()[-1])
+
+
+#: Child-script code (top level of a script given to `spawn`) that records in ``compiled`` the
+#: name of every function Numba compiles, and defines ``dispatchers(root)`` (every jitted function
+#: a compiled function reaches through its globals) and ``linked(dispatcher)`` (the names of the
+#: code libraries its compiled code links).
+WATCH = """compiled = []
+
+class Count(event.Listener):
+    def on_start(self, ev):
+        pass
+
+    def on_end(self, ev):
+        compiled.append(getattr(getattr((ev.data or {}).get("dispatcher"), "py_func", None), "__name__", "?"))
+
+event.register("numba:compile", Count())
+
+
+def dispatchers(root):
+    seen, todo = {}, [root]
+    while todo:
+        d = todo.pop()
+        if id(d) in seen or not hasattr(d, "py_func"):
+            continue
+        seen[id(d)] = d
+        todo.extend(v for v in d.py_func.__globals__.values() if hasattr(v, "py_func"))
+    return list(seen.values())
+
+def linked(dispatcher):
+    names, todo = set(), [o.library for o in dispatcher.overloads.values()]
+    while todo:
+        library = todo.pop()
+        for inner in getattr(library, "_linking_libraries", ()):
+            names.add(inner.name)
+            todo.append(inner)
+    return names
+"""

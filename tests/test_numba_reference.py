@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import numba
-from children import result, spawn
+from children import WATCH, result, spawn
 
 from innergraph.backends.numba_reference import _BODIES, body_address, call_by_reference
 
@@ -31,16 +31,7 @@ _CHILD = textwrap.dedent(
     from numba.core import event
     from pytensor.raise_op import Assert
 
-    compiled = []
-
-    class Count(event.Listener):
-        def on_start(self, ev):
-            pass
-
-        def on_end(self, ev):
-            compiled.append(getattr(getattr((ev.data or {}).get("dispatcher"), "py_func", None), "__name__", "?"))
-
-    event.register("numba:compile", Count())
+    # children.WATCH: compiled (what Numba compiles), dispatchers(root), linked(dispatcher)
     x, A = pt.dvector("x"), pt.dmatrix("A")
 
     def small_step(v, A):
@@ -71,24 +62,6 @@ _CHILD = textwrap.dedent(
         except Exception as exc:
             value, error = None, f"{type(exc).__name__}: {exc}"
 
-    def dispatchers(root):
-        seen, todo = {}, [root]
-        while todo:
-            d = todo.pop()
-            if id(d) in seen or not hasattr(d, "py_func"):
-                continue
-            seen[id(d)] = d
-            todo.extend(v for v in d.py_func.__globals__.values() if hasattr(v, "py_func"))
-        return list(seen.values())
-
-    def linked(dispatcher):
-        names, todo = set(), [o.library for o in dispatcher.overloads.values()]
-        while todo:
-            library = todo.pop()
-            for inner in getattr(library, "_linking_libraries", ()):
-                names.add(inner.name)
-                todo.append(inner)
-        return names
 
     facts = {"loops": 0, "stubs": 0, "bodies_in_callers": 0, "body_libraries": 0}
     if variant != "python" and error is None:
@@ -109,7 +82,7 @@ _CHILD = textwrap.dedent(
     print(json.dumps({"value": value, "error": error, "compiled": compiled, **facts,
                       "warnings": [str(w.message) for w in caught if "innergraph" in str(w.message)]}))
     """
-)
+).replace("# children.WATCH: compiled (what Numba compiles), dispatchers(root), linked(dispatcher)\n", WATCH)
 
 
 def _child(compiledir, variant="reference", number=1.5, inputs="inside", graph="grad", wait=True):

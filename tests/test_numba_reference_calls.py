@@ -13,7 +13,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from children import spawn
+from children import WATCH, spawn
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -31,16 +31,7 @@ _CHILD = textwrap.dedent(
     from pytensor.raise_op import Assert
     from innergraph.backends.numba_link import final_function
 
-    compiled = []
-
-    class Count(event.Listener):
-        def on_start(self, ev):
-            pass
-
-        def on_end(self, ev):
-            compiled.append(getattr(getattr((ev.data or {}).get("dispatcher"), "py_func", None), "__name__", "?"))
-
-    event.register("numba:compile", Count())
+    # children.WATCH: compiled (what Numba compiles), dispatchers(root), linked(dispatcher)
 
     def big(v, B):  # eight nodes and more once converted, with a check that can fail
         v = Assert("the state left the box")(v, pt.all(pt.abs(v) < 50.0))
@@ -61,24 +52,6 @@ _CHILD = textwrap.dedent(
         "small": innergraph.call(lambda v: v * 2.0 + 1.0, x) + innergraph.call(lambda v: v * 2.0 + 1.0, 3.0 * x),
     }
 
-    def dispatchers(root):
-        seen, todo = {}, [root]
-        while todo:
-            d = todo.pop()
-            if id(d) in seen or not hasattr(d, "py_func"):
-                continue
-            seen[id(d)] = d
-            todo.extend(v for v in d.py_func.__globals__.values() if hasattr(v, "py_func"))
-        return list(seen.values())
-
-    def linked(dispatcher):
-        names, todo = set(), [o.library for o in dispatcher.overloads.values()]
-        while todo:
-            library = todo.pop()
-            for inner in getattr(library, "_linking_libraries", ()):
-                names.add(inner.name)
-                todo.append(inner)
-        return names
 
     rng = np.random.default_rng(0)
     xv, Av = rng.normal(size=4), rng.normal(size=(4, 4))
@@ -100,7 +73,7 @@ _CHILD = textwrap.dedent(
                         "bodies_in_callers": len(bodies & callers), "compiled": compiled[before:]}
     print(json.dumps({"report": report, "compiled": compiled}))
     """
-)
+).replace("# children.WATCH: compiled (what Numba compiles), dispatchers(root), linked(dispatcher)\n", WATCH)
 
 
 def _child(compiledir, variant="reference"):
