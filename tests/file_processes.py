@@ -28,6 +28,7 @@ import os
 import pickle
 import struct
 import sys
+import types
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -151,14 +152,32 @@ class _Sender:
         self.send(("warning", plain, when, nodeid, location))
 
 
+#: The hooks through which the parent hears of what a child ran (`_Sender`).
+_REPORTED_HOOKS = ("pytest_runtest_logreport", "pytest_warning_recorded", "pytest_runtest_logstart", "pytest_runtest_logfinish")
+
+
+def _pytests_own(plugin: object) -> bool:
+    module = plugin.__name__ if isinstance(plugin, types.ModuleType) else type(plugin).__module__
+    return module.split(".")[0] in ("_pytest", "pytest")
+
+
 def _child(session: pytest.Session, group: list[pytest.Item], fd: int) -> None:
     config = session.config
     manager = config.pluginmanager
-    # The parent's terminal reporter prints what the child sends; the child's would print it twice.
-    for name in ("terminalreporter", "junitxml", "resultlog"):
+    # The parent reports what the child sends: a plugin that took reports or warnings here too
+    # would take each one twice. pytest's terminal reporter and junit XML go; so do the
+    # reporting hooks (only those) of every plugin that is not pytest's own: a conftest's, or
+    # one recording outcomes to a file as CI's does. pytest's own keep theirs (the session
+    # counts failures for -x; the logging plugin puts captured logs into the reports).
+    for name in ("terminalreporter", "junitxml"):
         plugin = manager.get_plugin(name)
         if plugin is not None:
             manager.unregister(plugin)
+    for hook in _REPORTED_HOOKS:
+        caller = getattr(manager.hook, hook)
+        for impl in list(caller.get_hookimpls()):
+            if not _pytests_own(impl.plugin):
+                caller._remove_plugin(impl.plugin)
     sender = _Sender(config, fd)
     manager.register(sender, "innergraph-file-process-sender")
     sender.live = True

@@ -36,6 +36,14 @@ def record(test_file):  # note which process ran a test of test_file, in the fil
         f.write(f"{{test_file}} {{os.getpid()}}\\n")
 
 
+def pytest_runtest_logreport(report):  # a plugin recording outcomes to a file, as CI's does
+    import os
+
+    if report.when == "call" or report.outcome != "passed":
+        with open(os.environ["PIDS"] + ".reports", "a") as f:
+            f.write(report.nodeid + "\\n")
+
+
 def pytest_terminal_summary(terminalreporter):
     for line in LINES:
         terminalreporter.write_line("summary line: " + line)
@@ -116,6 +124,9 @@ def test_each_file_runs_in_a_process_of_its_own_and_reports_as_pytest_does(tmp_p
     assert "FAILED test_b.py::test_fails - assert 1 == 2" in out
     # each child's warning reaches the warnings summary once: the first's is not sent back by the second
     assert out.count("UserWarning: a warning from the first child") == 1 and out.count("UserWarning: a warning from the child") == 1, out
+    # a plugin that records reports (CI's outcomes) records each test once, in the parent
+    recorded = (tmp_path / "pids.txt.reports").read_text().split()
+    assert sorted(recorded) == sorted(set(recorded)) and len(recorded) == 6, recorded
     # the lines each child adds reach the parent's summary once: the second does not send back the first's
     assert out.count("summary line: from a") == 1 and out.count("summary line: from b") == 1, out
 
