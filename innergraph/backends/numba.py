@@ -105,7 +105,7 @@ apply_late(DispatchPatch(numba_funcify_and_cache_key, FunctionGraph, funcify_fgr
 
 
 def funcify_other_fgraph(fgraph: AbstractFunctionGraph, node: Any = None, *args: Any, **kwargs: Any) -> Converted:
-    """PyTensor's conversion of another graph (a Scan's `FrozenFunctionGraph`), recorded for `funcify_scan_by_reference`."""
+    """PyTensor's conversion of another graph (a Scan's or an OpFromGraph's inner graph), recorded for `funcify_scan_by_reference` and `funcify_ofg_by_reference`."""
     fn, key = _fgraph_funcify(fgraph, node, *args, **kwargs)
     capture_body(fgraph, fn, key)
     return fn, key
