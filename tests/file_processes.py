@@ -1,25 +1,34 @@
-"""Each test file in a process of its own: the suite's memory is one file's, not their sum.
+"""Test files in forked processes: the suite's memory is a few files', not their sum.
 
 Numba's compiled code lives as long as the process that compiled it (LLVM's MCJIT never frees
 it: numba/numba#5976, #7831), so one pytest process that compiles the whole suite under Numba
 holds every file's code at once, and its memory grows with every file (issue 49). Here pytest's
-own process collects and reports, and each test file runs in a child forked from it: when the
-file ends, the child exits and its code goes with it.
+own process collects and reports, and the test files run in children forked from it: a child
+runs files in collection order until its memory passes a budget, and exits; its code goes with
+it, and the next file starts in a fresh child.
 
 Terms:
 
-- **the parent**: pytest's own process. It collects every test, then forks once per file and
-  reports what the child sends, as if the tests had run in it (the terminal, ``-x``, the cache
-  of last failures, junit XML all see ordinary reports).
-- **the child**: a fork of the parent that runs one file's tests through pytest's whole
+- **the parent**: pytest's own process. It collects every test, then forks children and
+  reports what they send, as if the tests had run in it (the terminal, ``-x``, the cache of
+  last failures, junit XML all see ordinary reports).
+- **a child**: a fork of the parent that runs whole test files through pytest's whole
   protocol (fixtures, captures, warnings), sends each report, warning and line of the
-  differential summary back through a pipe, and exits without running anything else.
+  differential summary back through a pipe, and after each file either goes on with the next
+  one or exits.
+- **the budget**: the resident memory (MB) above which a child starts no further file
+  (``--child-memory``, or ``INNERGRAPH_CHILD_MEMORY``; default `DEFAULT_BUDGET_MB`). Each
+  process costs its start: Numba's and JAX's first compilation, PyTensor's reading of its
+  compile cache, the compiled functions earlier files left in memory (a process per file made
+  CI's cold run of the suite about twice as long). A child's memory is at most the budget plus
+  one file's growth; 0 gives a process per file.
 
 A child that dies (a crash, a signal) fails the test it was running, naming the exit status,
-and the rest of its file is reported as not run with the same reason. Everything runs in one
-process, as before, under ``--one-process`` (or ``INNERGRAPH_ONE_PROCESS=1``), when pytest's
-debugger or pytest-xdist is in use, with ``--benchmark-enable`` (benchmarks are measured and
-summarized in one process), and on systems without ``fork``.
+and the rest of its file is reported as not run with the same reason; the next file starts in
+a new child. Everything runs in one process, as before, under ``--one-process`` (or
+``INNERGRAPH_ONE_PROCESS=1``), when pytest's debugger or pytest-xdist is in use, with
+``--benchmark-enable`` (benchmarks are measured and summarized in one process), and on systems
+without ``fork``.
 """
 
 from __future__ import annotations
@@ -36,9 +45,15 @@ from typing import Any
 import pytest
 from _pytest.reports import TestReport
 
-__all__ = ["file_groups", "pytest_addoption", "pytest_runtestloop", "register_child_state"]
+__all__ = ["DEFAULT_BUDGET_MB", "file_groups", "pytest_addoption", "pytest_runtestloop", "register_child_state"]
 
 _HEADER = struct.Struct("!I")
+
+#: A child starts no further test file once its resident memory passes this many MB. Measured
+#: on the suite (design/testing.md, "The suite's memory"): pytest's own process holds about
+#: 300 MB after collecting, one file adds at most about 1.4 GB (tests/benchmarks/test_cases.py),
+#: so a child stays under 3 GB, and most children run five to fifteen files.
+DEFAULT_BUDGET_MB = 1200
 
 #: Module-level state a child fills for the parent's summary: name -> (read the child's
 #: entries, extend the parent's). `register_child_state` adds one.
@@ -60,8 +75,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--one-process",
         action="store_true",
         default=os.environ.get("INNERGRAPH_ONE_PROCESS", "") not in ("", "0"),
-        help="run every test file in pytest's own process instead of one forked process per file "
+        help="run every test file in pytest's own process instead of forked children "
         "(tests/file_processes.py; also INNERGRAPH_ONE_PROCESS=1)",
+    )
+    parser.addoption(
+        "--child-memory",
+        type=int,
+        metavar="MB",
+        default=int(os.environ.get("INNERGRAPH_CHILD_MEMORY", DEFAULT_BUDGET_MB)),
+        help="a forked child starts no further test file once its resident memory passes MB "
+        f"(default {DEFAULT_BUDGET_MB}; 0: a process per file; also INNERGRAPH_CHILD_MEMORY)",
     )
 
 
@@ -97,13 +120,28 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
         raise session.Interrupted(f"{session.testsfailed} error{'s' if session.testsfailed != 1 else ''} during collection")
     if session.config.option.collectonly:
         return True
-    for group in file_groups(session.items):
-        _run_in_child(session, group)
+    groups = list(file_groups(session.items))
+    budget = session.config.option.child_memory * 2**20
+    start = 0
+    while start < len(groups):
+        start = _run_in_child(session, groups, start, budget)
         if session.shouldfail:
             raise session.Failed(session.shouldfail)
         if session.shouldstop:
             raise session.Interrupted(session.shouldstop)
     return True
+
+
+def _resident_bytes() -> int:
+    """This process's resident memory now (Linux), or its peak where /proc is missing."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024
 
 
 # --- the child ----------------------------------------------------------------------------
@@ -161,7 +199,7 @@ def _pytests_own(plugin: object) -> bool:
     return module.split(".")[0] in ("_pytest", "pytest")
 
 
-def _child(session: pytest.Session, group: list[pytest.Item], fd: int) -> None:
+def _child(session: pytest.Session, groups: list[list[pytest.Item]], start: int, budget: int, fd: int) -> None:
     config = session.config
     manager = config.pluginmanager
     # The parent reports what the child sends: a plugin that took reports or warnings here too
@@ -181,15 +219,29 @@ def _child(session: pytest.Session, group: list[pytest.Item], fd: int) -> None:
     sender = _Sender(config, fd)
     manager.register(sender, "innergraph-file-process-sender")
     sender.live = True
-    # what the parent held at the fork: only what this file's tests add is sent back
-    inherited = {name: len(read()) for name, (read, _) in _CHILD_STATE.items()}
-    for i, item in enumerate(group):
-        nextitem = group[i + 1] if i + 1 < len(group) else None
-        item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
-        if session.shouldfail or session.shouldstop:
-            break
-    for name, (read, _) in _CHILD_STATE.items():
-        sender.send(("state", name, read()[inherited[name] :]))
+    # what the parent held at the fork, then what was sent: only what the tests add goes back
+    sent = {name: len(read()) for name, (read, _) in _CHILD_STATE.items()}
+    for index in range(start, len(groups)):
+        group = groups[index]
+        for i, item in enumerate(group):
+            # the next file's first test follows the last of this one, as in pytest's own loop:
+            # the module is torn down after it, the session only at the very end
+            nextitem = group[i + 1] if i + 1 < len(group) else (groups[index + 1][0] if index + 1 < len(groups) else None)
+            item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
+            if session.shouldfail or session.shouldstop:
+                break
+        for name, (read, _) in _CHILD_STATE.items():
+            entries = read()
+            sender.send(("state", name, entries[sent[name] :]))
+            sent[name] = len(entries)
+        sender.send(("file", index))
+        if session.shouldfail or session.shouldstop or index + 1 == len(groups):
+            return
+        if _resident_bytes() > budget:
+            # past the budget: tear down what the next file would have shared (the session's
+            # fixtures) and leave it to a fresh child
+            session._setupstate.teardown_exact(None)
+            return
 
 
 # --- the parent ---------------------------------------------------------------------------
@@ -208,7 +260,8 @@ def _messages(fd: int) -> Iterator[tuple[Any, ...]]:
             yield pickle.loads(body)
 
 
-def _run_in_child(session: pytest.Session, group: list[pytest.Item]) -> None:
+def _run_in_child(session: pytest.Session, groups: list[list[pytest.Item]], start: int, budget: int) -> int:
+    """Run files from ``groups[start]`` on in a child; the index of the first file it did not finish."""
     config = session.config
     read_fd, write_fd = os.pipe()
     _flush()  # else the child inherits the parent's unwritten output and writes it again
@@ -217,7 +270,7 @@ def _run_in_child(session: pytest.Session, group: list[pytest.Item]) -> None:
         status = 0
         try:
             os.close(read_fd)
-            _child(session, group, write_fd)
+            _child(session, groups, start, budget, write_fd)
         except BaseException:  # noqa: BLE001 -- reported by the parent as the child's death
             status = 3
         finally:
@@ -226,6 +279,7 @@ def _run_in_child(session: pytest.Session, group: list[pytest.Item]) -> None:
     os.close(write_fd)
     running: str | None = None
     finished: set[str] = set()
+    done = start  # the first file the child has not finished
     for message in _messages(read_fd):
         kind = message[0]
         if kind == "start":
@@ -245,10 +299,13 @@ def _run_in_child(session: pytest.Session, group: list[pytest.Item]) -> None:
             )
         elif kind == "state":
             _CHILD_STATE[message[1]][1](message[2])
+        elif kind == "file":
+            done = message[1] + 1
     _, status = os.waitpid(pid, 0)
-    if status == 0 or session.shouldfail or session.shouldstop:
-        return
+    if status == 0 or session.shouldfail or session.shouldstop or done == len(groups):
+        return done
     # The child died: fail the test it was running and every later test of its file.
+    group = groups[done]
     cause = _describe(status)
     stopped = False
     for item in group:
@@ -270,6 +327,7 @@ def _run_in_child(session: pytest.Session, group: list[pytest.Item]) -> None:
         config.hook.pytest_runtest_logreport(report=report)
         config.hook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         stopped = bool(session.shouldfail)
+    return done + 1
 
 
 def _flush() -> None:

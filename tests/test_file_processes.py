@@ -1,9 +1,10 @@
-"""One forked process per test file (tests/file_processes.py): what pytest reports stays pytest's.
+"""Test files in forked children (tests/file_processes.py): what pytest reports stays pytest's.
 
 Each test runs a pytest of its own on small generated test files whose conftest loads the
-plugin, and reads what that pytest reports: which process ran each test, the outcomes and
-their counts, ``-x``, a child that dies, warnings, output captured on failure, the summary
-lines a child fills, and ``--one-process``.
+plugin, and reads what that pytest reports: which process ran each test (a process per file
+under a budget of 0, several files per child under a large one, a new child once a file
+passed the budget), the outcomes and their counts, ``-x``, a child that dies, warnings, output
+captured on failure, the summary lines a child fills, and ``--one-process``.
 """
 
 from __future__ import annotations
@@ -112,14 +113,18 @@ def _pids(tmp_path: Path) -> dict[str, set[str]]:
     return pids
 
 
-def test_each_file_runs_in_a_process_of_its_own_and_reports_as_pytest_does(tmp_path):
-    result = _pytest(tmp_path, FILES)
+@pytest.mark.parametrize("budget", ["0", "100000"])
+def test_files_run_in_children_and_report_as_pytest_does(tmp_path, budget):
+    result = _pytest(tmp_path, FILES, "--child-memory", budget)
     out = result.stdout
     assert result.returncode == 1, out
     assert "1 failed, 3 passed, 1 skipped, 1 xfailed, 2 warnings" in out, out
     pids = _pids(tmp_path)
-    assert len(pids["test_a.py"]) == 1 and len(pids["test_b.py"]) == 1, pids  # one process per file
-    assert pids["test_a.py"] != pids["test_b.py"], pids
+    assert len(pids["test_a.py"]) == 1 and len(pids["test_b.py"]) == 1, pids
+    if budget == "0":  # a process per file
+        assert pids["test_a.py"] != pids["test_b.py"], pids
+    else:  # both files in one child
+        assert pids["test_a.py"] == pids["test_b.py"], pids
     assert str(os.getpid()) not in pids["test_a.py"] | pids["test_b.py"]
     assert "FAILED test_b.py::test_fails - assert 1 == 2" in out
     # each child's warning reaches the warnings summary once: the first's is not sent back by the second
@@ -129,6 +134,19 @@ def test_each_file_runs_in_a_process_of_its_own_and_reports_as_pytest_does(tmp_p
     assert sorted(recorded) == sorted(set(recorded)) and len(recorded) == 6, recorded
     # the lines each child adds reach the parent's summary once: the second does not send back the first's
     assert out.count("summary line: from a") == 1 and out.count("summary line: from b") == 1, out
+
+
+def test_a_child_that_passed_its_budget_starts_no_further_file(tmp_path):
+    """A file that leaves 300 MB behind ends its child under a 200 MB budget; the next two share one."""
+    files = {
+        "test_a.py": "import conftest\n\nKEPT = []\n\ndef test_grows():\n    conftest.record('test_a.py')\n    KEPT.append(b'x' * (300 * 2**20))\n",
+        "test_b.py": "import conftest\n\ndef test_small():\n    conftest.record('test_b.py')\n",
+        "test_c.py": "import conftest\n\ndef test_small():\n    conftest.record('test_c.py')\n",
+    }
+    result = _pytest(tmp_path, files, "--child-memory", "200")
+    assert "3 passed" in result.stdout, result.stdout
+    pids = _pids(tmp_path)
+    assert pids["test_a.py"] != pids["test_b.py"] == pids["test_c.py"], pids
 
 
 def test_output_captured_in_the_child_is_shown_with_its_failure(tmp_path):
@@ -156,12 +174,15 @@ def test_a_child_that_dies_fails_its_test_and_reports_the_rest_of_its_file_not_r
             def test_after():
                 pass
         """,
-        "test_b.py": "def test_next_file_still_runs():\n    pass\n",
+        "test_b.py": "import conftest\n\ndef test_next_file_still_runs():\n    conftest.record('test_b.py')\n",
+        "test_c.py": "import conftest\n\ndef test_and_the_one_after():\n    conftest.record('test_c.py')\n",
     }
-    result = _pytest(tmp_path, files)
+    result = _pytest(tmp_path, files)  # the default budget: the three files would share a child
     out = result.stdout
     assert result.returncode == 1, out
-    assert "2 failed, 2 passed" in out, out
+    assert "2 failed, 3 passed" in out, out
+    pids = _pids(tmp_path)
+    assert pids["test_b.py"] == pids["test_c.py"], pids  # the files after it, in a new child
     assert "the process running test_a.py was killed by signal 9 during this test" in out, out
     assert "the process running test_a.py was killed by signal 9 before this test ran" in out, out
 
