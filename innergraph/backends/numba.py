@@ -28,10 +28,10 @@ from __future__ import annotations
 import io
 import pickle
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from hashlib import sha256
-from typing import Any
+from typing import Any, NamedTuple
 
 from numba.core.registry import CPUDispatcher
 from pytensor.link.numba.dispatch import basic as numba_basic
@@ -55,6 +55,7 @@ from innergraph.backends.numba_code import (
     Converted,
     Rendering,
     body_code,
+    check_arguments,
     code_key,
     convert_once,
     one_conversion,
@@ -116,6 +117,29 @@ apply_late(DispatchPatch(numba_funcify_and_cache_key, AbstractFunctionGraph, fun
 _scan_funcify = original(numba_scan, "numba_funcify_Scan")
 
 
+class _Referable(NamedTuple):
+    """PyTensor's function for a node whose inner graph can be called by reference, and that graph's function."""
+
+    fn: Any  # a numba CPUDispatcher (numba has no type stubs)
+    key: str
+    body: Any
+    body_key: str
+
+
+def _referable_body(fgraph: AbstractFunctionGraph, convert: Callable[[], Converted]) -> tuple[Converted, _Referable | None]:
+    """PyTensor's conversion ``convert()`` of a node holding ``fgraph``, and what calling ``fgraph`` by reference needs.
+
+    The second is None where the node keeps PyTensor's conversion: no key (code run in
+    Python, mocked), or a graph under ``MIN_NODES`` nodes (`called_by_reference`).
+    """
+    with captured_bodies() as bodies:
+        fn, key = convert()
+    body, body_key = bodies.get(id(fgraph), (None, None))
+    if key is None or body_key is None or not isinstance(fn, CPUDispatcher) or not called_by_reference(fgraph):
+        return (fn, key), None
+    return (fn, key), _Referable(fn, key, body, body_key)
+
+
 def funcify_scan_by_reference(op: NativeScan, node: Any = None, **kwargs: Any) -> Converted:
     """PyTensor's Numba Scan, calling a step body of ``MIN_NODES`` nodes or more by reference.
 
@@ -124,19 +148,15 @@ def funcify_scan_by_reference(op: NativeScan, node: Any = None, **kwargs: Any) -
     neither the loop's LLVM module nor the outer function's holds its code. A loop
     PyTensor converts otherwise (no key, another PyTensor's code) is left as it is.
     """
-    with captured_bodies() as bodies:
-        fn, key = _scan_funcify(op, node, **kwargs)
-    body, body_key = bodies.get(id(op.fgraph), (None, None))
-    if key is None or body_key is None or not isinstance(fn, CPUDispatcher):  # not compiled: code run in Python, mocked
-        return fn, key
-    env = fn.py_func.__globals__
-    if env.get("scan_inner_func") is not body:
-        return fn, key
-    if not called_by_reference(op.fgraph):
-        return fn, key
+    converted, referable = _referable_body(op.fgraph, lambda: _scan_funcify(op, node, **kwargs))
+    if referable is None:
+        return converted
+    env = referable.fn.py_func.__globals__
+    if env.get("scan_inner_func") is not referable.body:
+        return converted
     # the globals are the loop's own: PyTensor builds them for this function alone
-    env["scan_inner_func"] = by_reference(body, body_key, len(op.fgraph.inputs))
-    return fn, referenced_key(key)
+    env["scan_inner_func"] = by_reference(referable.body, referable.body_key, len(op.fgraph.inputs))
+    return referable.fn, referenced_key(referable.key)
 
 
 apply_late(DispatchPatch(numba_funcify_and_cache_key, NativeScan, funcify_scan_by_reference))
@@ -158,12 +178,10 @@ def funcify_ofg_by_reference(op: OpFromGraph, node: Any = None, ofg_memo: dict[A
     """
     if ofg_memo is not None and op in ofg_memo:
         return ofg_memo[op]
-    with captured_bodies() as bodies:
-        fn, key = _ofg_funcify(op, node, ofg_memo=ofg_memo, **kwargs)
-    body, body_key = bodies.get(id(op.fgraph), (None, None))
-    if key is None or body_key is None or body is not fn or not isinstance(fn, CPUDispatcher) or not called_by_reference(op.fgraph):
-        return fn, key
-    converted = (by_reference(body, body_key, len(op.fgraph.inputs)), referenced_key(key))
+    converted, referable = _referable_body(op.fgraph, lambda: _ofg_funcify(op, node, ofg_memo=ofg_memo, **kwargs))
+    if referable is None or referable.body is not referable.fn:
+        return converted
+    converted = (by_reference(referable.body, referable.body_key, len(op.fgraph.inputs)), referenced_key(referable.key))
     if ofg_memo is not None:
         ofg_memo[op] = converted
     return converted
@@ -332,8 +350,7 @@ class ReferencedCode:
 
     def render(self, prefix: str, args: Sequence[str]) -> Rendering:
         """One assignment: the body's outputs, named ``<prefix>o<k>``, from a call of the stub on ``args``."""
-        if len(args) != self.n_params:
-            raise ValueError(f"body code takes {self.n_params} arguments, got {len(args)}: {list(args)}")
+        check_arguments(self.n_params, args)
         outputs = [f"{prefix}o{k}" for k in range(self.n_outputs)]
         target = outputs[0] if self.n_outputs == 1 else ", ".join(outputs)
         return Rendering([f"{target} = {prefix}ref({', '.join(args)})"], outputs, {f"{prefix}ref": self.stub})

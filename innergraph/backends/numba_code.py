@@ -63,6 +63,7 @@ __all__ = [
     "Rendering",
     "aliasing",
     "body_code",
+    "check_arguments",
     "convert_once",
     "code_key",
     "one_conversion",
@@ -257,6 +258,12 @@ class Rendering:
         return self.outputs[0] if len(self.outputs) == 1 else f"({', '.join(self.outputs)},)"
 
 
+def check_arguments(n_params: int, args: Sequence[str]) -> None:
+    """Refuse a rendering of a body of ``n_params`` params on another number of arguments."""
+    if len(args) != n_params:
+        raise ValueError(f"body code takes {n_params} arguments, got {len(args)}: {list(args)}")
+
+
 @dataclass(frozen=True)
 class BodyCode:
     """A prepared body's converted nodes and how their calls are wired.
@@ -286,8 +293,7 @@ class BodyCode:
 
     def render(self, prefix: str, args: Sequence[str]) -> Rendering:
         """Assignments computing the body from the variables named ``args``, local names starting with ``prefix``."""
-        if len(args) != self.n_params:
-            raise ValueError(f"body code takes {self.n_params} arguments, got {len(args)}: {list(args)}")
+        check_arguments(self.n_params, args)
 
         def name(slot: Slot) -> str:
             return args[int(slot[1:])] if slot[0] == "p" else prefix + slot
