@@ -62,7 +62,7 @@ from innergraph_patches.sdist import PYTENSOR_VERSION, extract, sdist_path
 from innergraph_patches.series import SERIES
 from innergraph.startup.upstream import series_level
 
-__all__ = ["PARTIAL_TESTS", "VANILLA", "VANILLA_FAILURES", "counts", "judge", "main", "outcomes", "untouched_reason", "verify"]
+__all__ = ["PARTIAL_TESTS", "VANILLA", "VANILLA_FAILURES", "counts", "judge", "main", "outcomes", "untouched_reason", "vanilla_reference", "verify"]
 
 #: PyTensor 3.3.8's own test files (``run.sh``'s default list, rel-3.3.0's tests) on vanilla
 #: PyTensor (``../shared/upstream/README.md``): printed beside each run; the judge is per test id.
@@ -227,6 +227,23 @@ def _vanilla_line(record: Any, seconds: float | None, default: list[str] | None 
     return True, line
 
 
+def vanilla_reference(record_path: Path | None, run_vanilla: Callable[[], tuple[Any, bool, str]]) -> tuple[Any, bool, str]:
+    """The vanilla record the patched runs are judged against, whether it can judge, and its line.
+
+    The record at ``record_path`` (CI's lane B's run of vanilla PyTensor) when it can judge;
+    otherwise, or without one, what ``run_vanilla()`` (install the released sdist, run
+    PyTensor's tests) gives.
+    """
+    if record_path is not None:
+        record = outcomes().read_record(record_path, "vanilla")
+        good, line = _vanilla_line(record, None)
+        _say(f"== vanilla PyTensor {PYTENSOR_VERSION}: the record {record_path}")
+        if good:
+            return record, good, line
+        _say(f"   {line}\n   so vanilla runs here")  # another PyTensor, a killed pytest
+    return run_vanilla()
+
+
 def judge(vanilla: Any, patched: Any, level: int, ran: list[str]) -> Any:
     """`outcomes.compare` of the run after patch ``level`` with vanilla's, on the files ``ran`` (run.sh's list or a subset).
 
@@ -329,11 +346,7 @@ def verify(
         tree = extract(sdist_path(), Path(scratch))
         vanilla = None
         if upstream != "none":
-            if vanilla_record is not None:
-                vanilla = tool.read_record(vanilla_record, "vanilla")
-                good, line = _vanilla_line(vanilla, None)
-                _say(f"== vanilla PyTensor {PYTENSOR_VERSION}: the record {vanilla_record}")
-            else:
+            def run_vanilla() -> tuple[Any, bool, str]:
                 start = time.monotonic()
                 _install(python, tree, first=True)
                 (venv / ".installed").touch()
@@ -343,8 +356,10 @@ def verify(
                 if extra:
                     _, more, _ = _run_upstream(python, records / "vanilla.jsonl", " ".join(extra), append=True)
                     seconds += more
-                vanilla = tool.read_record(records / "vanilla.jsonl", "vanilla")
-                good, line = _vanilla_line(vanilla, seconds, default)
+                record = tool.read_record(records / "vanilla.jsonl", "vanilla")
+                return (record, *_vanilla_line(record, seconds, default))
+
+            vanilla, good, line = vanilla_reference(vanilla_record, run_vanilla)
             _say(f"   {line}")
             if not good:
                 return False
@@ -402,7 +417,7 @@ def main(argv: list[str]) -> int:
         help="PyTensor's test files after the last patch and every checked patch that can change them (default), after every checked patch, after the last only, or never",
     )
     parser.add_argument("--files", default=None, help="PyTensor's test files to run after the intermediate patches (default: run.sh's whole list)")
-    parser.add_argument("--vanilla", type=Path, default=None, help="a record of run.sh's default list on vanilla PyTensor (.ci/outcomes.py); default: run it first")
+    parser.add_argument("--vanilla", type=Path, default=None, help="a record of vanilla PyTensor on run.sh's default list or more (.ci/outcomes.py; CI's lane B leaves one): only the files each run covers are judged; a record that cannot judge (another PyTensor, a killed pytest) is replaced by a run here; default: run it first")
     parser.add_argument("--keep-going", action="store_true", help="run every step even after one failed (exit status 1 all the same)")
     parser.add_argument("--levels", default=None, help="check after these patches only (``2,3``), for a run split across machines or a re-run")
     args = parser.parse_args(argv)

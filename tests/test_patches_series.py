@@ -117,6 +117,28 @@ def test_verify_judges_pytensors_tests_per_id_accepting_vanillas_own_failures(tm
     assert {(f.rule, f.id.split("::")[0]) for f in missing} == {("missing", "tests/test_ifelse.py"), ("file-not-run", "tests/test_ifelse.py")}
 
 
+def test_verify_takes_a_vanilla_record_that_can_judge_and_runs_vanilla_instead_of_one_that_cannot(tmp_path):
+    """``--vanilla`` (CI hands over lane B's record): used when it is PyTensor 3.3.8's and whole; otherwise vanilla runs."""
+    from innergraph_patches import verify
+
+    ran: list[str] = []
+
+    def run_vanilla():
+        ran.append("vanilla")
+        return "its own run", True, "vanilla: run here"
+
+    tests = {verify.VANILLA_FAILURES[0]: "failed", "tests/test_ifelse.py::test_a": "passed", "tests/scan/test_basic.py::test_b": "passed"}
+    whole = _record(tmp_path, "whole", tests)
+    record, good, _ = verify.vanilla_reference(tmp_path / "whole.jsonl", run_vanilla)
+    assert good and ran == [] and set(record.tests) == set(whole.tests)
+    killed = _record(tmp_path, "killed", tests, finished=False)  # a pytest that never finished
+    assert killed.tests and verify.vanilla_reference(tmp_path / "killed.jsonl", run_vanilla)[0] == "its own run" and ran == ["vanilla"]
+    other = tmp_path / "other.jsonl"  # another PyTensor's run
+    other.write_text((tmp_path / "whole.jsonl").read_text().replace('"pytensor": "3.3.8"', '"pytensor": "3.3.9"'))
+    assert verify.vanilla_reference(other, run_vanilla)[0] == "its own run" and ran == ["vanilla", "vanilla"]
+    assert verify.vanilla_reference(None, run_vanilla)[0] == "its own run"
+
+
 def test_verify_expects_monkey_patching_before_the_last_patch_and_the_alias_after_it():
     from innergraph_patches import verify
 
