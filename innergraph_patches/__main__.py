@@ -1,4 +1,4 @@
-"""``python -m innergraph_patches build|check [--sdist PATH]``: write or compare ``patches/``; ``verify [--each]``: test it (`innergraph_patches.verify`)."""
+"""``python -m innergraph_patches build|check [--sdist PATH]``: write or compare ``patches/``; ``build --tree DIR --out F``: the same series on another PyTensor tree; ``verify [--each]``: test it (`innergraph_patches.verify`)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=["build", "check", "verify"])
     parser.add_argument("--sdist", type=Path, default=None, help="PyTensor's sdist (sdist.PYTENSOR_VERSION; default: downloaded once, cached)")
     parser.add_argument("--out", type=Path, default=None, help="folder of the series (default: the repository's patches/)")
+    parser.add_argument("--tree", type=Path, default=None, help="build on this PyTensor source tree (e.g. a checkout of main) instead of the sdist; with --out")
     args = parser.parse_args(argv)
+    if args.tree is not None and (args.command != "build" or args.out is None):
+        parser.error("--tree builds a series beside the committed one: `build --tree DIR --out FOLDER`")
     if args.command == "build":
-        written = build_series(out=args.out, sdist=args.sdist)
+        written = build_series(out=args.out, sdist=args.sdist, tree=args.tree)
         print(f"wrote {len(written)} files to {written[0].parent}")
         return 0
     problems = check_series(out=args.out, sdist=args.sdist)
