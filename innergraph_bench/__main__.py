@@ -55,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
         help="PyTensor linker for every compilation (default: numba, PyTensor 3.0's default)",
     )
     parser.add_argument(
-        "--repeats", type=int, default=1, help="timed compilations per variant; the fastest is shown (default: 1)"
+        "--repeats", type=int, default=3, help="timed compilations per variant, in turn with the other's; the fastest is shown (default: 3: one sample on a shared machine was off by up to 40%%)"
     )
     parser.add_argument(
         "--show-graphs",

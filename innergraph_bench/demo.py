@@ -27,8 +27,8 @@ once by vanilla PyTensor (innergraph uninstalled: PyTensor exactly as released) 
 with innergraph imported, then both compiled functions are run on the same inputs.
 The last column is the ratio innergraph / vanilla: below 1 means innergraph is smaller or
 faster (0.50: half of vanilla's figure), above 1 that it is larger or slower. Times are
-warm (both variants compiled once before the timed compilation), on a shared machine:
-a time ratio within about 0.1 of 1 is noise. "max |difference|" is the largest difference
+warm (each variant compiled once first, then three times in turn with the other; the
+fastest is shown), on a shared machine: a time ratio within about 0.1 of 1 is noise. "max |difference|" is the largest difference
 between the two functions' results: 0 or about 1e-12 means the same values.
 
 Rows of each table:
@@ -80,7 +80,7 @@ def demo_cases(k: int, linker: str) -> list[Case]:
     return [dataclasses.replace(c, linker=linker) for c in (issue_1669(2), issue_1669(3), ar2(), student_t(k))]
 
 
-def run(k: int = 8, linker: str = "numba", repeats: int = 1, show_graphs: bool = False) -> list[CaseResult]:
+def run(k: int = 8, linker: str = "numba", repeats: int = 3, show_graphs: bool = False) -> list[CaseResult]:
     """Print the introduction, one table per case (with its bodies if ``show_graphs``) and the summary."""
     print(introduction(), flush=True)
     results = []
