@@ -44,9 +44,17 @@ def _shard(text: str) -> tuple[int, int] | None:
 SHARD = _shard(os.environ.pop("INNERGRAPH_SHARD", ""))
 
 
+#: Files a shard takes whole: their module fixtures compile models in fresh processes on an
+#: empty cache (about 175 s each at load 2 on PyTensor 3.3.6, 2026-11-29), which every shard
+#: holding one of their tests would pay again.
+WHOLE_FILES = frozenset({"tests/test_numba_reference.py", "tests/test_numba_reference_calls.py"})
+
+
 def in_shard(nodeid: str, k: int, n: int) -> bool:
-    """Whether the test ``nodeid`` is in shard ``k`` of ``n`` (a hash of the id: the same on every machine)."""
-    return int(hashlib.sha256(nodeid.encode()).hexdigest()[:8], 16) % n == k
+    """Whether the test ``nodeid`` is in shard ``k`` of ``n`` (a hash of the id, or of its file for `WHOLE_FILES`: the same on every machine)."""
+    file = nodeid.split("::", 1)[0]
+    key = file if file in WHOLE_FILES else nodeid
+    return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % n == k
 
 
 def pytest_collection_modifyitems(config, items):

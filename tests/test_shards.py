@@ -37,6 +37,16 @@ def test_the_shards_partition_any_ids():
     assert all(shards)
 
 
+def test_a_file_whose_module_fixtures_compile_cold_goes_whole_to_one_shard():
+    from conftest import WHOLE_FILES
+
+    assert WHOLE_FILES
+    for file in WHOLE_FILES:
+        assert (ROOT / file).is_file(), file
+        ids = [f"{file}::test_{i}[{j}]" for i in range(20) for j in range(3)]
+        assert sum(any(in_shard(t, k, 3) for t in ids) for k in range(3)) == 1, file
+
+
 @pytest.mark.parametrize("text", ["2/2", "a/2", "1", "-1/2"])
 def test_a_malformed_shard_is_refused_by_name(text):
     with pytest.raises(pytest.UsageError, match=f"INNERGRAPH_SHARD={text!r}"):
