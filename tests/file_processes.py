@@ -19,9 +19,10 @@ Terms:
 - **the budget**: the resident memory (MB) above which a child starts no further file
   (``--child-memory``, or ``INNERGRAPH_CHILD_MEMORY``; default `DEFAULT_BUDGET_MB`). Each
   process costs its start: Numba's and JAX's first compilation, PyTensor's reading of its
-  compile cache, the compiled functions earlier files left in memory (a process per file made
-  CI's cold run of the suite about twice as long). A child's memory is at most the budget plus
-  one file's growth; 0 gives a process per file.
+  compile cache, the compiled functions earlier files left in memory (on eight Numba-heavy
+  files with warm caches, a process per file took 98 s against 85 s in one process and 87 s
+  under the budget). A child's memory is at most the budget plus one file's growth; 0 gives a
+  process per file.
 
 A child that dies (a crash, a signal) fails the test it was running, naming the exit status,
 and the rest of its file is reported as not run with the same reason; the next file starts in
@@ -52,7 +53,7 @@ _HEADER = struct.Struct("!I")
 #: A child starts no further test file once its resident memory passes this many MB. Measured
 #: on the suite (design/testing.md, "The suite's memory"): pytest's own process holds about
 #: 300 MB after collecting, one file adds at most about 1.4 GB (tests/benchmarks/test_cases.py),
-#: so a child stays under 3 GB, and most children run five to fifteen files.
+#: so a child stays under 3 GB (the warm suite's largest process held 1.20 GB, 2026-11-29).
 DEFAULT_BUDGET_MB = 1200
 
 #: Module-level state a child fills for the parent's summary: name -> (read the child's
