@@ -216,3 +216,41 @@ def test_a_body_below_the_threshold_stays_linked(tmp_path):
     for _ in range(7):
         x = x * 1.5 + 1.0
     np.testing.assert_allclose(small["value"][0], x, rtol=1e-14)
+
+
+
+def test_a_body_of_scalar_nodes_only_stays_linked_whatever_its_size():
+    """Eight scalar recursions in one Scan (eight fused scalar nodes), and a call body of scalars: each costs less than the call."""
+    import pytensor
+    import pytensor.tensor as pt
+    from pytensor.graph.fg import FunctionGraph
+    from pytensor.scan.op import Scan
+
+    from innergraph import body_of, inner_graph
+    from innergraph.backends.numba import ReferencedCode, caller_code
+    from innergraph.backends.numba_code import BodyCode
+    from innergraph.backends.numba_reference import MIN_NODES, called_by_reference
+
+    xs = [pt.dscalar(f"x{i}") for i in range(MIN_NODES)]
+    ys = pytensor.scan(
+        lambda *vs: [pt.sin(v) * (1.0 + i) + pt.cos(v) / (2.0 + i) for i, v in enumerate(vs)],
+        outputs_info=xs, n_steps=5, return_updates=False,
+    )
+    fn = pytensor.function(xs, pt.add(*(y[-1] for y in ys)), mode="NUMBA")
+    [scan] = [node.op for node in fn.maker.fgraph.apply_nodes if isinstance(node.op, Scan)]
+    assert len(scan.fgraph.apply_nodes) >= MIN_NODES  # large enough: linked for its scalars alone
+    assert not called_by_reference(scan.fgraph)
+    v = pt.dvector("v")
+    assert called_by_reference(FunctionGraph([v], [pt.sin(v) * float(i + 2) for i in range(MIN_NODES)], clone=True))
+
+    def scalars(a):  # eight indexing nodes with scalar outputs, then their arithmetic
+        return [pt.sin(a[i]) * (1.0 + i) for i in range(MIN_NODES)]
+
+    def arrays(a):  # the same on slices
+        return [pt.sin(a[i:]) * (1.0 + i) for i in range(MIN_NODES)]
+
+    for body, referenced in ((scalars, False), (arrays, True)):
+        code = caller_code(body_of(inner_graph(body, [pt.dvector("a").type]).function))
+        assert isinstance(code, ReferencedCode) is referenced, (body.__name__, code)
+        if isinstance(code, BodyCode):
+            assert len(code.functions) >= MIN_NODES  # large enough: linked for its scalars alone

@@ -359,13 +359,14 @@ class ReferencedCode:
 def caller_code(body: Body, mutable: frozenset[int] = frozenset()) -> BodyCode | ReferencedCode:
     """What a generated function writes for ``body``: its code inline, or a call by reference.
 
-    A body of `MIN_NODES` converted nodes or more whose code can be cached is called by
-    reference, as a loop's step of that size is (``design/numba-linking.md``, "Bodies by
-    reference"); it then gets no overwritable params (``mutable``): the body function
-    copies what it writes. A smaller body is inlined, where the caller's optimiser pays.
+    A body of `MIN_NODES` converted nodes or more that computes an array and whose code can
+    be cached is called by reference, as a loop's step of that size is
+    (``design/numba-linking.md``, "Bodies by reference"); it then gets no overwritable params
+    (``mutable``): the body function copies what it writes. A smaller body, or one of scalar
+    nodes only, is inlined, where the caller's optimiser pays.
     """
     code = numba_body_code(body, mutable)
-    if not large_enough(len(code.functions)) or code.key is None:
+    if not large_enough(len(code.functions)) or not code.computes_arrays or code.key is None:
         return code
     fn, key = numba_body(body)
     if key is None:

@@ -47,6 +47,7 @@ from pytensor.graph.fg import FunctionGraph
 from pytensor.link.numba.dispatch.basic import cache_key_for_constant, numba_typify
 
 from innergraph.backends.numba_once import compiled_once
+from innergraph.backends.numba_reference import computes_arrays
 from innergraph.core.errors import FreeVariableError
 from innergraph.core.fold import fold_inner_graphs
 from innergraph.core.instantiate import is_large_constant, private_fgraph
@@ -282,6 +283,8 @@ class BodyCode:
         The slot of each body output.
     key
         Numba cache key of the code, or ``None`` when a node cannot be cached.
+    computes_arrays
+        Whether a node computes an array (`innergraph.backends.numba_reference.computes_arrays`).
     """
 
     n_params: int
@@ -290,6 +293,7 @@ class BodyCode:
     constants: tuple[Any, ...]
     outputs: tuple[Slot, ...]
     key: str | None
+    computes_arrays: bool = True
 
     def render(self, prefix: str, args: Sequence[str]) -> Rendering:
         """Assignments computing the body from the variables named ``args``, local names starting with ``prefix``."""
@@ -360,4 +364,5 @@ def body_code(fgraph: FunctionGraph) -> BodyCode:
         keys.append((outs, ins, key))
     outputs = tuple(slot(o) for o in fgraph.outputs)
     key = sha256(f"(BodyCode, {len(fgraph.inputs)}, {keys}, {outputs})".encode()).hexdigest() if cacheable else None
-    return BodyCode(len(fgraph.inputs), tuple(functions), tuple(steps), tuple(constants), outputs, key)
+    arrays = computes_arrays(fgraph.apply_nodes)
+    return BodyCode(len(fgraph.inputs), tuple(functions), tuple(steps), tuple(constants), outputs, key, arrays)
