@@ -9,7 +9,7 @@ series
     temporary folder and fails unless the committed series (and ``patches/README.md``) equal it.
 copy
     A library module shipped as ``pytensor/innergraph/<path>`` with its imports rewritten
-    (``innergraph.`` -> ``pytensor.innergraph.``; `innergraph_patches.build.rewrite_imports`).
+    (``innergraph.`` -> ``pytensor.innergraph.``; `innergraph_patches.shipping.rewrite_imports`).
     Every module is assigned to exactly one patch or is library-only (`series.ASSIGNED`,
     `series.LIBRARY_ONLY`); the build fails on an unassigned one.
 edit
@@ -17,10 +17,16 @@ edit
     record of `innergraph.patching` — PyTensor's function calls the same hook function the
     record's replacement calls, or (`series.Delegate`) keeps its body as ``_<name>_base`` and
     delegates to innergraph's replacement through `innergraph.core.hooks.hook`.
+step
+    One pull request of the upstream path in review-sized steps (`steps.STEPS`): written
+    (a patch in PyTensor's own form beside the series, ``patches/pr-N/``), carried (library
+    code still to be written so), or regrouped (modules and edits of the series).
 
-Modules: `series` (what goes into which patch), `build` (the scratch repository, the
-commits, ``git format-patch``, the README), `sdist` (the cached PyTensor source),
-`verify` (install the series patch by patch and run PyTensor's and innergraph's tests).
+Modules: `series` (what goes into which patch), `shipping` (a module's text as shipped),
+`steps` (the review-sized steps and their sizes), `build` (the scratch repository, the
+commits, ``git format-patch``, the README, the written steps applied in order), `sdist`
+(the cached PyTensor source), `verify` (install the series patch by patch and run
+PyTensor's and innergraph's tests).
 """
 
 __all__: list[str] = []

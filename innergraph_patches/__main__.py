@@ -1,4 +1,4 @@
-"""``python -m innergraph_patches build|check [--sdist PATH]``: write or compare ``patches/``; ``build --tree DIR --out F``: the same series on another PyTensor tree; ``verify [--each]``: test it (`innergraph_patches.verify`)."""
+"""``python -m innergraph_patches build|check [--sdist PATH]``: write or compare ``patches/`` (check: and apply the written steps); ``build --tree DIR --out F``: the same series on another PyTensor tree; ``verify [--each]``: test it (`innergraph_patches.verify`)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,359 @@
+"""The upstream path in review-sized steps: which pull request carries what, and how large it is.
+
+The series (`innergraph_patches.series`) is five patches, one per layer of the library, of
+563 to 5,952 added lines: the right unit to prove that the whole change keeps PyTensor's
+tests, the wrong one for a maintainer to review. `STEPS` is the same change cut into pull
+requests of at most about `MAX_LINES` changed lines each (tests apart), in the order they
+can be merged.
+
+Terms
+-----
+written step
+    A step that exists as a pull request: a patch against the PyTensor sdist in a folder of
+    ``patches/`` (``patches/pr-1/``) with its description, in PyTensor's code style and test
+    layout, and the same change against PyTensor's ``main`` in its ``main/`` folder. Each
+    applies on top of the written steps before it; `innergraph_patches.build` checks that
+    they still apply to the sdist, in order.
+carried step
+    A step that is still library code: the functions of the library it would carry into
+    PyTensor (``carries``), rewritten as a direct change of PyTensor's own functions (no hook,
+    no delegate), as the written steps are. Its size is the size of that library code.
+regrouped step
+    A part of the series itself: library modules (``modules``, shipped as
+    ``pytensor/innergraph/<path>``) and direct edits of PyTensor's files (``edits``, by the
+    record they stand for). The regrouped steps partition the series: every module and
+    every edit of `SERIES` is in exactly one of them (`partition_problems`).
+alone
+    What the step delivers if no later step is ever merged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from innergraph_patches.shipping import REPOSITORY, rewrite_imports
+from innergraph_patches.series import ASSIGNED, EDITS, Delegate, Edit
+
+__all__ = ["MAX_LINES", "STEPS", "Step", "edit_lines", "partition_problems", "roadmap_rows", "step_lines", "tested", "written_patch"]
+
+#: The most changed lines (library code or PyTensor's code, tests apart) a step may have.
+MAX_LINES = 2000
+
+
+@dataclass(frozen=True)
+class Step:
+    """One pull request of the upstream path (module docstring)."""
+
+    title: str
+    alone: str
+    pr: str = ""  # a written step: its folder under patches/
+    carries: tuple[str, ...] = ()  # a carried step: "module.py" or "module.py:function" of the library
+    modules: tuple[str, ...] = ()  # a regrouped step: library modules (paths under innergraph/)
+    edits: tuple[str, ...] = ()  # a regrouped step: its edits, by the record they replace (or their file)
+    tested: str = ""  # a written step: PyTensor's tests run on it (a regrouped step's come from its series patch)
+
+
+_INERT = "nothing by itself: inert until the last step enables innergraph"
+
+STEPS: tuple[Step, ...] = (
+    Step(
+        "Numba: cache each converted function itself, not a wrapper of it",
+        "every Op whose conversion is a numba dispatcher is compiled and optimised once instead of twice on a cold cache",
+        pr="pr-1",
+    ),
+    Step(
+        "Numba: compile a large Scan or OpFromGraph inner function once, call it by reference",
+        "an inner graph of 8 nodes or more is optimised once, not again inside the loop's and the outer function's LLVM modules, and cached under its own key, shared by every model",
+        pr="pr-2",
+    ),
+    Step(
+        "Numba: an unreadable cache entry is removed and recompiled, with one warning",
+        "a truncated or foreign entry under the compile directory no longer fails the compilation",
+        carries=("backends/numba_once.py:GuardedCache", "backends/numba_once.py:guarded"),
+        tested="not written",
+    ),
+    Step(
+        "Numba: floating-point constants of a graph with a loop passed as arguments of the compiled function",
+        "a model whose edit changes only numbers (a prior's scale, the data) reuses every compiled function from the cache",
+        carries=("backends/numba_link.py", "ops/link_argument.py", "rewriting/link_arguments.py", "rewriting/outlined.py"),
+        tested="not written",
+    ),
+    Step(
+        "innergraph: bodies as function-typed variables (types, params, the InnerGraph Op, canonical encoding)",
+        _INERT,
+        modules=(
+            "core/__init__.py",
+            "core/types.py",
+            "core/graph.py",
+            "core/errors.py",
+            "core/compat.py",
+            "core/canonical.py",
+            "core/build.py",
+            "core/instantiate.py",
+            "innergraph_pickle/__init__.py",
+        ),
+    ),
+    Step(
+        "innergraph: folding bodies into constants before linking; the records of the hooks",
+        _INERT,
+        modules=("core/fold.py", "core/hidden_folds.py", "core/interning.py", "core/hooks.py", "core/dispatch.py"),
+    ),
+    Step(
+        "innergraph: the consumer protocol (slots, step semantics, plans, lift and lower)",
+        _INERT,
+        modules=(
+            "protocol/__init__.py",
+            "protocol/slots.py",
+            "protocol/semantics.py",
+            "protocol/plans.py",
+            "protocol/shapes.py",
+            "protocol/signature.py",
+            "protocol/runtime.py",
+            "protocol/conversion.py",
+        ),
+    ),
+    Step(
+        "Call innergraph's hooks from the linker, printing, pickling, DebugMode, Scan's gradient and JAX's dispatch",
+        "nothing by itself: each hook returns what PyTensor computed until innergraph is enabled",
+        modules=(
+            "patching/__init__.py",
+            "patching/debugmode.py",
+            "patching/gradient.py",
+            "patching/linker.py",
+            "patching/on_import.py",
+            "patching/pickles.py",
+            "patching/pickling.py",
+            "patching/printing.py",
+        ),
+        edits=(
+            "Linker.schedule",
+            "printing.debugprint",
+            "copyreg.dispatch_table[FunctionGraph]",
+            "debugmode._find_bad_optimizations",
+            "Scan.pullback",
+            "sys.meta_path[ImportHook]",
+        ),
+    ),
+    Step(
+        "innergraph: the in-graph OpFromGraph (Call) and IfElse, lifting PyTensor's into them",
+        _INERT,
+        modules=(
+            "ops/__init__.py",
+            "ops/call.py",
+            "ops/ifelse.py",
+            "ops/link_argument.py",
+            "lifting/__init__.py",
+            "lifting/rules.py",
+            "lifting/handover.py",
+            "builders.py",
+            "consumer.py",
+            "stats.py",
+        ),
+    ),
+    Step(
+        "innergraph: the in-graph Scan and its checkpointed gradient",
+        _INERT,
+        modules=("ops/scan.py", "ops/scan_slots.py", "ops/checkpoint.py"),
+    ),
+    Step(
+        "innergraph: loops that take bodies (while_loop, do_while, fori_loop, Loop)",
+        _INERT,
+        modules=(
+            "ops/loop.py",
+            "ops/loop_build.py",
+            "ops/loop_derivatives.py",
+            "loops.py",
+            "loops_reverse.py",
+        ),
+    ),
+    Step(
+        "innergraph: Numba conversions of the consumers",
+        _INERT,
+        modules=(
+            "backends/__init__.py",
+            "backends/numba.py",
+            "backends/numba_code.py",
+            "backends/numba_generated.py",
+            "backends/numba_link.py",
+            "backends/numba_once.py",
+            "backends/numba_reference.py",
+        ),
+        edits=(
+            "numba_basic.numba_funcify_ensure_cache",
+            "numba_funcify_and_cache_key[Scan]",
+            "numba_funcify_and_cache_key[OpFromGraph]",
+            "numba_funcify_and_cache_key[AbstractFunctionGraph]",
+            "numba_basic.cache_key_for_constant",
+            "NumbaLinker.fgraph_convert",
+            "NumbaLinker.create_thunk_inputs",
+            "NumbaLinker.jit_compile",
+        ),
+    ),
+    Step(
+        "innergraph: JAX conversions of the consumers",
+        _INERT,
+        modules=("backends/jax.py", "backends/jax_generated.py", "backends/jax_loop.py"),
+        edits=("jax_funcify[Scan]", "JAXLinker.jit_compile"),
+    ),
+    Step(
+        "innergraph: lifting, lowering and cleaning up bodies (rewrites, not registered)",
+        _INERT,
+        modules=(
+            "rewriting/__init__.py",
+            "rewriting/lift.py",
+            "rewriting/lift_ofg.py",
+            "rewriting/fold_inner_functions.py",
+            "rewriting/dce.py",
+            "rewriting/remerge.py",
+            "rewriting/duplicates.py",
+            "rewriting/simplify.py",
+            "rewriting/copies.py",
+            "rewriting/debugmode.py",
+            "rewriting/untrace.py",
+            "rewriting/tracks.py",
+            "rewriting/outlined.py",
+            "rewriting/link_arguments.py",
+            "rewriting/forward.py",
+            "rewriting/read_back.py",
+            "rewriting/inline_args.py",
+            "rewriting/ofg_outputs.py",
+            "rewriting/share_branch.py",
+        ),
+    ),
+    Step(
+        "innergraph: moving work out of loops (push-out, loop-invariant code, carries)",
+        _INERT,
+        modules=(
+            "rewriting/push_out.py",
+            "rewriting/push_out_cost.py",
+            "rewriting/licm.py",
+            "rewriting/outer.py",
+            "rewriting/args.py",
+            "rewriting/carry.py",
+            "rewriting/carry_from_zero.py",
+            "rewriting/fresh_carry.py",
+            "rewriting/zero_increments.py",
+        ),
+    ),
+    Step(
+        "innergraph: loops as a whole (batching, outlining, merging, lengths, until to while, in place)",
+        _INERT,
+        modules=(
+            "rewriting/scan_inplace.py",
+            "rewriting/batch_loops.py",
+            "rewriting/outline_loops.py",
+            "rewriting/merge_loops.py",
+            "rewriting/lengths.py",
+            "rewriting/until_while.py",
+            "rewriting/scan_solve.py",
+            "rewriting/fusion.py",
+        ),
+    ),
+    Step(
+        "Register innergraph's rewrites in optdb and enable it on import",
+        "everything the series does: the representation, its rewrites and the backends switched on for every graph",
+        modules=("rewriting/db.py", "__init__.py"),
+        edits=("pytensor/__init__.py",),
+    ),
+)
+
+
+def _edit_name(edit: Edit | Delegate) -> str:
+    return edit.replaces or edit.file
+
+
+def edit_lines(edit: Edit | Delegate) -> int:
+    """The lines ``edit`` adds to PyTensor's file (a delegate: the new function, as `innergraph_patches.build` writes it)."""
+    if isinstance(edit, Edit):
+        return edit.text.count("\n")
+    return 5 if edit.cls else 6
+
+
+def _module_text(module: str) -> str:
+    source = REPOSITORY / module if module.startswith("innergraph_pickle/") else REPOSITORY / "innergraph" / module
+    return rewrite_imports(source.read_text(), module)
+
+
+def _carried_lines(reference: str) -> int:
+    """The lines of the library code ``module.py`` or ``module.py:name`` (a top-level function or class)."""
+    module, _, name = reference.partition(":")
+    text = (REPOSITORY / "innergraph" / module).read_text()
+    if not name:
+        return text.count("\n")
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith((f"def {name}(", f"class {name}(", f"class {name}:"))]
+    if len(starts) != 1:
+        raise ValueError(f"{reference}: want one top-level definition of {name}, found {len(starts)}")
+    end = next((j for j in range(starts[0] + 1, len(lines)) if lines[j] and not lines[j][0].isspace() and not lines[j].startswith(")")), len(lines))
+    while end > starts[0] and not lines[end - 1].strip():
+        end -= 1
+    return end - starts[0]
+
+
+def written_patch(step: Step) -> Path:
+    """The patch file of a written step (one ``0001-*.patch`` in its folder)."""
+    found = sorted((REPOSITORY / "patches" / step.pr).glob("[0-9][0-9][0-9][0-9]-*.patch"))
+    if len(found) != 1:
+        raise FileNotFoundError(f"patches/{step.pr}: want one NNNN-*.patch, found {len(found)}")
+    return found[0]
+
+
+def _patch_lines(patch: Path) -> tuple[int, int]:
+    """Changed lines of ``patch``: (outside ``tests/``, under ``tests/``)."""
+    code = tests = 0
+    current = ""
+    for line in patch.read_text().splitlines():
+        if line.startswith("+++ "):
+            current = line[6:] if line.startswith("+++ b/") else ""
+        elif line.startswith(("+", "-")) and not line.startswith(("+++", "---")) and current:
+            if current.startswith("tests/"):
+                tests += 1
+            else:
+                code += 1
+    return code, tests
+
+
+def step_lines(step: Step) -> tuple[int, int]:
+    """(changed lines of code, changed lines of tests) of ``step``; a step not written yet has no tests counted."""
+    if step.pr:
+        return _patch_lines(written_patch(step))
+    if step.carries:
+        return sum(_carried_lines(reference) for reference in step.carries), 0
+    by_name = {_edit_name(edit): edit for edit in EDITS}
+    code = sum(_module_text(module).count("\n") for module in step.modules)
+    return code + sum(edit_lines(by_name[name]) for name in step.edits), 0
+
+
+def partition_problems() -> list[str]:
+    """How the regrouped steps fail to partition the series' modules and edits (empty: they do)."""
+    problems: list[str] = []
+    for kind, everything, picked in (
+        ("module", set(ASSIGNED), [m for step in STEPS for m in step.modules]),
+        ("edit", {_edit_name(edit) for edit in EDITS}, [e for step in STEPS for e in step.edits]),
+    ):
+        problems += [f"{kind} {name} is in {picked.count(name)} steps" for name in sorted(set(picked)) if picked.count(name) > 1]
+        problems += [f"{kind} {name} is in no step" for name in sorted(everything - set(picked))]
+        problems += [f"{kind} {name} is not in the series" for name in sorted(set(picked) - everything)]
+    return problems
+
+
+def tested(step: Step) -> str:
+    """What PyTensor's tests say of ``step``: its own runs if written, else those of the series patches its modules are in."""
+    if step.pr or step.carries:
+        return step.tested or "not run yet"
+    patches = sorted({ASSIGNED[module] + 1 for module in step.modules})
+    return f"not run as a step; in series patch {', '.join(map(str, patches))}, which CI tests patch by patch"
+
+
+def roadmap_rows() -> list[str]:
+    """The roadmap table of ``patches/README.md``: step, kind, lines, what it delivers alone, PyTensor's tests on it."""
+    rows = [
+        "| step | pull request | kind | lines (tests) | what it delivers alone | PyTensor's tests on it |",
+        "|---:|---|---|---:|---|---|",
+    ]
+    for number, step in enumerate(STEPS, 1):
+        code, tests = step_lines(step)
+        kind = f"written: `patches/{step.pr}/`" if step.pr else "carried: " + ", ".join(f"`{c}`" for c in step.carries) if step.carries else "regrouped from the series"
+        rows.append(f"| {number} | {step.title} | {kind} | {code}{f' (+{tests})' if tests else ''} | {step.alone} | {tested(step)} |")
+    return rows
