@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from innergraph_patches.shipping import REPOSITORY, rewrite_imports
+from innergraph.startup.shipped import SHIPPED
 from innergraph_patches.series import ASSIGNED, EDITS, Delegate, Edit
 
 __all__ = ["MAX_LINES", "STEPS", "Step", "edit_lines", "partition_problems", "roadmap_rows", "step_lines", "tested", "written_patch"]
@@ -116,16 +117,7 @@ STEPS: tuple[Step, ...] = (
     Step(
         "Call innergraph's hooks from the linker, printing, pickling, DebugMode, Scan's gradient and JAX's dispatch",
         "nothing by itself: each hook returns what PyTensor computed until innergraph is enabled",
-        modules=(
-            "patching/__init__.py",
-            "patching/debugmode.py",
-            "patching/gradient.py",
-            "patching/linker.py",
-            "patching/on_import.py",
-            "patching/pickles.py",
-            "patching/pickling.py",
-            "patching/printing.py",
-        ),
+        modules=SHIPPED["innergraph-hooks"],  # the series' second patch, as it is
         edits=(
             "Linker.schedule",
             "printing.debugprint",
@@ -170,15 +162,7 @@ STEPS: tuple[Step, ...] = (
     Step(
         "innergraph: Numba conversions of the consumers",
         _INERT,
-        modules=(
-            "backends/__init__.py",
-            "backends/numba.py",
-            "backends/numba_code.py",
-            "backends/numba_generated.py",
-            "backends/numba_link.py",
-            "backends/numba_once.py",
-            "backends/numba_reference.py",
-        ),
+        modules=tuple(m for m in SHIPPED["innergraph-backends"] if "/jax" not in m),  # the series' fourth patch, less JAX
         edits=(
             "numba_basic.numba_funcify_ensure_cache",
             "numba_funcify_and_cache_key[Scan]",
@@ -193,7 +177,7 @@ STEPS: tuple[Step, ...] = (
     Step(
         "innergraph: JAX conversions of the consumers",
         _INERT,
-        modules=("backends/jax.py", "backends/jax_generated.py", "backends/jax_loop.py"),
+        modules=tuple(m for m in SHIPPED["innergraph-backends"] if "/jax" in m),
         edits=("jax_funcify[Scan]", "JAXLinker.jit_compile"),
     ),
     Step(
