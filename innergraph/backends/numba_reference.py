@@ -65,8 +65,8 @@ __all__ = [
     "call_by_reference",
     "called_by_reference",
     "capture_body",
-    "computes_arrays",
     "captured_bodies",
+    "computes_arrays",
     "large_enough",
     "referenced_key",
 ]
