@@ -32,9 +32,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from innergraph_patches.shipping import REPOSITORY, rewrite_imports
 from innergraph.startup.shipped import SHIPPED
 from innergraph_patches.series import ASSIGNED, EDITS, Delegate, Edit
+from innergraph_patches.shipping import REPOSITORY, rewrite_imports
 
 __all__ = ["MAX_LINES", "STEPS", "Step", "edit_lines", "partition_problems", "roadmap_rows", "step_lines", "tested", "written_patch"]
 
