@@ -62,11 +62,13 @@ STEPS: tuple[Step, ...] = (
         "Numba: cache each converted function itself, not a wrapper of it",
         "every Op whose conversion is a numba dispatcher is compiled and optimised once instead of twice on a cold cache",
         pr="pr-1",
+        tested="with step 2: 12 files of the rel-3.3.0 tree, 675 test ids, each vanilla's outcome",
     ),
     Step(
         "Numba: compile a large Scan or OpFromGraph inner function once, call it by reference",
         "an inner graph of 8 nodes or more is optimised once, not again inside the loop's and the outer function's LLVM modules, and cached under its own key, shared by every model",
         pr="pr-2",
+        tested="with step 1: 12 files of the rel-3.3.0 tree, 675 test ids, each vanilla's outcome",
     ),
     Step(
         "Numba: an unreadable cache entry is removed and recompiled, with one warning",
