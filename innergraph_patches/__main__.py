@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     problems = check_series(out=args.out, sdist=args.sdist)
     for line in problems:
         print(line)
-    print("patches/: up to date" if not problems else "patches/ differs from the generated series: run `python -m innergraph_patches build`")
+    print("patches/: up to date" if not problems else "patches/ is not up to date (above): a generated file differs (run `python -m innergraph_patches build`) or a written step no longer applies (rewrite it)")
     return 1 if problems else 0
 
 
