@@ -24,7 +24,7 @@ from pathlib import Path
 
 from innergraph_patches.sdist import PYTENSOR_VERSION, extract, sdist_path
 from innergraph_patches.series import SERIES, Delegate, Edit, PatchSpec, unassigned
-from innergraph_patches.shipping import REPOSITORY, rewrite_imports
+from innergraph_patches.shipping import REPOSITORY, library_source, rewrite_imports
 from innergraph_patches.steps import STEPS, roadmap_rows, written_patch
 
 __all__ = ["AUTHOR", "DATE", "REPOSITORY", "build_series", "check_series", "rewrite_imports", "written_step_problems"]
@@ -61,16 +61,7 @@ def _apply_edit(tree: Path, edit: Edit | Delegate) -> None:
     if len(found) != 1:
         raise RuntimeError(f"{edit.file}: `def {edit.name}(` occurs {len(found)} times (want 1)")
     indent = found[0]
-    base = f"_{edit.name}_base"
-    owner = f"{edit.cls}.{base}" if edit.cls else base
-    delegate = (
-        f"{indent}def {edit.name}(*args, **kwargs):\n"
-        f'{indent}    """`{edit.module}.{edit.replacement}` while innergraph is enabled, else `{base}`."""\n'
-        f"{indent}    from pytensor.innergraph.core.hooks import hook\n\n"
-        f'{indent}    return hook("{edit.module}", "{edit.replacement}", {owner})(*args, **kwargs)\n\n'
-        + ("\n" if not edit.cls else "")
-    )
-    text = pattern.sub(lambda m: delegate + f"{indent}def {base}(", text, count=1)
+    text = pattern.sub(lambda m: edit.source(indent) + f"{indent}def _{edit.name}_base(", text, count=1)
     path.write_text(text)
 
 
@@ -101,8 +92,7 @@ def _commit(tree: Path, spec: PatchSpec, index: int) -> None:
     for module in sorted(spec.modules):
         target = tree / _target(module)
         target.parent.mkdir(parents=True, exist_ok=True)
-        source = (REPOSITORY / "innergraph" / module) if not module.startswith("innergraph_pickle/") else (REPOSITORY / module)
-        target.write_text(rewrite_imports(source.read_text(), module))
+        target.write_text(rewrite_imports(library_source(module).read_text(), module))
     for sub in sorted({Path(_target(m)).parent for m in spec.modules}):
         init = tree / sub / "__init__.py"
         if not init.exists():

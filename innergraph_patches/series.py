@@ -57,6 +57,18 @@ class Delegate:
     cls: str = ""
     replaces: str = ""
 
+    def source(self, indent: str) -> str:
+        """The new ``def name``, indented by ``indent``, that PyTensor's file gets before ``def _name_base``."""
+        base = f"_{self.name}_base"
+        owner = f"{self.cls}.{base}" if self.cls else base
+        return (
+            f"{indent}def {self.name}(*args, **kwargs):\n"
+            f'{indent}    """`{self.module}.{self.replacement}` while innergraph is enabled, else `{base}`."""\n'
+            f"{indent}    from pytensor.innergraph.core.hooks import hook\n\n"
+            f'{indent}    return hook("{self.module}", "{self.replacement}", {owner})(*args, **kwargs)\n\n'
+            + ("\n" if not self.cls else "")
+        )
+
 
 @dataclass(frozen=True)
 class PatchSpec:

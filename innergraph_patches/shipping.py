@@ -10,9 +10,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-__all__ = ["REPOSITORY", "rewrite_imports"]
+__all__ = ["REPOSITORY", "library_source", "rewrite_imports"]
 
 REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+def library_source(module: str) -> Path:
+    """The file of library module ``module`` (a path under ``innergraph/``, or ``innergraph_pickle/__init__.py``)."""
+    return REPOSITORY / module if module.startswith("innergraph_pickle/") else REPOSITORY / "innergraph" / module
 
 _LIBRARY_ONLY_LINE = re.compile(r"#.*\blibrary only\b")  # a line the series leaves out (see innergraph/__init__.py)
 

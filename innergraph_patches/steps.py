@@ -34,7 +34,7 @@ from pathlib import Path
 
 from innergraph.startup.shipped import SHIPPED
 from innergraph_patches.series import ASSIGNED, EDITS, Delegate, Edit
-from innergraph_patches.shipping import REPOSITORY, rewrite_imports
+from innergraph_patches.shipping import REPOSITORY, library_source, rewrite_imports
 
 __all__ = ["MAX_LINES", "STEPS", "Step", "edit_lines", "partition_problems", "roadmap_rows", "step_lines", "tested", "written_patch"]
 
@@ -250,21 +250,18 @@ def _edit_name(edit: Edit | Delegate) -> str:
 
 
 def edit_lines(edit: Edit | Delegate) -> int:
-    """The lines ``edit`` adds to PyTensor's file (a delegate: the new function, as `innergraph_patches.build` writes it)."""
-    if isinstance(edit, Edit):
-        return edit.text.count("\n")
-    return 5 if edit.cls else 6
+    """The lines ``edit`` adds to PyTensor's file (a delegate: its new function, `Delegate.source`)."""
+    return (edit.text if isinstance(edit, Edit) else edit.source("")).count("\n")
 
 
 def _module_text(module: str) -> str:
-    source = REPOSITORY / module if module.startswith("innergraph_pickle/") else REPOSITORY / "innergraph" / module
-    return rewrite_imports(source.read_text(), module)
+    return rewrite_imports(library_source(module).read_text(), module)
 
 
 def _carried_lines(reference: str) -> int:
     """The lines of the library code ``module.py`` or ``module.py:name`` (a top-level function or class)."""
     module, _, name = reference.partition(":")
-    text = (REPOSITORY / "innergraph" / module).read_text()
+    text = library_source(module).read_text()
     if not name:
         return text.count("\n")
     lines = text.splitlines()

@@ -366,7 +366,7 @@ def caller_code(body: Body, mutable: frozenset[int] = frozenset()) -> BodyCode |
     nodes only, is inlined, where the caller's optimiser pays.
     """
     code = numba_body_code(body, mutable)
-    if not large_enough(len(code.functions)) or not code.computes_arrays or code.key is None:
+    if not large_enough(len(code.functions), code.computes_arrays) or code.key is None:
         return code
     fn, key = numba_body(body)
     if key is None:

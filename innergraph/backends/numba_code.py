@@ -293,7 +293,7 @@ class BodyCode:
     constants: tuple[Any, ...]
     outputs: tuple[Slot, ...]
     key: str | None
-    computes_arrays: bool = True
+    computes_arrays: bool
 
     def render(self, prefix: str, args: Sequence[str]) -> Rendering:
         """Assignments computing the body from the variables named ``args``, local names starting with ``prefix``."""

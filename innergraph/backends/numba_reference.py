@@ -94,7 +94,7 @@ _CAPTURED: ContextVar[dict[int, tuple[Any, str | None]] | None] = ContextVar("in
 
 def called_by_reference(graph: Any) -> bool:
     """Whether ``graph``'s body is called by reference: `MIN_NODES` nodes or more, and some array work (`computes_arrays`)."""
-    return large_enough(len(graph.apply_nodes)) and computes_arrays(graph.apply_nodes)
+    return large_enough(len(graph.apply_nodes), computes_arrays(graph.apply_nodes))
 
 
 def computes_arrays(nodes: Iterable[Any]) -> bool:
@@ -108,9 +108,9 @@ def computes_arrays(nodes: Iterable[Any]) -> bool:
     return any(getattr(out.type, "ndim", 0) > 0 for node in nodes for out in node.outputs)
 
 
-def large_enough(n_nodes: int) -> bool:
-    """Whether a body of ``n_nodes`` converted nodes is called by reference (`MIN_NODES`, read at each call)."""
-    return n_nodes >= MIN_NODES
+def large_enough(n_nodes: int, arrays: bool) -> bool:
+    """Whether a body of ``n_nodes`` converted nodes is called by reference: `MIN_NODES` (read at each call) or more, and ``arrays`` (`computes_arrays`)."""
+    return n_nodes >= MIN_NODES and arrays
 
 
 @contextmanager
