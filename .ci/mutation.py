@@ -9,6 +9,10 @@ behaviour), with why. cosmic-ray edits the source in place, so everything runs i
 the commit (``git archive``), never in the checkout.
 
     python .ci/mutation.py [--module PATH] [--sample N | --all] [--keep DIR]
+    python .ci/mutation.py --module PATH --tests "PYTEST ARGS" [--tests ...] --all
+
+The second form is a module's trial run before it joins `MODULES`: its own test runs, each
+a quoted pytest argument list.
 
 Knobs: MUTATION_MODULE (a path of `MODULES`), MUTATION_SAMPLE (mutants; 0 = all),
 MUTATION_SEED (instead of the commit's hash). Exit 1 on a new survivor, 2 on a setup error.
@@ -21,6 +25,7 @@ import ast
 import hashlib
 import os
 import random
+import shlex
 import shutil
 import sqlite3
 import subprocess
@@ -139,14 +144,18 @@ def main() -> int:
     parser.add_argument("--sample", type=int, default=None)
     parser.add_argument("--all", action="store_true", help="every mutant of the module")
     parser.add_argument("--keep", help="keep the copy and the session there")
+    parser.add_argument("--tests", action="append", help="a pytest argument list (quoted) for a module not in MODULES; repeat for several runs")
     args = parser.parse_args()
     seed, why = commit_seed()
     modules = sorted(MODULES)
     module = args.module or modules[seed % len(modules)]
-    if module not in MODULES:
-        print(f"CI mutation: {module} is not in MODULES ({modules})")
+    if args.tests:
+        spec = {"tests": [shlex.split(run) for run in args.tests], "sample": 0}
+    elif module not in MODULES:
+        print(f"CI mutation: {module} is not in MODULES ({modules}); a trial run names its --tests")
         return 2
-    spec = MODULES[module]
+    else:
+        spec = MODULES[module]
     sample = 0 if args.all else args.sample if args.sample is not None else int(os.environ.get("MUTATION_SAMPLE", spec["sample"]))  # type: ignore[call-overload]
     print(f"CI mutation: {module} ({why}; {sample or 'all'} mutants)")
     cosmic = ROOT / ".venv" / "bin" / "cosmic-ray"
