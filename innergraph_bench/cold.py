@@ -78,12 +78,17 @@ def _child(args: list[str], compiledir: str, python: str) -> dict[str, Any]:
     return dict(json.loads(lines[-1]))
 
 
+def _order(n: int) -> tuple[str, str]:
+    """The variants' order for the ``n``-th model: vanilla first, then innergraph first, in turn."""
+    return ("vanilla", "innergraph") if n % 2 == 0 else ("innergraph", "vanilla")
+
+
 def cold_starts(cases: Sequence[str], edited: bool = True, python: str = sys.executable, log: Any = print) -> list[ColdResult]:
     """Each case's cold start (and edited rerun) for both variants, each variant on its own empty compile cache."""
     results = []
-    for case in cases:
+    for n, case in enumerate(cases):
         result = ColdResult(case)
-        for variant in ("vanilla", "innergraph"):
+        for variant in _order(n):
             with tempfile.TemporaryDirectory(prefix="innergraph-cold-") as compiledir:
                 runs = {"cold": _child(["where", case, variant], compiledir, python)}
                 if edited:
@@ -103,16 +108,15 @@ def sampling_runs(
 ) -> list[ColdResult]:
     """Each case sampled by each sampler, cold then warm (the cache the cold run left), for both variants."""
     results = []
-    for case in cases:
-        for sampler in samplers:
-            result = ColdResult(f"{case} / {sampler}")
-            for variant in ("vanilla", "innergraph"):
-                with tempfile.TemporaryDirectory(prefix="innergraph-sample-") as compiledir:
-                    args = ["sample", case, variant, "--sampler", sampler, "--draws", str(draws), "--tune", str(tune)]
-                    result.runs[variant] = {"cold": _child(args, compiledir, python), "warm": _child(args, compiledir, python)}
-                figures = result.runs[variant]
-                log(f"  {result.case} {variant}: cold total {figures['cold']['total']:.2f} s, warm total {figures['warm']['total']:.2f} s")
-            results.append(result)
+    for n, (case, sampler) in enumerate((case, sampler) for case in cases for sampler in samplers):
+        result = ColdResult(f"{case} / {sampler}")
+        for variant in _order(n):
+            with tempfile.TemporaryDirectory(prefix="innergraph-sample-") as compiledir:
+                args = ["sample", case, variant, "--sampler", sampler, "--draws", str(draws), "--tune", str(tune)]
+                result.runs[variant] = {"cold": _child(args, compiledir, python), "warm": _child(args, compiledir, python)}
+            figures = result.runs[variant]
+            log(f"  {result.case} {variant}: cold total {figures['cold']['total']:.2f} s, warm total {figures['warm']['total']:.2f} s")
+        results.append(result)
     return results
 
 
