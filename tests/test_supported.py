@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from innergraph.startup.supported import SUPPORTED, check_pytensor, parse_version
+from innergraph.startup.supported import SUPPORTED, UNRELEASED_OPT_IN, check_pytensor, parse_version
 
 ROOT = Path(__file__).resolve().parents[1]
 RANGE = ">=3.3.6,<3.4"
@@ -62,3 +62,19 @@ def test_import_on_unsupported_pytensor_raises_and_leaves_scan_working(unsupport
         "innergraph was not installed and PyTensor is unchanged."
     )
     assert float(lines["SCAN"]) == 6.0
+
+
+@pytest.mark.parametrize("found", ["0+unknown", "0+untagged.3.gb16ffde", "3.3.0+10.gf857e69", "3.3.0.dev4"])
+def test_an_unreleased_pytensor_is_refused_naming_the_opt_in_and_accepted_with_it(found, monkeypatch):
+    monkeypatch.delenv(UNRELEASED_OPT_IN, raising=False)
+    with pytest.raises(ImportError, match=re.escape(f"found PyTensor {found}.") + r".* set " + UNRELEASED_OPT_IN + "=1"):
+        check_pytensor(found)
+    monkeypatch.setenv(UNRELEASED_OPT_IN, "1")
+    check_pytensor(found)
+
+
+@pytest.mark.parametrize("found", ["3.0.7", "3.3.5", "3.4.0", "3.0.7+12.gabc", "3.4.0+1.gabc", "4.0.dev1"])
+def test_the_opt_in_does_not_admit_a_release_or_a_tree_off_the_3_3_line(found, monkeypatch):
+    monkeypatch.setenv(UNRELEASED_OPT_IN, "1")
+    with pytest.raises(ImportError, match=re.escape(f"found PyTensor {found}. innergraph was not installed and PyTensor is unchanged.") + "$"):
+        check_pytensor(found)
