@@ -54,6 +54,10 @@ MODULES: dict[str, dict[str, object]] = {
         "tests": [["tests/test_fold_inner_functions.py"]],
         "sample": 12,  # about 10 s a mutant on one core
     },
+    "innergraph/rewriting/link_arguments.py": {
+        "tests": [["tests/test_link_arguments.py"]],
+        "sample": 12,  # about 7 s a mutant on one core
+    },
     "innergraph/rewriting/until_while.py": {
         "tests": [["tests/test_until_while.py"]],
         "sample": 12,  # about 7 s a mutant at load 3: under 2 minutes

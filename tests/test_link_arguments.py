@@ -23,11 +23,13 @@ import pytensor
 import pytensor.tensor as pt
 import pytest
 from pytensor.graph.basic import Constant
+from pytensor.graph.fg import FunctionGraph
 from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS
 
 import innergraph
 from innergraph.backends.numba_link import final_function
 from innergraph.ops.link_argument import LinkArgument
+from innergraph.rewriting.link_arguments import link_float_constants
 from vanilla import vanilla_function
 
 NUMBA = "NUMBA"
@@ -101,6 +103,38 @@ def test_a_number_that_equals_another_or_stops_equalling_it_keeps_the_key():
     assert _final_key(shared) is not None and _final_key(shared) == _final_key(apart)
     uses = [n.op.use for n in shared.maker.fgraph.apply_nodes if isinstance(n.op, LinkArgument)]
     assert sorted(uses) == list(range(len(uses))) and len(uses) >= 2  # one argument per use, numbered in order
+
+
+def test_an_edit_that_makes_two_numbers_of_one_node_equal_keeps_the_key():
+    # `b` is met first (in `x * b`), then `clip(x, a, b)` reads `a` before it: uses numbered by node
+    # alone, in the order their constants were found, would number clip's two inputs one way when a and
+    # b are two constants and the other way when they are one merged constant. The compiled code's
+    # numbering (`numba_link.outline_constants_for_link`, by node and input) must not depend on it
+    def build(a, b):
+        def graph():
+            x = pt.dvector("x")
+            y = (x * b).sum() + pt.clip(x, a, b).sum() + _smoothed(x)
+            return [x], [y]
+        return graph
+
+    x = np.linspace(-1.0, 1.0, 7)
+    shared, apart = _check(build(0.3, 0.3), x), _check(build(0.2, 0.3), x)  # 0.25 would be float32: a type
+    assert _final_key(shared) is not None and _final_key(shared) == _final_key(apart)
+
+
+def test_the_count_is_the_uses_wrapped_and_zero_where_the_rule_does_not_apply():
+    x, v = pt.dscalar("x"), pt.dvector("v")
+
+    def graph(loop):
+        fgraph = FunctionGraph([x, v], [x * 1.5 + 2.5 + (_smoothed(v) if loop else v.sum())], clone=True)
+        fgraph.update_mapping = {}  # a function's own graph, as `pytensor.function` makes it
+        return fgraph
+
+    with pytensor.config.change_flags(mode=NUMBA):
+        looped, plain = graph(True), graph(False)
+        assert link_float_constants(looped) == 2 == sum(isinstance(n.op, LinkArgument) for n in looped.apply_nodes)
+        assert link_float_constants(plain) == 0
+    assert not any(isinstance(n.op, LinkArgument) for n in plain.apply_nodes)
 
 
 def test_a_changed_integer_or_structure_changes_the_key():
