@@ -268,7 +268,7 @@ def jit_compile(self: NumbaLinker, fn_and_cache: tuple[Any, str | None]) -> Call
     else:
         py_func = named_stably(fn.py_func)
         CACHED_SRC_FUNCTIONS[py_func] = direct_key(key, FINAL)
-        final = guarded(numba_basic.numba_njit(py_func, final_function=True, cache=True))
+        final = guarded(numba_basic.numba_njit(py_func, final_function=True))
     values = getattr(self, _VALUES)
     graph = cast(FunctionGraph, self.fgraph)  # set by `accept` before PyTensor compiles anything
     return with_values_bound(final, len(graph.inputs), values) if values else final

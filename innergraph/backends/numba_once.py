@@ -123,7 +123,12 @@ class GuardedCache(FunctionCache):
 
 
 def guarded(dispatcher: Any) -> Any:
-    """``dispatcher``, caching through a `GuardedCache`; anything else (what a mocked ``numba_njit`` returns) as it is."""
+    """``dispatcher``, caching on disk through a `GuardedCache`; anything else (what a mocked ``numba_njit`` returns) as it is.
+
+    Numba's ``Dispatcher.enable_caching`` (what ``cache=True`` calls) with the guarded cache:
+    pass a dispatcher made without ``cache=True``, or its cache object is built twice
+    (30-70 us a dispatcher, some hundreds per model).
+    """
     if isinstance(dispatcher, CPUDispatcher):
         dispatcher._cache = GuardedCache(dispatcher.py_func)  # type: ignore[attr-defined]
     return dispatcher
@@ -135,7 +140,7 @@ def cached_itself(fn: Any, key: str, kind: str = DIRECT) -> Any:
         return None
     stable = named_stably(fn.py_func)
     CACHED_SRC_FUNCTIONS[stable] = direct_key(key, kind)
-    return guarded(numba.jit(stable, **{**fn.targetoptions, "cache": True}))
+    return guarded(numba.jit(stable, **fn.targetoptions))
 
 
 def compiled_once(op: Any, node: Any = None, *args: Any, **kwargs: Any) -> tuple[Any, str | None]:
