@@ -43,3 +43,25 @@ def test_sampling_runs_alternate_over_models_and_samplers(monkeypatch):
         ("b", "nutpie", "innergraph"), ("b", "nutpie", "vanilla"),
     ]
     assert [r.case for r in results] == ["a / pymc", "a / nutpie", "b / pymc", "b / nutpie"]
+
+
+def test_a_childs_peak_memory_is_its_own_not_its_parents():
+    # Linux keeps ru_maxrss across execve: a small child of a large parent reports the parent's size
+    import subprocess
+    import sys
+
+    ballast = bytearray(400 * 2**20)  # the parent holds 400 MB, touched
+    ballast[:: 4096] = b"x" * len(ballast[:: 4096])
+    child = subprocess.run(
+        [sys.executable, "-c", "from innergraph_bench.cold import peak_mb; print(peak_mb())"],
+        capture_output=True, text=True, check=True,
+    )
+    assert float(child.stdout) < 200, child.stdout
+    del ballast
+
+
+def test_peak_memory_reads_the_high_water_mark(tmp_path):
+    status = tmp_path / "status"
+    status.write_text("Name:\tpython\nVmPeak:\t 9000000 kB\nVmHWM:\t  512000 kB\nVmRSS:\t  100 kB\n")
+    assert cold.peak_mb(str(status)) == 500.0
+    assert cold.peak_mb(str(tmp_path / "missing")) > 0  # ru_maxrss where there is no /proc
