@@ -15,10 +15,13 @@ import pytest
 import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.mode import get_mode
+from pytensor.graph.basic import Constant
+from pytensor.graph.fg import FunctionGraph
 from pytensor.tensor.basic import AllocEmpty
-from pytensor.tensor.slinalg import SolveTriangular
+from pytensor.tensor.linalg import SolveTriangular
 
 import innergraph  # noqa: F401  (installs the rewrites)
+from innergraph.rewriting.fresh_carry import fresh_carries, may_overwrite
 from vanilla import vanilla_values
 from typed import grad
 
@@ -108,3 +111,89 @@ def test_a_carry_no_in_place_op_reads_keeps_its_constant(graph, point):
     assert _count(fn, AllocEmpty) == _count(without, AllocEmpty)
     for got, want in zip(fn(*point), _vanilla(point, lambda inputs, w: w), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+# --- the pass called directly: its count, what it leaves, and `may_overwrite` ----------------------
+
+
+def _compiled_without_the_pass(b_shape):
+    """The compiled graph of the cost and its gradient with respect to ``b`` (of ``b_shape``), the pass left out: a copy."""
+    L = pt.tensor("L", shape=(3, 3))
+    b = pt.tensor("b", shape=b_shape)
+    ys = pt.tensor("ys", shape=(5, *b_shape))
+    cost, _ = _loss(L, b, ys)
+    mode = get_mode("FAST_RUN").excluding("innergraph_fresh_carries")
+    fn = pytensor.function([L, b, ys], [cost, grad(cost, b)], mode=mode)
+    return fn.maker.fgraph.clone()
+
+
+def _carries(fgraph):
+    """The untraced sit-sots' initial values of ``fgraph``'s Scans, in graph order."""
+    return [v for n in fgraph.toposort() if type(n.op).__name__ == "Scan" for v in n.op.outer_untraced_sit_sot(n.inputs)]
+
+
+@pytest.mark.parametrize("b_shape", [(3,), (3, 2)], ids=["vector carry", "matrix carry"])
+def test_the_pass_counts_the_carries_it_starts_fresh_and_takes_each_once(b_shape):
+    fgraph = _compiled_without_the_pass(b_shape)
+    # the gradient loop's three carries start from constants: two scalars nothing overwrites, and
+    # the cotangent of the solve's result, which the gradient's solve may overwrite
+    assert [(type(v).__name__, v.type.ndim) for v in _carries(fgraph)] == [("TensorConstant", 0), ("TensorConstant", len(b_shape)), ("TensorConstant", 0)]
+    assert fresh_carries(fgraph) == 1
+    assert [(isinstance(v, Constant), v.type.ndim) for v in _carries(fgraph)] == [(True, 0), (False, len(b_shape)), (True, 0)]
+    assert fresh_carries(fgraph) == 0  # its initial value is no constant any more
+
+
+def test_a_carry_from_a_variable_is_left_alone():
+    fgraph = _compiled_without_the_pass((3,))
+    [scan] = [n for n in fgraph.toposort() if type(n.op).__name__ == "Scan"]
+    [(i, constant)] = [(i, v) for i, v in scan.op.outer_untraced_sit_sot(scan.inputs, with_idx=True) if v.type.ndim == 1]
+    start = constant.type("start")
+    fgraph.add_input(start)
+    fgraph.change_node_input(scan, i, start)
+    assert fresh_carries(fgraph) == 0
+    assert start in _carries(fgraph)
+
+
+def test_a_graph_without_loops_counts_none():
+    x = pt.vector("x")
+    assert fresh_carries(FunctionGraph([x], [pt.exp(x)], clone=False)) == 0
+
+
+class _Op:
+    """A stand-in Op for `may_overwrite`: its in-place protocol given, or raising ``raises``."""
+
+    def __init__(self, destroy_map=None, offers=True, raises=None, has_protocol=True):
+        self.destroy_map = destroy_map or {}
+        self.offers, self.raises = offers, raises
+        if not has_protocol:
+            self.inplace_on_inputs = None
+
+    def inplace_on_inputs(self, allowed_inplace_inputs):
+        if self.raises is not None:
+            raise self.raises("no in-place form")
+        return _Op(destroy_map={0: list(allowed_inplace_inputs)} if self.offers else {})
+
+
+def _node(op):
+    return type("Node", (), {"op": op})()
+
+
+@pytest.mark.parametrize("error", [TypeError, ValueError, NotImplementedError])
+def test_may_overwrite_reads_an_op_that_cannot_say_as_no(error):
+    assert not may_overwrite(_node(_Op(raises=error)), 0)
+
+
+def test_may_overwrite_asks_the_ops_in_place_protocol():
+    assert may_overwrite(_node(_Op()), 1)
+    assert not may_overwrite(_node(_Op(offers=False)), 1)
+    assert not may_overwrite(_node(_Op(has_protocol=False)), 1)
+    assert not may_overwrite(_node(_Op(destroy_map={0: [1]})), 1)  # already in place: nothing more to offer
+    blockwise = type("Blockwise", (), {"core_op": _Op(), "destroy_map": {}})()
+    assert may_overwrite(_node(blockwise), 1)  # a Blockwise answers with its core Op
+
+
+def test_may_overwrite_a_triangular_solve_overwrites_b_not_the_triangle(graph):
+    fgraph = _compiled_without_the_pass((3,))
+    solves = [n for n in fgraph.apply_nodes if type(getattr(n.op, "core_op", n.op)).__name__ == "SolveTriangular"]
+    assert len(solves) == 2  # the cost's and its gradient's
+    assert all(may_overwrite(solve, 1) and not may_overwrite(solve, 0) for solve in solves)

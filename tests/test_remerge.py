@@ -12,7 +12,10 @@ import collections
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
+import pytest
+from pytensor.graph.features import Feature
 from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.utils import InconsistencyError
 from pytensor.graph.rewriting.basic import MergeOptimizer
 
 from innergraph.rewriting.lift import lift_native
@@ -73,3 +76,34 @@ def test_lift_leaves_no_duplicate_and_vanillas_values():
     vanilla = vanilla_values(lambda: ([x], outputs), [value], mode)  # PyTensor's own scans: compiled uninstalled
     for a, b in zip(vanilla, ours, strict=True):
         np.testing.assert_allclose(b, a, rtol=1e-15)
+
+
+class _RefuseEveryReplacement(Feature):
+    """A validator that refuses every replacement (as a destroy handler refuses an unsafe merge), and
+    stops a caller that keeps retrying after ``limit`` refusals: the pending merges can never be done."""
+
+    def __init__(self, limit):
+        self.refused, self.limit = 0, limit
+
+    def on_validate(self, fgraph):
+        self.refused += 1
+        if self.refused > self.limit:
+            raise RuntimeError(f"retried refused merges {self.limit} times")
+        raise InconsistencyError("refused")
+
+
+@pytest.mark.parametrize("pairs", [1, 150])  # 150 pairs, 450 nodes: more than the small ints CPython caches
+def test_merges_the_validator_refuses_end_with_no_rerun(pairs):
+    # PyTensor 3.3's MergeOptimizer reverts a refused merge, and the revert reprocesses the node with
+    # its pair blacklisted, so the node ends *seen*: merge_fully finds nothing pending and reruns
+    # nothing. Its two loop exits after a rerun (nothing scheduled; a rerun that merged nothing) only
+    # guard against a MergeFeature that left such a node pending (design/testing.md: the mutants of
+    # those lines are named equivalent on that ground); this test fails if PyTensor changes it
+    xs = [pt.vector(f"x{k}") for k in range(pairs)]
+    fgraph = FunctionGraph(xs, [pt.exp(x) * pt.exp(x) for x in xs], clone=False)
+    refuse = _RefuseEveryReplacement(limit=3 * pairs)
+    fgraph.attach_feature(refuse)
+    assert merge_fully(fgraph) == 0
+    assert len(fgraph.apply_nodes) == 3 * pairs and _duplicates(fgraph) == pairs
+    assert all(node in fgraph.merge_feature.nodes_seen for node in fgraph.apply_nodes)
+    assert refuse.refused == 2 * pairs
