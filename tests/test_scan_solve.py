@@ -83,3 +83,23 @@ def test_values_equal_vanilla(assume_a, linker):
     got = pytensor.function(inputs, xs, mode=mode)(A, x0)
     np.testing.assert_allclose(got, want, rtol=1e-10)
     np.testing.assert_allclose(got, expected(A, x0), rtol=1e-8)
+
+
+def test_the_pass_says_whether_it_split_a_solve():
+    from pytensor.graph.fg import FunctionGraph
+
+    from innergraph.rewriting.scan_solve import split_scan_solves, split_scan_solves_jax
+
+    inputs, xs = solve_loop("gen")
+    split = FunctionGraph(inputs, [xs], clone=True)
+    assert split_scan_solves(split) == 1
+    [scan] = [n for n in split.apply_nodes if isinstance(n.op, NativeScan)]
+    names = sorted(type(n.op.core_op if isinstance(n.op, Blockwise) else n.op).__name__ for n in scan.op.fgraph.apply_nodes)
+    assert not has_full_solve(names)
+    assert split_scan_solves(split) == 0  # nothing left to split
+    assert split_scan_solves_jax(FunctionGraph(inputs, [xs], clone=True)) == 1
+
+    x = pt.vector("x")
+    no_solve = pytensor.scan(lambda s: s * 2.0, outputs_info=[x], n_steps=3, return_updates=False)
+    assert split_scan_solves(FunctionGraph([x], [no_solve], clone=True)) == 0  # a Scan, nothing to split
+    assert split_scan_solves(FunctionGraph([x], [pt.exp(x)], clone=True)) == 0  # no Scan at all
