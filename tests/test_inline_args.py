@@ -92,3 +92,38 @@ def test_graph_without_consumers_is_left_alone():
     fgraph = FunctionGraph([x], [pt.dot(x, pt.constant(SELECTION))], clone=False)
     assert inline_lifted_arguments(fgraph) == 0
     assert any(isinstance(n.op, Dot) for n in fgraph.apply_nodes)
+
+
+def _loops(k: int) -> tuple[list, list]:
+    """``k`` loops of one step over their own sequences, each reading the selection as a constant non-sequence."""
+    xs, h0, s = [pt.dmatrix(f"xs{i}") for i in range(k)], pt.dvector("h0"), pt.dmatrix("s")
+    step = lambda x, h, s: pt.tanh(pt.dot(x, s) + 0.5 * h)  # noqa: E731
+    outs = [pytensor.scan(step, sequences=[x], outputs_info=[h0], non_sequences=[s], return_updates=False) for x in xs]
+    return [*xs, h0], pytensor.graph.replace.graph_replace(outs, {s: pt.constant(SELECTION)})
+
+
+@pytest.mark.parametrize("k, merges", [(2, 1), (1, 0)], ids=["two consumers of one body", "one consumer"])
+def test_consumers_rebuilt_alike_read_one_body_after_one_merge(k, merges, monkeypatch):
+    from pytensor.graph.fg import FunctionGraph
+    from pytensor.graph.rewriting.basic import MergeOptimizer
+
+    from innergraph.rewriting import inline_args
+    from innergraph.rewriting.lift import lift_native
+    from innergraph.stats import graph_stats
+
+    fgraph = FunctionGraph(*_loops(k), clone=True)
+    assert lift_native(fgraph) == k and graph_stats(fgraph)["bodies"] == 1
+    runs = []
+
+    class Counting(MergeOptimizer):
+        def rewrite(self, fgraph, *args, **kwargs):
+            runs.append(len(fgraph.apply_nodes))
+            return super().rewrite(fgraph, *args, **kwargs)
+
+    monkeypatch.setattr(inline_args, "MergeOptimizer", Counting)
+    assert inline_lifted_arguments(fgraph) == k
+    # the rebuilt consumers' new bodies are one body only after a merge, which costs a walk of the
+    # graph: run once when two or more consumers were rebuilt, never for one
+    assert len(runs) == merges
+    assert graph_stats(fgraph)["bodies"] == 1
+    assert inline_lifted_arguments(fgraph) == 0 and len(runs) == merges  # nothing left to inline: no merge
