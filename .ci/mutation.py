@@ -54,9 +54,25 @@ MODULES: dict[str, dict[str, object]] = {
         "tests": [["tests/test_fold_inner_functions.py"]],
         "sample": 12,  # about 10 s a mutant on one core
     },
+    "innergraph/rewriting/fresh_carry.py": {
+        "tests": [["tests/test_fresh_carry.py"]],
+        "sample": 12,  # about 5 s a mutant on one core
+    },
+    "innergraph/rewriting/inline_args.py": {
+        "tests": [["tests/test_inline_args.py"]],
+        "sample": 12,  # about 4 s a mutant on one core
+    },
     "innergraph/rewriting/link_arguments.py": {
         "tests": [["tests/test_link_arguments.py"]],
         "sample": 12,  # about 7 s a mutant on one core
+    },
+    "innergraph/rewriting/remerge.py": {
+        "tests": [["tests/test_remerge.py"]],
+        "sample": 12,  # about 4 s a mutant on one core
+    },
+    "innergraph/rewriting/scan_solve.py": {
+        "tests": [["tests/test_scan_solve.py"]],
+        "sample": 12,  # about 6 s a mutant on one core
     },
     "innergraph/rewriting/until_while.py": {
         "tests": [["tests/test_until_while.py"]],
