@@ -78,7 +78,7 @@ class _Sub(OpFromGraph):
     """A subclass (as PyTensor's Einsum or Pad): left alone."""
 
 
-def test_subclasses_and_fully_dead_nodes_are_left_alone():
+def test_subclasses_are_left_alone():
     doubled = pytensor.scan(lambda r: r * 2, sequences=[x], return_updates=False)
     sub = _Sub([x, y], [doubled.sum(), (y**2).sum()])
     first, _ = sub.make_node(a, b).outputs
@@ -95,3 +95,22 @@ def test_excluding_the_pass_keeps_the_outputs():
     fn = pytensor.function([a, b], first, mode=CVM.excluding("innergraph_ofg_dead_outputs"))
     (node,) = _ofg_nodes(fn)
     assert len(node.outputs) == 3
+
+
+def test_every_native_op_from_graph_of_a_mixed_graph_is_visited_and_nothing_else_is_rebuilt():
+    # in graph order: an elementwise node, an OpFromGraph whose outputs are all read, a multi-output
+    # Op that is no OpFromGraph with a dead output (eigh's vectors), then an OpFromGraph with a dead
+    # output: the pass must pass over the first three and rebuild the last
+    A = pt.dmatrix("A")
+    w, _ = pt.linalg.eigh(A)
+    live = OpFromGraph([x, y], [x + y, x * y])(pt.exp(a), b)
+    first, _ = OpFromGraph([x, y], [x - y, x / y])(live[0] + w.sum(), live[1])
+    fgraph = FunctionGraph([A, a, b], [first], clone=True)
+    kinds = [type(getattr(n.op, "core_op", n.op)).__name__ for n in fgraph.toposort()]
+    assert kinds[0] == "Elemwise" and kinds.count("OpFromGraph") == 2 and kinds[-1] == "OpFromGraph"
+    assert kinds.index("OpFromGraph") < kinds.index("Eigh")  # the live one first, then eigh, the dead one last
+    assert remove_dead_ofg_outputs(fgraph) == 1
+    ofgs = [n for n in fgraph.toposort() if type(n.op) is OpFromGraph]
+    assert [len(n.outputs) for n in ofgs] == [2, 1]
+    assert [len(n.outputs) for n in fgraph.apply_nodes if type(getattr(n.op, "core_op", None)).__name__ == "Eigh"] == [2]
+    assert remove_dead_ofg_outputs(fgraph) == 0

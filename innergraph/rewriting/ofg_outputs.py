@@ -34,7 +34,8 @@ Left alone:
   plain `OpFromGraph` would change what they are;
 - in-place Ops (a ``destroy_map``: its output indices would need renumbering, and
   in-place Ops appear only after this pass);
-- nodes whose every output is dead (PyTensor's own dead-code removal drops them).
+- nodes whose every output is dead: a `FunctionGraph` holds none (it imports what its outputs
+  reach, and drops a node once its last output loses its last client).
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def remove_dead_ofg_outputs(fgraph: FunctionGraph) -> int:
         if not _rebuildable(node.op) or node not in fgraph.apply_nodes:
             continue
         dead = dead_outputs(fgraph, node)
-        if not dead or len(dead) == len(node.outputs):
+        if not dead:
             continue
         live = [i for i in range(len(node.outputs)) if i not in dead]
         new, _ = without_dead_outputs(node, live)
