@@ -93,3 +93,39 @@ def test_profiles_print_for_skipped_and_run_members():
     SequentialGraphRewriter.print_profile(stream, guarded.pre_profile)  # each member's own format, none for the skipped
     text = stream.getvalue()
     assert "loop time" in text and "InplaceElemwiseOptimizer" in text
+
+
+def test_an_op_pattern_tracks_its_op_type():
+    from pytensor.graph.rewriting.unify import OpPattern
+
+    @node_rewriter([OpPattern(CAReduce, axis=None), Argmax])
+    def reduce_all(fgraph, node):
+        return False
+
+    assert tracked_classes(in2out(reduce_all)) == (CAReduce, Argmax)
+
+
+def test_the_guarded_sequence_is_made_once_per_sequence():
+    seen: list = []
+    sequence = SequentialGraphRewriter(recording(Argmax, seen), recording(Elemwise, seen))
+    guarded = skipping_untracked(sequence)
+    assert skipping_untracked(sequence) is guarded
+    other = SequentialGraphRewriter(recording(Argmax, seen))
+    assert skipping_untracked(other) is not guarded and skipping_untracked(other) is skipping_untracked(other)
+
+
+def test_a_guarded_members_summary_and_profile_are_its_own():
+    member = recording(Elemwise, [])
+    guard = UnlessUntracked(member, (Elemwise,))
+    ours, theirs = io.StringIO(), io.StringIO()
+    guard.print_summary(ours)
+    member.print_summary(theirs)
+    assert ours.getvalue() == theirs.getvalue() and ours.getvalue().startswith("WalkingGraphRewriter")
+
+    x = pt.dvector("x")
+    fg = FunctionGraph([x], [pt.exp(x) + 1], clone=True)
+    prof = guard.apply(fg)
+    ours, theirs = io.StringIO(), io.StringIO()
+    UnlessUntracked.print_profile(ours, prof)
+    type(member).print_profile(theirs, prof[1])
+    assert ours.getvalue() == theirs.getvalue() and ours.getvalue()
