@@ -12,7 +12,7 @@ import innergraph
 from innergraph.ops.scan import Scan
 from innergraph.protocol.signature import sharing_rebuilt_functions
 from innergraph.rewriting.push_out import push_out_sequence_work
-from innergraph.rewriting.push_out_cost import CALL_COST, READ_COST, moved_work, pays
+from innergraph.rewriting.push_out_cost import CALL_COST, READ_COST, moved_work, pays, read_cost
 from innergraph.testing.rewrites import check_rewrite
 
 
@@ -65,3 +65,38 @@ def test_the_rule_counts_work_and_reads_in_element_operations():
     assert pays([cheap], stop={x}, dropped=[x])  # one read for another: the work is saved
     row = pt.vector("row")  # unknown length: taken as large, as before the rule
     assert pays([row * 2.0], stop={row}, dropped=[])
+
+
+def test_the_calibrated_costs_in_numbers():
+    # the numbers design/benchmarks.md's issue 48 calibrated: a read costs 16 plus its elements, a
+    # libm call 16, arithmetic 1; written out so that a changed constant fails here, not only on a model
+    x = pt.tensor("x", shape=(4, 4))  # 16 elements: sums and bitwise ors of these differ
+    assert moved_work([pt.exp(x)], stop={x}) == 16 * 16
+    assert moved_work([x * 2.0 + 1.0], stop={x}) == 2 * 16
+    assert moved_work([pt.exp(x) * 3.0], stop={x}) == (16 + 1) * 16
+    assert read_cost([x]) == 32 and read_cost([x, x]) == 64 and read_cost([]) == 0
+
+
+def test_the_rule_at_its_boundary():
+    # two arithmetic operations per element save 2n; making them a sequence reads 16 + n more
+    exactly = pt.tensor("exactly", shape=(16,))  # 32 saved, 32 read: pays (>=)
+    short = pt.tensor("fifteen", shape=(15,))  # 30 saved, 31 read: does not
+    assert pays([exactly * 2.0 + 1.0], stop={exactly}, dropped=[])
+    assert not pays([short * 2.0 + 1.0], stop={short}, dropped=[])
+    # a dropped row counts as a read saved: 30 + (16 + 15) against 31
+    assert pays([short * 2.0 + 1.0], stop={short}, dropped=[short])
+
+
+def test_rows_of_unknown_size_pay_whatever_else_is_known():
+    row, known = pt.vector("row"), pt.tensor("known", shape=(3,))
+    assert pays([row * 2.0], stop={row}, dropped=[known])  # work and reads unknown, the dropped row known
+    assert pays([known * 2.0], stop={known}, dropped=[row])  # only the dropped row unknown
+    assert moved_work([row * 2.0], stop={row}) is None and read_cost([known, row]) is None
+    # only the work unknown (a row of static shape computed from one of unknown length), and only the
+    # read unknown (a reshape of known work has no static shape)
+    pinned = pt.specify_shape(row * 2.0, (3,))
+    assert moved_work([pinned], stop={row}) is None and read_cost([pinned]) == 19
+    assert pays([pinned], stop={row}, dropped=[])
+    flat = (known * 2.0).reshape((pt.iscalar("n"), -1))
+    assert moved_work([flat], stop={known}) is not None and read_cost([flat]) is None
+    assert pays([flat], stop={known}, dropped=[])
