@@ -66,6 +66,10 @@ MODULES: dict[str, dict[str, object]] = {
         "tests": [["tests/test_link_arguments.py"]],
         "sample": 12,  # about 7 s a mutant on one core
     },
+    "innergraph/rewriting/ofg_outputs.py": {
+        "tests": [["tests/test_ofg_dead_outputs.py"]],
+        "sample": 12,  # about 4 s a mutant on one core
+    },
     "innergraph/rewriting/remerge.py": {
         "tests": [["tests/test_remerge.py"]],
         "sample": 12,  # about 4 s a mutant on one core
@@ -73,6 +77,10 @@ MODULES: dict[str, dict[str, object]] = {
     "innergraph/rewriting/scan_solve.py": {
         "tests": [["tests/test_scan_solve.py"]],
         "sample": 12,  # about 6 s a mutant on one core
+    },
+    "innergraph/rewriting/tracks.py": {
+        "tests": [["tests/test_tracks.py"]],
+        "sample": 12,  # about 3 s a mutant on one core
     },
     "innergraph/rewriting/until_while.py": {
         "tests": [["tests/test_until_while.py"]],
