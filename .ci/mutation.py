@@ -70,6 +70,10 @@ MODULES: dict[str, dict[str, object]] = {
         "tests": [["tests/test_ofg_dead_outputs.py"]],
         "sample": 12,  # about 4 s a mutant on one core
     },
+    "innergraph/rewriting/push_out_cost.py": {
+        "tests": [["tests/test_push_out_cost.py"]],
+        "sample": 12,  # about 5 s a mutant on one core
+    },
     "innergraph/rewriting/remerge.py": {
         "tests": [["tests/test_remerge.py"]],
         "sample": 12,  # about 4 s a mutant on one core

@@ -85,6 +85,8 @@ def test_the_rule_at_its_boundary():
     assert not pays([short * 2.0 + 1.0], stop={short}, dropped=[])
     # a dropped row counts as a read saved: 30 + (16 + 15) against 31
     assert pays([short * 2.0 + 1.0], stop={short}, dropped=[short])
+    # and a small one too: 30 + (16 + 2) against 31 (30 | 18 would be 30: the sum, not the bits)
+    assert pays([short * 2.0 + 1.0], stop={short}, dropped=[pt.tensor("pair", shape=(2,))])
 
 
 def test_rows_of_unknown_size_pay_whatever_else_is_known():
