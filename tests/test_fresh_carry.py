@@ -162,16 +162,21 @@ def test_a_graph_without_loops_counts_none():
 class _Op:
     """A stand-in Op for `may_overwrite`: its in-place protocol given, or raising ``raises``."""
 
-    def __init__(self, destroy_map=None, offers=True, raises=None, has_protocol=True):
+    def __init__(self, destroy_map=None, offers=True, raises=None):
         self.destroy_map = destroy_map or {}
         self.offers, self.raises = offers, raises
-        if not has_protocol:
-            self.inplace_on_inputs = None
 
     def inplace_on_inputs(self, allowed_inplace_inputs):
         if self.raises is not None:
             raise self.raises("no in-place form")
         return _Op(destroy_map={0: list(allowed_inplace_inputs)} if self.offers else {})
+
+
+class _NoProtocol:
+    """An Op-like object without the in-place protocol (``inplace_on_inputs`` is None)."""
+
+    destroy_map: dict = {}
+    inplace_on_inputs = None
 
 
 def _node(op):
@@ -186,7 +191,7 @@ def test_may_overwrite_reads_an_op_that_cannot_say_as_no(error):
 def test_may_overwrite_asks_the_ops_in_place_protocol():
     assert may_overwrite(_node(_Op()), 1)
     assert not may_overwrite(_node(_Op(offers=False)), 1)
-    assert not may_overwrite(_node(_Op(has_protocol=False)), 1)
+    assert not may_overwrite(_node(_NoProtocol()), 1)
     assert not may_overwrite(_node(_Op(destroy_map={0: [1]})), 1)  # already in place: nothing more to offer
     blockwise = type("Blockwise", (), {"core_op": _Op(), "destroy_map": {}})()
     assert may_overwrite(_node(blockwise), 1)  # a Blockwise answers with its core Op

@@ -103,8 +103,8 @@ def test_every_native_op_from_graph_of_a_mixed_graph_is_visited_and_nothing_else
     # output: the pass must pass over the first three and rebuild the last
     A = pt.dmatrix("A")
     w, _ = pt.linalg.eigh(A)
-    live = OpFromGraph([x, y], [x + y, x * y])(pt.exp(a), b)
-    first, _ = OpFromGraph([x, y], [x - y, x / y])(live[0] + w.sum(), live[1])
+    live = OpFromGraph([x, y], [x + y, x * y]).make_node(pt.exp(a), b).outputs
+    first, _ = OpFromGraph([x, y], [x - y, x / y]).make_node(live[0] + pt.sum(w), live[1]).outputs
     fgraph = FunctionGraph([A, a, b], [first], clone=True)
     kinds = [type(getattr(n.op, "core_op", n.op)).__name__ for n in fgraph.toposort()]
     assert kinds[0] == "Elemwise" and kinds.count("OpFromGraph") == 2 and kinds[-1] == "OpFromGraph"
