@@ -57,24 +57,29 @@ class Step:
 
 _INERT = "nothing by itself: inert until the last step enables innergraph"
 
+#: PyTensor's tests on the written Numba steps, which were run together (each step's text names the others).
+_NUMBA_STEPS_TESTED = (
+    "12 files of the rel-3.3.0 tree, 675 test ids, each vanilla's outcome; with steps 1-3, the other 18 files of tests/link/numba/ (902 ids): one difference, found and fixed (test_solve_continuous_lyapunov: an inner function registered by a numba compile was called by reference from the tests' Python mode)"
+)
+
 STEPS: tuple[Step, ...] = (
     Step(
         "Numba: cache each converted function itself, not a wrapper of it",
         "every Op whose conversion is a numba dispatcher is compiled and optimised once instead of twice on a cold cache",
         pr="pr-1",
-        tested="with step 2: 12 files of the rel-3.3.0 tree, 675 test ids, each vanilla's outcome; with steps 1-3, the other 18 files of tests/link/numba/ (902 ids): one difference, found and fixed (test_solve_continuous_lyapunov: an inner function registered by a numba compile was called by reference from the tests' Python mode)",
+        tested="with step 2: " + _NUMBA_STEPS_TESTED,
     ),
     Step(
         "Numba: compile a large Scan or OpFromGraph inner function once, call it by reference",
         "an inner graph of 8 nodes or more is optimised once, not again inside the loop's and the outer function's LLVM modules, and cached under its own key, shared by every model",
         pr="pr-2",
-        tested="with step 1: 12 files of the rel-3.3.0 tree, 675 test ids, each vanilla's outcome; with steps 1-3, the other 18 files of tests/link/numba/ (902 ids): one difference, found and fixed (test_solve_continuous_lyapunov: an inner function registered by a numba compile was called by reference from the tests' Python mode)",
+        tested="with step 1: " + _NUMBA_STEPS_TESTED,
     ),
     Step(
         "Numba: remove an unreadable cache entry and compile again, with one warning",
         "a truncated or overwritten entry under the compile directory no longer fails the compilation",
         pr="pr-3",
-        tested="with steps 1-2: 12 files of the rel-3.3.0 tree, 675 test ids, each vanilla's outcome; with steps 1-3, the other 18 files of tests/link/numba/ (902 ids): one difference, found and fixed (test_solve_continuous_lyapunov: an inner function registered by a numba compile was called by reference from the tests' Python mode)",
+        tested="with steps 1-2: " + _NUMBA_STEPS_TESTED,
     ),
     Step(
         "Numba: floating-point constants of a graph with a loop passed as arguments of the compiled function",
