@@ -61,6 +61,7 @@ MODULES: dict[str, dict[str, object]] = {
     "innergraph/rewriting/link_arguments.py": _one_file("tests/test_link_arguments.py"),  # about 7 s a mutant on one core
     "innergraph/rewriting/ofg_outputs.py": _one_file("tests/test_ofg_dead_outputs.py"),  # about 4 s a mutant on one core
     "innergraph/rewriting/push_out_cost.py": _one_file("tests/test_push_out_cost.py"),  # about 5 s a mutant on one core
+    "innergraph/rewriting/read_back.py": _one_file("tests/test_read_back.py"),  # about 3.5 s a mutant on one core
     "innergraph/rewriting/remerge.py": _one_file("tests/test_remerge.py"),  # about 4 s a mutant on one core
     "innergraph/rewriting/scan_solve.py": _one_file("tests/test_scan_solve.py"),  # about 6 s a mutant on one core
     "innergraph/rewriting/tracks.py": _one_file("tests/test_tracks.py"),  # about 3 s a mutant on one core
