@@ -25,10 +25,15 @@ import pytest
 from pytensor.graph.basic import Constant
 from pytensor.graph.fg import FunctionGraph
 from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS
+from pytensor.scalar.basic import ScalarType
+from pytensor.tensor.basic import Alloc
+from pytensor.tensor.elemwise import DimShuffle
+from pytensor.tensor.rewriting.fused_elemwise import FusedElemwise
+from pytensor.tensor.rewriting.scalarize import ScalarizedElemwise
 
 import innergraph
-from innergraph.backends.numba_link import final_function
-from innergraph.ops.link_argument import LinkArgument
+from innergraph.backends.numba_link import final_function, outline_constants_for_link
+from innergraph.ops.link_argument import LinkArgument, PoolRead
 from innergraph.rewriting.link_arguments import link_float_constants
 from vanilla import vanilla_function
 
@@ -184,6 +189,23 @@ def test_a_loop_body_keeps_its_numbers_and_its_values():
         return [x0, xs], [y, pytensor.grad(y, x0)]
 
     _check(build, 0.4, np.linspace(0.0, 1.0, 6))
+
+
+def test_a_single_number_reaches_the_fused_loop_as_a_scalar_read_by_one_node():
+    # as a broadcast array input instead, each number cost the fused loop an input and the outer
+    # function a slice, a dimshuffle and a conversion (the grouped model's first call: 26.3 s against 21.2 s)
+    ours = _check(_density(1.5), np.arange(1.0, 5.0))
+    graph = ours.maker.fgraph
+    arguments = [n.outputs[0] for n in graph.apply_nodes if isinstance(n.op, LinkArgument)]
+    assert arguments and all(isinstance(a.type, ScalarType) for a in arguments)
+    fused = [n for n in graph.apply_nodes if isinstance(n.op, FusedElemwise | ScalarizedElemwise)]
+    assert any(i in arguments for n in fused for i in n.inputs)  # PyTensor's scalarize pass took them natively
+    outlined = outline_constants_for_link(graph, graph.toposort(), {})
+    (pool,) = [i for i in outlined.fgraph.inputs if i.name == "outlined_float64"]
+    reads = [client for client, _ in outlined.fgraph.clients[pool]]
+    scalar_reads = [n for n in reads if isinstance(n.op, PoolRead)]
+    assert len(scalar_reads) == len(arguments)  # one node each; the other reads are views for arrays (Alloc's fill)
+    assert all(isinstance(client.op, Alloc | DimShuffle) for n in reads if n not in scalar_reads for client, _ in outlined.fgraph.clients[n.outputs[0]])
 
 
 def test_the_users_graph_is_not_changed():

@@ -54,17 +54,16 @@ from pytensor.graph.traversal import io_toposort
 from pytensor.graph.fg import FunctionGraph
 from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS, compile_numba_function_src
 from pytensor.link.numba.dispatch import basic as numba_basic
-from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, numba_typify
+from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, numba_typify, register_funcify_and_cache_key
 from pytensor.link.numba.linker import NumbaLinker
 from pytensor.scalar.basic import Composite, ScalarConstant, ScalarType
-from pytensor.tensor.basic import scalar_from_tensor
 from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.type import TensorType
 from pytensor.tensor.variable import TensorConstant, TensorVariable
 
 from innergraph.backends.numba_once import direct_key, guarded, named_stably
 from innergraph.core.hooks import Patch, apply_late, installed, original
-from innergraph.ops.link_argument import LinkArgument
+from innergraph.ops.link_argument import LinkArgument, PoolRead
 from innergraph.rewriting.lift import mark_lifted, was_lifted
 from innergraph.rewriting.link_arguments import has_loop, outlinable_dtype
 
@@ -181,9 +180,9 @@ def _pooled(constant: Constant) -> bool:
 
 def _read(pool: TensorVariable, start: int, constant: Constant) -> Variable:
     """The graph that reads the number ``constant`` from ``pool`` at ``start``: a view, nothing allocated per call."""
-    part = pool[start : start + 1]
     if isinstance(constant.type, ScalarType):
-        return scalar_from_tensor(part.dimshuffle([]))
+        return PoolRead().make_node(pool, ScalarConstant(ScalarType("int64"), np.int64(start))).outputs[0]
+    part = pool[start : start + 1]
     ndim = len(np.shape(constant.data))
     return part.dimshuffle(["x"] * (ndim - 1) + [0] if ndim else [])
 
@@ -233,6 +232,17 @@ def outline_constants_for_link(fgraph: FunctionGraph, order: Sequence[Apply], st
             reads.extend(n for n in io_toposort([pool], [read]) if n not in reads)
     storage = {equiv[v]: cell for v, cell in storage_map.items() if v in equiv and not isinstance(v, Constant)}
     return Outlined(clone, reads + new_order, storage, values)
+
+
+@register_funcify_and_cache_key(PoolRead)
+def numba_funcify_PoolRead(op: PoolRead, node: Apply | None = None, **kwargs: Any) -> tuple[Any, str]:
+    """One number of a pool: ``pool[k]``, one compiled function for every position."""
+
+    @numba_basic.numba_njit
+    def pool_read(pool: Any, k: Any) -> Any:
+        return pool[k]
+
+    return pool_read, "innergraph.PoolRead.1"
 
 
 def fgraph_convert(self: NumbaLinker, fgraph: FunctionGraph, **kwargs: Any) -> Any:

@@ -23,8 +23,9 @@ from typing import Any
 import innergraph_pickle
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.op import Op
+from pytensor.scalar.basic import ScalarType
 
-__all__ = ["LinkArgument"]
+__all__ = ["LinkArgument", "PoolRead"]
 
 
 class LinkArgument(Op):
@@ -53,3 +54,21 @@ class LinkArgument(Op):
     def do_constant_folding(self, fgraph: Any, node: Apply) -> bool:
         return False
 
+
+class PoolRead(Op):
+    """``pool[k]`` as a scalar: how the Numba linker reads one outlined number from its dtype's pool.
+
+    Only in the linker's private clone of a graph (`innergraph.backends.numba_link`).
+    ``k`` is an input, not a property: one compiled function reads every number of a
+    pool, whichever its position.
+    """
+
+    __props__ = ()
+
+    def make_node(self, *inputs: Variable) -> Apply:
+        pool, k = inputs
+        return Apply(self, [pool, k], [ScalarType(pool.type.dtype)()])
+
+    def perform(self, node: Apply, inputs: Any, output_storage: Any) -> None:
+        pool, k = inputs
+        output_storage[0][0] = pool.dtype.type(pool[k])
