@@ -39,8 +39,8 @@ from innergraph.rewriting.lift import lift_native
 from innergraph.rewriting.push_out import push_out_dot_sums, push_out_per_step_outputs, push_out_sequence_work
 from innergraph.protocol.signature import sharing_rebuilt_functions
 from innergraph.rewriting.simplify import simplify_consumers
-from innergraph.rewriting.untrace import untrace_final_states
-from innergraph.testing.rewrites import check_rewrite
+from innergraph.rewriting.untrace import last_step_reads, untrace_final_states
+from innergraph.testing.rewrites import check_rewrite, rewritten
 from vanilla import vanilla_function, vanilla_values
 from typed import call, grad, ifelse as ig_ifelse, recording
 
@@ -469,6 +469,78 @@ def test_while_loops_and_other_reads_keep_their_traces():
     check_rewrite(canonicalized_then(untrace_final_states), [x0, xs], [ys[-1], ys[-2]], expect_change=False)
     check_rewrite(canonicalized_then(untrace_final_states), [x0, xs], [ys[-1], ys], expect_change=False)
     check_rewrite(canonicalized_then(untrace_final_states), [x0, xs], [ys[-1:]], expect_change=False)  # a slice, not the row
+
+
+def test_untracing_counts_the_loops_it_changed():
+    """Two loops untraced, one left (its trace read whole): 2. Then, on the result, nothing left:
+    an untraced vector state whose final value is read at its last *element* stays as it is."""
+    v0 = pt.dvector("v0")
+    ys, zs, ws = (innergraph.scan(lambda x, s: s * k + x, sequences=[xs], outputs_info=[x0], return_updates=False) for k in (0.9, 0.8, 0.7))
+    vs = innergraph.scan(lambda x, s: s * 0.9 + x, sequences=[xs], outputs_info=[v0], return_updates=False)
+    fg, changed = rewritten(canonicalized_then(untrace_final_states), [x0, xs, v0], [ys[-1], zs[-1], ws, vs[-1]])
+    assert changed == 3
+    assert sorted(n.op.layout.info.n_untraced_sit_sot for n in nodes_of(fg, Scan)) == [0, 1, 1, 1]
+    fg, changed = rewritten(canonicalized_then(untrace_final_states), fg.inputs, [fg.outputs[3][-1]])
+    assert changed == 0  # the untraced state is a carry now, not a trace read at row -1
+    got = pytensor.function(fg.inputs, fg.outputs, mode=get_default_mode().excluding("innergraph"), on_unused_input="ignore")(0.5, [1.0, 2.0], [1.0, 3.0])
+    np.testing.assert_allclose(got, vanilla_values(_last_element_of_a_vector_loop, [[1.0, 2.0], [1.0, 3.0]]))
+
+
+def _last_element_of_a_vector_loop():
+    v0 = pt.dvector("v0")
+    vs = pytensor.scan(lambda x, s: s * 0.9 + x, sequences=[xs], outputs_info=[v0], return_updates=False)
+    return [xs, v0], [vs[-1][-1]]
+
+
+def test_reads_of_a_whole_trace_or_other_rows_keep_their_traces():
+    """Row 2, a symbolic row, row -1 of a matrix (a row of the last step), the whole trace
+    (not ``ys``, a slice of it) and its last row as a slice: all keep the trace."""
+    i = pt.lscalar("i")
+    ys = innergraph.scan(lambda x, s: s + x, sequences=[xs], outputs_info=[x0], return_updates=False)
+    trace = ys.owner.inputs[0]
+    for outs, values in (
+        ([ys[-1], ys[2]], None),
+        ([ys[-1], ys[i]], [[0.5, [1.0, 2.0, 3.0], 1], [1.5, [1.0, 2.0, 3.0], -2]]),
+        ([ys[-1], trace * 2.0], None),
+        ([ys[-1], trace[-1:]], None),
+    ):
+        inputs = [x0, xs, i] if values else [x0, xs]
+        fg = check_rewrite(canonicalized_then(untrace_final_states), inputs, outs, values=values, expect_change=False, gradients="none")
+        assert only_scan(fg)[1].n_untraced_sit_sot == 0
+    m0 = pt.dmatrix("m0")
+    ms = innergraph.scan(lambda s: s * 0.9, outputs_info=[m0], n_steps=3, return_updates=False)
+    fg = check_rewrite(canonicalized_then(untrace_final_states), [m0], [ms[-1][-1]], expect_change=False, gradients="none")
+    assert only_scan(fg)[1].n_untraced_sit_sot == 0  # ms[-1, -1]: two indices, one row of the last step
+
+
+@pytest.mark.parametrize("taps", [[-2, -1], [-1, -2]])
+def test_a_state_of_two_taps_keeps_its_trace(taps):
+    """A mit-sot read only at its last row still needs its last two rows each step: not a carry
+    (its taps in either order: the slot keeps the order given)."""
+    ms = innergraph.scan(lambda x, a, b: a * 0.5 + b + x, sequences=[xs], outputs_info=[dict(initial=pt.stack([x0, c]), taps=taps)], return_updates=False)
+    fg, changed = rewritten(canonicalized_then(untrace_final_states), [x0, xs, c], [ms[-1]])
+    assert changed == 0 and only_scan(fg)[1].n_mit_sot == 1
+    check_rewrite(canonicalized_then(untrace_final_states), [x0, xs, c], [ms[-1]], expect_change=False, gradients="none")
+
+
+def test_last_step_reads_are_reads_of_row_minus_one_only():
+    trace, other = pt.dvector("trace"), pt.dvector("other")
+    first, second = trace[-1], trace[-1]  # two nodes (no merge here): both
+    assert last_step_reads(FunctionGraph([trace], [first, second * 2.0], clone=False), trace) == [first, second]
+    assert last_step_reads(FunctionGraph([trace, other], [other * 2.0], clone=False), trace) == []
+    for read in (trace[()], trace[-1:], trace[0], trace.sum()):  # trace[()] is a Subtensor of no index
+        assert last_step_reads(FunctionGraph([trace], [trace[-1], read], clone=False), trace) is None
+
+
+def test_a_counted_loop_after_a_while_loop_keeps_no_trace():
+    """The while loop (left alone) comes first in the graph's order; the counted loop after it is still untraced."""
+    from pytensor.scan.utils import until
+
+    ws = innergraph.scan(lambda s: (s * 2, until(s > 4)), outputs_info=[x0], n_steps=10, return_updates=False)
+    ys = innergraph.scan(lambda x, s: s * 0.9 + x, sequences=[xs], outputs_info=[ws[-1]], return_updates=False)
+    fg = check_rewrite(canonicalized_then(untrace_final_states), [x0, xs], [ys[-1]], values=[[0.5, [1.0, 2.0]], [3.0, [1.0]]], gradients="none")
+    counted, loop = sorted(nodes_of(fg, Scan), key=lambda n: n.op.layout.info.as_while)
+    assert counted.op.layout.info.n_untraced_sit_sot == 1 and loop.op.layout.info.n_untraced_sit_sot == 0
 
 
 
