@@ -480,7 +480,8 @@ def test_untracing_counts_the_loops_it_changed():
     fg, changed = rewritten(canonicalized_then(untrace_final_states), [x0, xs, v0], [ys[-1], zs[-1], ws, vs[-1]])
     assert changed == 3
     assert sorted(n.op.layout.info.n_untraced_sit_sot for n in nodes_of(fg, Scan)) == [0, 1, 1, 1]
-    fg, changed = rewritten(canonicalized_then(untrace_final_states), fg.inputs, [fg.outputs[3][-1]])
+    final: Any = fg.outputs[3]
+    fg, changed = rewritten(canonicalized_then(untrace_final_states), fg.inputs, [final[-1]])
     assert changed == 0  # the untraced state is a carry now, not a trace read at row -1
     got = pytensor.function(fg.inputs, fg.outputs, mode=get_default_mode().excluding("innergraph"), on_unused_input="ignore")(0.5, [1.0, 2.0], [1.0, 3.0])
     np.testing.assert_allclose(got, vanilla_values(_last_element_of_a_vector_loop, [[1.0, 2.0], [1.0, 3.0]]))
@@ -508,8 +509,8 @@ def test_reads_of_a_whole_trace_or_other_rows_keep_their_traces():
         fg = check_rewrite(canonicalized_then(untrace_final_states), inputs, outs, values=values, expect_change=False, gradients="none")
         assert only_scan(fg)[1].n_untraced_sit_sot == 0
     m0 = pt.dmatrix("m0")
-    ms = innergraph.scan(lambda s: s * 0.9, outputs_info=[m0], n_steps=3, return_updates=False)
-    fg = check_rewrite(canonicalized_then(untrace_final_states), [m0], [ms[-1][-1]], expect_change=False, gradients="none")
+    ms = innergraph.scan(lambda x, s: s * x, sequences=[xs], outputs_info=[m0], return_updates=False)  # a constant n_steps would make ms[-1] ms[n]
+    fg = check_rewrite(canonicalized_then(untrace_final_states), [m0, xs], [ms[-1][-1]], expect_change=False, gradients="none")
     assert only_scan(fg)[1].n_untraced_sit_sot == 0  # ms[-1, -1]: two indices, one row of the last step
 
 
