@@ -725,6 +725,62 @@ def test_simplify_reaches_a_fixpoint():
     assert innergraph.graph_stats(fg)["unused_outputs"] == 0
 
 
+def _scripted(answers, seen):
+    """A stand-in rewrite answering ``answers`` in turn (then 0), recording the consumers it is shown."""
+    from innergraph.protocol.signature import consumers
+
+    def rewrite(fgraph):
+        seen.append([sig.node for sig in consumers(fgraph)])
+        return answers.pop(0) if answers else 0
+
+    return rewrite
+
+
+def _a_loop_graph():
+    ys = innergraph.scan(lambda x, s: s * 0.9 + x, sequences=[xs], outputs_info=[x0], return_updates=False)
+    return rewritten(lambda g: 0, [x0, xs], [ys[-1]])[0]
+
+
+def test_simplify_counts_changes_round_by_round_until_a_round_changes_nothing():
+    fg = _a_loop_graph()
+    first, second = [], []
+    assert simplify_consumers(fg, [_scripted([1, 2], first), _scripted([3, 0], second)]) == 6  # 1 + 3, 2 + 0, then 0
+    assert len(first) == len(second) == 3
+
+
+def test_simplify_stops_after_its_rounds():
+    fg = _a_loop_graph()
+    seen = []
+    assert simplify_consumers(fg, [_scripted([1] * 20, seen)]) == 8 == len(seen)
+
+
+def test_simplify_runs_nothing_on_a_graph_without_consumers_or_with_no_rewrites():
+    seen = []
+    assert simplify_consumers(FunctionGraph([x0], [pt.exp(x0) * 2.0]), [_scripted([1], seen)]) == 0
+    assert seen == []
+    assert simplify_consumers(_a_loop_graph(), []) == 0
+
+
+def test_simplify_shows_each_rewrite_the_consumers_as_they_are_now():
+    """A rewrite that rebuilt a consumer makes the next one see the new node, in the round and the next."""
+    from innergraph.protocol.signature import consumers, replace_consumer
+
+    fg = _a_loop_graph()
+    rebuilt = [0]
+
+    def rebuild(fgraph):
+        if rebuilt[0] == 2:
+            return 0
+        for sig in consumers(fgraph):
+            replace_consumer(fgraph, sig, sig.slots, reason="test")
+        rebuilt[0] += 1
+        return 1
+
+    seen = []
+    assert simplify_consumers(fg, [rebuild, _scripted([], seen)]) == 2
+    assert [len(nodes) for nodes in seen] == [1, 1, 1]  # an order kept from before the rebuild would list the removed node only: none
+
+
 @pytest.mark.parametrize("linker", ["cvm", "numba"])
 def test_pipeline_matches_vanilla(linker):
     from pytensor.compile.mode import Mode
