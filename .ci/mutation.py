@@ -64,6 +64,10 @@ MODULES: dict[str, dict[str, object]] = {
     "innergraph/rewriting/read_back.py": _one_file("tests/test_read_back.py"),  # about 3.5 s a mutant on one core
     "innergraph/rewriting/remerge.py": _one_file("tests/test_remerge.py"),  # about 4 s a mutant on one core
     "innergraph/rewriting/scan_solve.py": _one_file("tests/test_scan_solve.py"),  # about 6 s a mutant on one core
+    "innergraph/rewriting/simplify.py": {
+        "tests": [["tests/test_rewrites.py", "-k", "simplif or one_new_body"]],
+        "sample": 12,  # about 5 s a mutant on one core
+    },
     "innergraph/rewriting/tracks.py": _one_file("tests/test_tracks.py"),  # about 3 s a mutant on one core
     "innergraph/rewriting/untrace.py": {
         "tests": [["tests/test_rewrites.py", "-k", "untracing or last_step or no_trace or initial_value_is_read or one_new_body or their_trace or its_trace"]],

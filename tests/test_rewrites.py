@@ -743,19 +743,20 @@ def _a_loop_graph():
 
 def test_simplify_counts_changes_round_by_round_until_a_round_changes_nothing():
     fg = _a_loop_graph()
-    first, second = [], []
+    first: list[Any] = []
+    second: list[Any] = []
     assert simplify_consumers(fg, [_scripted([1, 2], first), _scripted([3, 0], second)]) == 6  # 1 + 3, 2 + 0, then 0
     assert len(first) == len(second) == 3
 
 
 def test_simplify_stops_after_its_rounds():
     fg = _a_loop_graph()
-    seen = []
+    seen: list[Any] = []
     assert simplify_consumers(fg, [_scripted([1] * 20, seen)]) == 8 == len(seen)
 
 
 def test_simplify_runs_nothing_on_a_graph_without_consumers_or_with_no_rewrites():
-    seen = []
+    seen: list[Any] = []
     assert simplify_consumers(FunctionGraph([x0], [pt.exp(x0) * 2.0]), [_scripted([1], seen)]) == 0
     assert seen == []
     assert simplify_consumers(_a_loop_graph(), []) == 0
@@ -776,7 +777,7 @@ def test_simplify_shows_each_rewrite_the_consumers_as_they_are_now():
         rebuilt[0] += 1
         return 1
 
-    seen = []
+    seen: list[Any] = []
     assert simplify_consumers(fg, [rebuild, _scripted([], seen)]) == 2
     assert [len(nodes) for nodes in seen] == [1, 1, 1]  # an order kept from before the rebuild would list the removed node only: none
 
