@@ -168,6 +168,10 @@ def test_numbers_of_several_dtypes_arrays_and_a_constant_output():
 
     ours = _check(build, np.linspace(1.0, 2.0, 7), np.arange(3, dtype="float32"), np.array([1 + 1j, 2 - 1j]))
     assert {"outlined_float64", "outlined_float32", "outlined_complex128"} <= set(_params(ours))
+    # an array is wrapped as it is, a tensor argument (a single number is a scalar one); the pass's errors
+    # are only warnings (`on_opt_error`), so without this a pass that failed would go unnoticed here
+    arrays = [n for n in ours.maker.fgraph.apply_nodes if isinstance(n.op, LinkArgument) and n.inputs[0].data.size > 1]
+    assert arrays and all(n.outputs[0].type == n.inputs[0].type for n in arrays)
 
 
 def test_in_place_work_beside_the_pool_leaves_the_numbers_alone():

@@ -118,5 +118,5 @@ def link_float_constants(fgraph: FunctionGraph) -> int:
         key=lambda use: use[:2],
     )
     for use, (at, i, constant) in enumerate(uses):
-        fgraph.change_node_input(order[at], i, _argument(use, constant), reason="innergraph_link_arguments", import_missing=True)
+        fgraph.change_node_input(order[at], i, _argument(use, constant), reason="innergraph_link_arguments")
     return len(uses)
