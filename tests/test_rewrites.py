@@ -416,6 +416,74 @@ def test_call_and_conditional_outputs_that_return_a_constant():
     check_rewrite(forward_params, [x0, c], y, expect_change=False, gradients="none")
 
 
+def test_forwarding_counts_the_consumers_it_changed():
+    """A loop with a pass-through state and a call returning its argument change (2); a loop
+    with nothing to forward and the backward loop of a gradient (a buffer whose taps all
+    write something new) do not. On the result, nothing is left to forward (0)."""
+    passing = innergraph.scan(lambda x, s, t: (s + x * t, t), sequences=[xs], outputs_info=[x0, c], return_updates=False)
+    plain = innergraph.scan(lambda x, s: s * 0.9 + x, sequences=[xs], outputs_info=[c], return_updates=False)
+    ys = innergraph.scan(lambda y: y**2, outputs_info=[x0], n_steps=4, return_updates=False)
+    a, b = call(lambda p, q: [p * q, q], x0, c)
+    outs = [*passing, plain, grad(ys[-1], x0), a, b]
+    fg, changed = rewritten(forward_params, [x0, xs, c], outs)
+    assert changed == 2
+    assert rewritten(forward_params, fg.inputs, fg.outputs)[1] == 0
+    check_rewrite(forward_params, [x0, xs, c], outs)
+
+
+def test_a_pass_through_untraced_state_is_its_initial_value():
+    outs = innergraph.scan(lambda x, s, t: (s + x * t, t), sequences=[xs], outputs_info=[x0, c], return_updates=False)
+    fg = check_rewrite(canonicalized_then(lambda g: untrace_final_states(g) + forward_params(g)), [x0, xs, c], [o[-1] for o in outs], gradients="none")
+    assert fg.outputs[1] is fg.inputs[2]  # t's final value is c itself
+    assert only_scan(fg)[1].n_untraced_sit_sot == 1
+
+
+@pytest.mark.parametrize("taps", [[-2, -1], [-1, -2]])
+def test_a_two_tap_state_returning_a_tap_is_not_forwarded(taps):
+    """Its trace is its two initial rows and then the last of them repeated, not one value repeated."""
+    ms = innergraph.scan(lambda a, b: b, outputs_info=[dict(initial=pt.stack([x0, c]), taps=taps)], n_steps=3, return_updates=False)
+    fg = check_rewrite(forward_params, [x0, c], [ms], expect_change=False)
+    assert only_scan(fg)[1].n_mit_sot == 1
+
+
+def test_a_pass_through_vector_state_is_its_initial_row_repeated():
+    v0 = pt.dvector("v0")  # 3 entries (check_rewrite's default), over 4 rows: the trace is 5 x 3
+    s, t = innergraph.scan(lambda x, s, t: (s + x * t.sum(), t), sequences=[xs], outputs_info=[x0, v0], n_steps=4, return_updates=False)
+    fg = check_rewrite(forward_params, [x0, xs, v0], [s, t], values=[[0.5, np.arange(4.0), [1.0, 2.0, 3.0]]])
+    assert only_scan(fg)[1].n_sit_sot == 1
+
+
+def _buffer_written_back(taps, as_while=False):
+    """A native Scan of 3 steps whose buffer's one output tap writes back what its last input
+    tap read (a buffer that only passes rows through), beside a state reading both taps."""
+    from pytensor.scan.op import Scan as NativeScan, ScanInfo
+
+    buffer = pt.dvector("buffer")
+    low, high, s = pt.dscalar("low"), pt.dscalar("high"), pt.dscalar("s")
+    info = ScanInfo(
+        n_seqs=0, mit_mot_in_slices=(tuple(taps),), mit_mot_out_slices=((taps[-1],),), mit_sot_in_slices=(), sit_sot_in_slices=((-1,),),
+        n_nit_sot=0, n_untraced_sit_sot=0, n_non_seqs=0, as_while=as_while,
+    )
+    op = NativeScan([low, high, s], [high, s * 2.0 + low + high * 0.5, *([s > 100.0] if as_while else [])], info)
+    return [buffer, x0], op(pt.constant(3, dtype="int64"), buffer, pt.set_subtensor(pt.zeros(4)[0], x0))
+
+
+def test_a_buffer_that_only_passes_rows_through_becomes_sequences_over_it():
+    """Taps 2 and 5 (not from 0, not consecutive), so each sequence starts at its tap less the lowest."""
+    inputs, outs = _buffer_written_back([2, 5])
+    values = [[np.arange(8.0) * 1.5, 0.5], [np.arange(8.0) ** 2, -1.0]]
+    fg = check_rewrite(lambda g: lift_native(g) * 0 + forward_params(g), inputs, outs, values=values, gradients="none")
+    _, info = only_scan(fg)
+    assert (info.n_seqs, info.n_mit_mot) == (2, 0)
+    assert fg.outputs[0] is fg.inputs[0]  # the buffer's result is the buffer
+
+
+def test_a_while_loop_s_buffer_that_only_passes_rows_through_stays():
+    inputs, outs = _buffer_written_back([2, 5], as_while=True)
+    fg, changed = rewritten(lambda g: lift_native(g) * 0 + forward_params(g), inputs, outs)
+    assert changed == 0 and only_scan(fg)[1].n_mit_mot == 1
+
+
 # -- untracing ---------------------------------------------------------------------
 
 

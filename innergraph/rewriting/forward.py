@@ -75,7 +75,8 @@ def forward_params(fgraph: FunctionGraph) -> int:
             slots += replacement
             if value is not None:
                 forwarded[slot.results[0]] = value
-        if forwarded or len(slots) != len(sig.slots) or any(a is not b for a, b in zip(slots, sig.slots)):
+        # (slots change in number only where a result is forwarded: an output, a buffer made sequences)
+        if forwarded or any(a is not b for a, b in zip(slots, sig.slots)):
             if not any(s.results for s in slots):
                 fgraph.replace_all([(r, v) for r, v in forwarded.items() if r in fgraph.clients], reason="forward_params")
             else:
