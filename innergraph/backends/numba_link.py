@@ -179,7 +179,7 @@ def _pooled(constant: Constant) -> bool:
 
 
 def _read(pool: TensorVariable, start: int, constant: Constant) -> Variable:
-    """The graph that reads the number ``constant`` from ``pool`` at ``start``: a view, nothing allocated per call."""
+    """The graph that reads the number ``constant`` from ``pool`` at ``start``: a scalar (`PoolRead`) or a view, nothing allocated per call."""
     if isinstance(constant.type, ScalarType):
         return PoolRead().make_node(pool, ScalarConstant(ScalarType("int64"), np.int64(start))).outputs[0]
     part = pool[start : start + 1]
@@ -194,7 +194,8 @@ def outline_constants_for_link(fgraph: FunctionGraph, order: Sequence[Apply], st
     depend on which numbers of a graph are equal (merged into one constant). The single
     numbers of one dtype (scalars, 0-d and ``(1, ..., 1)`` tensors) are copied into that dtype's *pool*, one vector argument (an argument costs 0.1-0.4 us
     per call in Numba's dispatcher, and a PyMC model has dozens of numbers), and read
-    from it as views (a slice, dimshuffled). A larger constant is an argument of its
+    from it by one `PoolRead` where a scalar is read (`link_float_constants` makes the numbers
+    fused loops read scalars), as views (a slice, dimshuffled) where an array is. A larger constant is an argument of its
     own: passed as the array it is, it keeps its C layout, which a view of a pool would
     lose (Numba types a slice's reshape as of any layout, and a dot product of such
     arrays in a Kalman filter's loop ran about 3x slower in one run). The pools' reads come first in the

@@ -28,8 +28,8 @@ PyTensor's scalarize pass (3.3) hand it to the fused loop as a native scalar arg
 which the Numba linker reads from its dtype's pool with one `PoolRead`. As a broadcast
 array input of the fused loop instead, every number cost the loop an input (its
 broadcasting checks, its strides) and the outer function three nodes (a slice, a
-dimshuffle, a conversion): on the grouped model at K = 8, 42 numbers, Numba's first
-call took 26.3 s against 21.2 s this way and 20.6 s with no link arguments at all. A
+dimshuffle, a conversion): on the grouped model at K = 8 (42 numbers) the scalar form
+saves about 5% of the cold start (design/benchmarks.md, "Scalar link arguments"). A
 larger constant is wrapped as it is.
 
 Which graphs: those with a loop (`has_loop`). Reading a number from an argument costs
