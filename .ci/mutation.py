@@ -57,6 +57,10 @@ MODULES: dict[str, dict[str, object]] = {
     },
     "innergraph/rewriting/fold_inner_functions.py": _one_file("tests/test_fold_inner_functions.py"),  # about 10 s a mutant on one core
     "innergraph/rewriting/fresh_carry.py": _one_file("tests/test_fresh_carry.py"),  # about 5 s a mutant on one core
+    "innergraph/rewriting/forward.py": {
+        "tests": [["tests/test_rewrites.py", "-k", "pass_through or return_an_argument or return_a_constant or forwarding or forwarded or passes_rows"]],
+        "sample": 12,  # about 7.5 s a mutant on one core
+    },
     "innergraph/rewriting/inline_args.py": _one_file("tests/test_inline_args.py"),  # about 4 s a mutant on one core
     "innergraph/rewriting/link_arguments.py": _one_file("tests/test_link_arguments.py"),  # about 7 s a mutant on one core
     "innergraph/rewriting/ofg_outputs.py": _one_file("tests/test_ofg_dead_outputs.py"),  # about 4 s a mutant on one core
