@@ -14,7 +14,14 @@ body
     A distinct function variable, `Body`, or native inner ``fgraph``.
 consumer
     A node whose Op runs a body; counted per kind (`consumer_kind`), nested ones
-    included.
+    included. PyTensor 3.3's own kernels are not: a fused elementwise loop
+    (``FusedElemwise``), an elementwise node with native scalar inputs
+    (``ScalarizedElemwise``), a scalarized read, reduction or join, an Op with its
+    core shape. They are ``FinalizedOpFromGraph`` subclasses made after every rewrite
+    for the linker, which runs each as one node; counted as calls, an innergraph graph
+    whose numbers are scalar arguments (`innergraph.rewriting.link_arguments`) would
+    count three hidden nodes and one body per scalarized node that vanilla, numbers
+    baked in, does not have.
 unread buffer
     A loop output that is a state's whole buffer (a mit-mot, mit-sot or sit-sot
     trace) longer than the rows its taps need, which nothing reads after the loop:
@@ -57,7 +64,10 @@ def consumer_kind(op: Any) -> str | None:
     kind = getattr(type(op), "kind", None)
     if isinstance(kind, str):
         return kind
-    from pytensor.compile.builders import OpFromGraph
+    from pytensor.compile.builders import FinalizedOpFromGraph, OpFromGraph
+
+    if isinstance(op, FinalizedOpFromGraph):
+        return None  # one of PyTensor's kernels (module docstring): a node, not a body's consumer
     from pytensor.conditional.op import IfElse, LazyIfElse
     from pytensor.scan.op import Scan
 

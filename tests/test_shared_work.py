@@ -13,6 +13,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
+from pytensor.compile.builders import FinalizedOpFromGraph
 from pytensor.compile.mode import Mode
 from pytensor.scalar import Composite
 from pytensor.tensor.elemwise import Elemwise
@@ -53,7 +54,14 @@ def numba_fn_loops_inline():
 
 
 def outer_composites(fn):
-    return [n for n in fn.maker.fgraph.apply_nodes if isinstance(n.op, Elemwise) and isinstance(n.op.scalar_op, Composite)]
+    """The outer graph's fused elementwise nodes: an ``Elemwise`` of a ``Composite``, or PyTensor 3.3's kernel holding one."""
+
+    def fused(op):
+        if isinstance(op, Elemwise):
+            return isinstance(op.scalar_op, Composite)
+        return isinstance(op, FinalizedOpFromGraph) and any(fused(n.op) for n in op.fgraph.apply_nodes)
+
+    return [n for n in fn.maker.fgraph.apply_nodes if fused(n.op)]
 
 
 def test_work_out_of_a_shared_body_is_one_call_body(numba_fn_loops_inline):

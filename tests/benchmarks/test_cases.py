@@ -148,5 +148,7 @@ def test_the_pipeline_lifts_plain_opfromgraphs(compiled):
     assert ours["consumers"]["call"] == 16  # 8 call sites and their pullbacks
     vanilla_fn = compiled("student-t-ofg-K8", "vanilla")[0]
     assert len([n for n in vanilla_fn.maker.fgraph.apply_nodes if type(n.op).__name__ == "OpFromGraph"]) == 16
-    assert ours["bodies"] < theirs["bodies"] and ours["total_nodes"] < theirs["total_nodes"]
-    assert ours["bodies"] == 2 and ours["unused_outputs"] == ours["unused_params"] == 0
+    # PyTensor 3.3's frozen inner graphs are shared already (one per distinct graph: its 16 OpFromGraphs, two
+    # bodies), so the bodies tie; its fused kernels are nodes, not bodies (`innergraph.stats`)
+    assert ours["bodies"] == theirs["bodies"] == 2 and ours["total_nodes"] < theirs["total_nodes"]
+    assert ours["unused_outputs"] == ours["unused_params"] == 0
