@@ -41,9 +41,9 @@ PYTHON = ROOT / ".venv" / "bin" / "python"
 #: module -> the pytest argument lists (one pytest each, in turn, -x) whose tests cover it, and
 #: the mutants CI samples per run. Only modules with a full run recorded in design/testing.md
 #: (every survivor killed or named equivalent) belong here: a survivor fails CI.
-def _one_file(tests: str) -> dict[str, object]:
-    """A module covered by one test file, 12 of its mutants sampled per run."""
-    return {"tests": [[tests]], "sample": 12}
+def _one_file(tests: str, *args: str) -> dict[str, object]:
+    """A module covered by one pytest run of one test file (``args``: e.g. ``-k`` and its filter), 12 of its mutants sampled per run."""
+    return {"tests": [[tests, *args]], "sample": 12}
 
 
 MODULES: dict[str, dict[str, object]] = {
@@ -57,10 +57,9 @@ MODULES: dict[str, dict[str, object]] = {
     },
     "innergraph/rewriting/fold_inner_functions.py": _one_file("tests/test_fold_inner_functions.py"),  # about 10 s a mutant on one core
     "innergraph/rewriting/fresh_carry.py": _one_file("tests/test_fresh_carry.py"),  # about 5 s a mutant on one core
-    "innergraph/rewriting/forward.py": {
-        "tests": [["tests/test_rewrites.py", "-k", "pass_through or return_an_argument or return_a_constant or forwarding or forwarded or passes_rows"]],
-        "sample": 12,  # about 7.5 s a mutant on one core
-    },
+    "innergraph/rewriting/forward.py": _one_file(  # about 7.5 s a mutant on one core
+        "tests/test_rewrites.py", "-k", "pass_through or return_an_argument or return_a_constant or forwarding or forwarded or passes_rows"
+    ),
     "innergraph/rewriting/inline_args.py": _one_file("tests/test_inline_args.py"),  # about 4 s a mutant on one core
     "innergraph/rewriting/link_arguments.py": _one_file("tests/test_link_arguments.py"),  # about 7 s a mutant on one core
     "innergraph/rewriting/ofg_outputs.py": _one_file("tests/test_ofg_dead_outputs.py"),  # about 4 s a mutant on one core
@@ -68,15 +67,11 @@ MODULES: dict[str, dict[str, object]] = {
     "innergraph/rewriting/read_back.py": _one_file("tests/test_read_back.py"),  # about 3.5 s a mutant on one core
     "innergraph/rewriting/remerge.py": _one_file("tests/test_remerge.py"),  # about 4 s a mutant on one core
     "innergraph/rewriting/scan_solve.py": _one_file("tests/test_scan_solve.py"),  # about 6 s a mutant on one core
-    "innergraph/rewriting/simplify.py": {
-        "tests": [["tests/test_rewrites.py", "-k", "simplif or one_new_body"]],
-        "sample": 12,  # about 5 s a mutant on one core
-    },
+    "innergraph/rewriting/simplify.py": _one_file("tests/test_rewrites.py", "-k", "simplif or one_new_body"),  # about 5 s a mutant on one core
     "innergraph/rewriting/tracks.py": _one_file("tests/test_tracks.py"),  # about 3 s a mutant on one core
-    "innergraph/rewriting/untrace.py": {
-        "tests": [["tests/test_rewrites.py", "-k", "untracing or last_step or no_trace or initial_value_is_read or one_new_body or their_trace or its_trace"]],
-        "sample": 12,  # about 6 s a mutant on one core
-    },
+    "innergraph/rewriting/untrace.py": _one_file(  # about 6 s a mutant on one core
+        "tests/test_rewrites.py", "-k", "untracing or last_step or no_trace or initial_value_is_read or one_new_body or their_trace or its_trace"
+    ),
     "innergraph/rewriting/until_while.py": _one_file("tests/test_until_while.py"),  # about 7 s a mutant at load 3: under 2 minutes
 }
 
