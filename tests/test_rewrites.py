@@ -28,6 +28,7 @@ import innergraph
 from innergraph.core.graph import InnerGraph, body_of, scope_toposort
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse
+from innergraph.ops.loop import WhileLoop
 from innergraph.ops.scan import Scan
 from innergraph.rewriting.args import LARGE_CONSTANT, merge_arguments, outline_constants, pass_large_constants
 from innergraph.rewriting.fusion import fuse_body
@@ -37,7 +38,7 @@ from innergraph.rewriting.licm import hoist_invariants
 from innergraph.rewriting.merge_loops import merge_loops
 from innergraph.rewriting.lift import lift_native
 from innergraph.rewriting.push_out import push_out_dot_sums, push_out_per_step_outputs, push_out_sequence_work
-from innergraph.protocol.signature import sharing_rebuilt_functions
+from innergraph.protocol.signature import FORMS, Meaning, sharing_rebuilt_functions
 from innergraph.rewriting.simplify import simplify_consumers
 from innergraph.rewriting.untrace import last_step_reads, untrace_final_states
 from innergraph.testing.rewrites import check_rewrite, rewritten
@@ -642,6 +643,101 @@ def test_branch_only_work_stays_inside():
         lambda x, s, k: s + ig_ifelse(x > 0, pt.exp(k), x), sequences=[xs], outputs_info=[x0], non_sequences=[c], return_updates=False
     )
     check_rewrite(hoist_invariants, [x0, xs, c], [lazy], expect_change=False)
+
+
+def _hoisted(fg, loop_type=Scan):
+    """The one ``loop_type`` node of ``fg`` and the Op names (scalar ops by their scalar Op) of each of its bodies."""
+    (node,) = nodes_of(fg, loop_type)
+    names = [
+        [type(getattr(n.op, "scalar_op", n.op)).__name__ for n in scope_toposort(body_of(f).outputs)] for f in FORMS[loop_type].functions(node)
+    ]
+    return node, names
+
+
+def test_hoisting_counts_the_loops_it_changes_and_leaves_calls_and_constant_work():
+    """The pass's count, on a graph with a call first (not a loop: its work stays), a loop whose
+    invariant work multiplies by a constant (moved out whole), a loop whose only invariant work is
+    constant (stays: nothing to share with the outer graph) and a while loop whose condition has
+    nothing to move (its step has): 2, then 0 on the result."""
+    first = call(lambda u: pt.exp(u) * 2.0, c)  # a call before the loops, in the graph's order
+    s1 = innergraph.scan(lambda x, s, k: s + x * (pt.exp(k) * 2.0), sequences=[xs], outputs_info=[first], non_sequences=[c], return_updates=False)
+    s2 = innergraph.scan(lambda x, s: s * pt.exp(pt.constant(0.5)) + x, sequences=[xs], outputs_info=[x0], return_updates=False)
+    s3 = innergraph.while_loop(lambda s: s < c, lambda s: s * pt.sin(d) + 1.0, x0, max_steps=6)
+    counts = []
+
+    def hoist(fgraph):
+        counts.append(hoist_invariants(fgraph))
+        return counts[-1]
+
+    fg = check_rewrite(hoist, [x0, xs, c, d], [s1, s2, s3], gradients="none")
+    assert counts == [2] and hoist_invariants(fg) == 0
+    (body_call,) = nodes_of(fg, Call)
+    assert [type(n.op.scalar_op).__name__ for n in scope_toposort(body_of(body_call.inputs[0]).outputs)] == ["Exp", "Mul"]
+    loops = sorted(nodes_of(fg, Scan), key=lambda n: len(n.inputs))
+    two, one = ([type(getattr(n.op, "scalar_op", n.op)).__name__ for n in scope_toposort(body_of(f).outputs)] for f in (n.inputs[0] for n in loops))
+    assert "Exp" in two and "Exp" not in one  # s2 (its inputs kept) keeps exp(0.5); s1 (one more input) has none left
+    assert equal_computations([loops[1].inputs[-1]], [pt.exp(c) * 2.0], in_xs=fg.inputs[2:3], in_ys=[c])  # the product, constant and all
+    node, (cond, step) = _hoisted(fg, WhileLoop)
+    assert cond == ["LT"] and step == ["Mul", "Add", "LT"]
+    assert any(equal_computations([v], [pt.sin(d)], in_xs=fg.inputs[3:4], in_ys=[d]) for v in node.inputs)
+
+
+def test_invariant_values_a_body_returns_move_out_with_those_it_uses():
+    """exp(k) is used and returned, cos(k) only returned, sin(k) only used: all three move out."""
+
+    def step(x, s, k):
+        e = pt.exp(k)
+        return s + x * e + pt.sin(k), e, pt.cos(k)
+
+    outs = innergraph.scan(step, sequences=[xs], outputs_info=[x0, None, None], non_sequences=[c], return_updates=False)
+    fg = check_rewrite(hoist_invariants, [x0, xs, c], list(outs))
+    node, (ops,) = _hoisted(fg)
+    assert not {"Exp", "Sin", "Cos"} & set(ops), ops
+    moved = node.inputs[-3:]
+    for want in (pt.exp(c), pt.sin(c), pt.cos(c)):
+        assert sum(equal_computations([v], [want], in_xs=fg.inputs[2:3], in_ys=[c]) for v in moved) == 1, want
+
+
+def test_each_body_of_a_while_loop_moves_out_its_own_invariant_work():
+    """A while loop with an argument of its condition only (e), two of its step only (d1, d2) and one
+    shared (c): the bodies number their params apart (the condition's second param is e, the step's
+    is d1; the condition's third is c, the step's is d2), and each body's work is moved out with its
+    own params' arguments, as arguments of that body alone."""
+    from innergraph.ops.loop_build import build_while
+
+    e, d1, d2 = pt.dscalar("e"), pt.dscalar("d1"), pt.dscalar("d2")
+
+    def step(xs_):
+        new = xs_[0] * pt.sin(d1) + pt.cos(d2) + c
+        return [new], new < c
+
+    (out,) = build_while(lambda xs_: xs_[0] < pt.exp(e) + c, step, [x0], max_steps=pt.constant(5))
+    node = out.owner
+    assert (node.op.n_cond_args, node.op.n_step_args) == (1, 2)
+    fg = check_rewrite(hoist_invariants, [x0, e, d1, d2, c], [out], gradients="none")
+    node, (cond, step_ops) = _hoisted(fg, WhileLoop)
+    assert cond == ["LT"] and "Sin" not in step_ops and "Cos" not in step_ops, (cond, step_ops)
+    assert (node.op.n_cond_args, node.op.n_step_args) == (2, 4)  # exp(e) + c for the condition, sin(d1) and cos(d2) for the step
+    parts = node.op.split(node.inputs)
+    _, e_, d1_, d2_, c_ = fg.inputs
+    assert equal_computations(list(parts["cond_args"]), [e_, pt.exp(e_) + c_])
+    assert equal_computations(list(parts["step_args"]), [d1_, d2_, pt.sin(d1_), pt.cos(d2_)])
+    assert equal_computations(list(parts["args"]), [c_])
+
+
+def test_a_body_with_no_invariant_kind_of_its_own_is_skipped_and_the_next_one_hoisted(monkeypatch):
+    """A loop form (a contributor's) may declare no invariant kind binding its first body alone:
+    that body is skipped, and the next one still gets its invariant work moved out."""
+    from dataclasses import replace
+
+    out = innergraph.while_loop(lambda s: s < c, lambda s: s * pt.sin(d) + 1.0, x0, max_steps=6)
+    form = FORMS[WhileLoop]
+    monkeypatch.setitem(FORMS, WhileLoop, replace(form, kinds=tuple(k for k in form.kinds if k.name != "cond_arg")))
+    assert FORMS[WhileLoop].kind_for(Meaning.INVARIANT, (0,)) is None
+    fg = FunctionGraph([x0, c, d], [out], clone=False)
+    assert hoist_invariants(fg) == 1
+    _, (cond, step) = _hoisted(fg, WhileLoop)
+    assert cond == ["LT"] and step == ["Mul", "Add", "LT"]
 
 
 # -- merging loops -----------------------------------------------------------------
