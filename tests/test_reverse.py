@@ -132,6 +132,78 @@ def test_conditional_outputs_equal_in_one_branch_only_stay_two():
     check_rewrite(DUPLICATES, [x, y, a0], [then * other], expect_change=False)
 
 
+def test_merging_duplicates_counts_the_consumers_it_changes():
+    """A call of one argument twice (two arguments, not states: nothing to merge) first, then a
+    loop with two equal states over its result, then a call with two equal outputs: 2, then 0."""
+    c = pt.dscalar("c")
+    start = call(lambda u, v: u * 2.0 + v, c, c)
+    ys = innergraph.scan(lambda s, a, b: [a * 0.5 + s, b * 0.5 + s], sequences=[x], outputs_info=[start, start], return_updates=False)
+    first, second = call(lambda v: [pt.sin(v).sum(), pt.sin(v).sum()], ys[0])
+    counts = []
+
+    def merge(fgraph):
+        counts.append(DUPLICATES(fgraph))
+        return counts[-1]
+
+    fg = check_rewrite(merge, [x, c], [ys[1][-1] + first * second])
+    assert counts == [2] and merge_duplicate_slots(fg) == 0
+    ((loop),) = nodes_of(fg, Scan)
+    assert loop.op.layout.info.n_sit_sot == 1
+    two_args, one_output = sorted(nodes_of(fg, Call), key=lambda n: -len(n.inputs))  # the function input and its arguments
+    assert len(two_args.inputs) == 3 and len(one_output.inputs) == 2 and len(one_output.outputs) == 1
+
+
+def test_a_call_of_300_arguments_without_duplicates_is_left():
+    """More slots than CPython's cached small ints: the test that nothing repeats compares lengths by value."""
+    vs = [pt.dscalar(f"v{i}") for i in range(300)]
+    out = call(lambda *ps: pt.add(*ps), *vs)
+    fg = FunctionGraph(vs, [out], clone=False)
+    assert merge_duplicate_slots(fg) == 0
+    assert fg.outputs[0] is out
+
+
+def test_duplicate_carries_of_a_while_loop_stay():
+    """Two carries with one initial value and one update, in a loop of two bodies (condition and
+    step): the rule merges states of one-body loops only, so nothing changes."""
+    w = innergraph.while_loop(lambda s: s[0] < 5.0, lambda s: (s[0] * 2.0 + 1.0, s[1] * 2.0 + 1.0), (a0, a0), max_steps=10)
+    fg = FunctionGraph([a0], list(w), clone=True)
+    MergeOptimizer().rewrite(fg)
+    (node,) = [n for n in fg.apply_nodes if type(n.op).__name__ == "WhileLoop"]
+    assert merge_duplicate_slots(fg) == 0
+    assert fg.outputs[0].owner is node and len(node.outputs) == 2
+
+
+@pytest.mark.parametrize("factors", [(0.5, 0.25), (0.25, 0.5)])
+def test_duplicate_initial_values_with_other_updates_in_either_order_stay_two(factors):
+    """The updates' encodings differ, whichever is first (the test is their equality, not an order)."""
+    f1, f2 = factors
+    ys = innergraph.scan(lambda s, a, b: [a * f1 + s, b * f2 + s], sequences=[x], outputs_info=[a0, a0], return_updates=False)
+    fg = check_rewrite(DUPLICATES, [x, a0], [ys[0][-1] + ys[1][-1]], expect_change=False)
+    ((node),) = nodes_of(fg, Scan)
+    assert node.op.layout.info.n_sit_sot == 2
+
+
+def test_duplicate_states_whose_updates_are_one_variable_are_one():
+    """Both states' update is one variable of the body (it reads neither state): the updates are
+    equal as they are, with no encoding to compare."""
+
+    def step(s, a, b):
+        u = s * 2.0 + 1.0
+        return [u, u]
+
+    ys = innergraph.scan(step, sequences=[x], outputs_info=[a0, a0], return_updates=False)
+    counts = []
+
+    def merge(fgraph):
+        counts.append(DUPLICATES(fgraph))
+        return counts[-1]
+
+    fg = check_rewrite(merge, [x, a0], [ys[0][-1] * ys[1][-1]])
+    assert counts == [1]
+    ((node),) = nodes_of(fg, Scan)
+    assert node.op.layout.info.n_sit_sot == 1
+
+
 # -- equal loops are merged before different loops ----------------------------------
 
 
