@@ -55,6 +55,9 @@ MODULES: dict[str, dict[str, object]] = {
         "tests": [["tests/test_rewrites.py", "-k", "dead or keeps or pruned or live_slots"], ["tests/test_opfromgraph.py", "-k", "dead"]],
         "sample": 12,
     },
+    "innergraph/rewriting/duplicates.py": _one_file(  # about 9.5 s a mutant at load 3-4
+        "tests/test_reverse.py", "-k", "duplicate or same_update_and_initial or symmetrically or other_initial_values or one_body_output or one_branch_only"
+    ),
     "innergraph/rewriting/fold_inner_functions.py": _one_file("tests/test_fold_inner_functions.py"),  # about 10 s a mutant on one core
     "innergraph/rewriting/fresh_carry.py": _one_file("tests/test_fresh_carry.py"),  # about 5 s a mutant on one core
     "innergraph/rewriting/forward.py": _one_file(  # about 7.5 s a mutant on one core
