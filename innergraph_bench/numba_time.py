@@ -47,7 +47,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from innergraph_bench.cold import THREADS, nuts_figures  # imports neither PyMC nor innergraph
+from innergraph_bench.cold import child_env, nuts_figures  # imports neither PyMC nor innergraph
 
 __all__ = ["RUNS", "VARIANTS", "CompileRecorder", "compare", "summary"]
 
@@ -194,7 +194,7 @@ def compare(
             with tempfile.TemporaryDirectory(prefix="innergraph-numba-time-") as compiledir:
                 for run, edited in RUNS:
                     out = os.path.join(compiledir, f"{run}.json")
-                    env = {**os.environ, **THREADS, "PYTENSOR_FLAGS": f"base_compiledir={compiledir}"}
+                    env = child_env(compiledir, python)
                     args = [python, "-m", "innergraph_bench.numba_time", case, variant, "--out", out, *(["--edited"] if edited else [])]
                     subprocess.run(args, env=env, check=True, capture_output=True)
                     with open(out) as f:

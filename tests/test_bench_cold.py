@@ -65,3 +65,27 @@ def test_peak_memory_reads_the_high_water_mark(tmp_path):
     status.write_text("Name:\tpython\nVmPeak:\t 9000000 kB\nVmHWM:\t  512000 kB\nVmRSS:\t  100 kB\n")
     assert cold.peak_mb(str(status)) == 500.0
     assert cold.peak_mb(str(tmp_path / "missing")) > 0  # ru_maxrss where there is no /proc
+
+
+def test_the_children_import_this_repositorys_packages_from_bytecode(tmp_path, monkeypatch):
+    # The README installs innergraph editable, which leaves no bytecode; under PYTHONDONTWRITEBYTECODE
+    # (set on this project's machines) each child would compile innergraph's sources again (about 0.2 s),
+    # which an installed package never does and vanilla never does for PyTensor.
+    import subprocess
+    import sys
+
+    package = tmp_path / "some_package"
+    package.mkdir()
+    (package / "__init__.py").write_text("X = 1\n")
+    (package / "part.py").write_text("Y = 2\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setattr(cold, "_compiled", {})
+    assert cold.compile_bytecode(sys.executable, ["some_package", "no_such_package"]) == [str(package)]
+    assert sorted(p.name.split(".")[0] for p in (package / "__pycache__").iterdir()) == ["__init__", "part"]
+    child = subprocess.run(
+        [sys.executable, "-v", "-c", "import some_package.part"],
+        env=cold.child_env(str(tmp_path / "compiledir"), sys.executable), capture_output=True, text=True, check=True,
+    )
+    loaded = [line for line in child.stderr.splitlines() if "some_package" in line and line.startswith("# code object from")]
+    assert len(loaded) == 2 and all(line.endswith(".pyc'") for line in loaded), loaded
