@@ -69,6 +69,7 @@ from innergraph.backends.numba_reference import (
     large_enough,
     referenced_key,
 )
+from innergraph.backends.numba_rows import rows_key, scan_rows_by_loop
 from innergraph.core.dispatch import register_conversion_dispatch
 from innergraph.core.hooks import DispatchPatch, Patch, apply_late, original
 from innergraph.rewriting.lift import was_lifted
@@ -141,14 +142,18 @@ def _referable_body(fgraph: AbstractFunctionGraph, convert: Callable[[], Convert
 
 
 def funcify_scan_by_reference(op: NativeScan, node: Any = None, **kwargs: Any) -> Converted:
-    """PyTensor's Numba Scan, calling a step body of ``MIN_NODES`` nodes or more by reference.
+    """PyTensor's Numba Scan, its array rows stored by a loop, calling a step body of ``MIN_NODES`` nodes or more by reference.
 
     The body function is compiled once as its own unit and cached under its own key
     (`innergraph.backends.numba_reference`); the loop's code and key name it, so
     neither the loop's LLVM module nor the outer function's holds its code. A loop
-    PyTensor converts otherwise (no key, another PyTensor's code) is left as it is.
+    PyTensor converts otherwise (no key, another PyTensor's code) keeps its body. Every
+    loop's source is compiled with its row stores written as loops
+    (`innergraph.backends.numba_rows`), which spares Numba its string formatting code.
     """
-    converted, referable = _referable_body(op.fgraph, lambda: _scan_funcify(op, node, **kwargs))
+    with scan_rows_by_loop():
+        (fn, key), referable = _referable_body(op.fgraph, lambda: _scan_funcify(op, node, **kwargs))
+    converted = (fn, None if key is None else rows_key(key))
     if referable is None:
         return converted
     env = referable.fn.py_func.__globals__
@@ -156,7 +161,7 @@ def funcify_scan_by_reference(op: NativeScan, node: Any = None, **kwargs: Any) -
         return converted
     # the globals are the loop's own: PyTensor builds them for this function alone
     env["scan_inner_func"] = by_reference(referable.body, referable.body_key, len(op.fgraph.inputs))
-    return referable.fn, referenced_key(referable.key)
+    return referable.fn, referenced_key(rows_key(referable.key))
 
 
 apply_late(DispatchPatch(numba_funcify_and_cache_key, NativeScan, funcify_scan_by_reference))

@@ -91,6 +91,7 @@ SHIPPED: dict[str, tuple[str, ...]] = {
         "backends/numba_link.py",
         "backends/numba_once.py",
         "backends/numba_reference.py",
+        "backends/numba_rows.py",
     ),
     "innergraph-rewrites": (
         "__init__.py",

@@ -1,0 +1,139 @@
+"""A Numba Scan's array rows written by a loop, not by Numba's slice assignment.
+
+Terms
+-----
+row store
+    A statement of PyTensor's generated Numba Scan that writes a step's output into its
+    storage: ``<name>_storage[<index>] = inner_out_<k>``. With an array output (a vector
+    state, a per-step row) Numba compiles it as a slice assignment, whose shape check
+    formats its error message with f-strings (``raise_with_shape_context``): Numba then
+    compiles its string machinery (integer formatting, joins, concatenation) the first
+    time a process needs it, and links it into every function that stores a row. A fresh
+    process pays about 5 s for the first such statement where the same store written as a
+    loop costs about 1 s (measured 2026-11-30, Numba 0.68; `design/benchmarks.md`).
+`store_row`
+    The same store as one Numba function: a 0-d value is assigned as before; an array
+    value is checked against its row's shape (an error with a fixed message) and copied
+    element by element, through a copy of it where its bytes' extent overlaps the row's,
+    the test Numba's slice assignment makes.
+
+`scan_rows_by_loop` is the context in which PyTensor's Numba Scan conversion compiles
+its generated source with its row stores replaced by `store_row` calls
+(`rows_by_loop`); `rows_key` is the cache key of a loop converted so.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from hashlib import sha256
+from typing import Any
+
+import numpy as np
+from numba import njit, types
+from numba.extending import overload
+from pytensor.link.numba.dispatch import scan as numba_scan
+
+__all__ = ["ROWS_VERSION", "rows_by_loop", "rows_key", "scan_rows_by_loop", "store_row"]
+
+#: The version of the code `rows_by_loop` writes, part of `rows_key`: raised when it changes.
+ROWS_VERSION = 1
+
+#: A row store of PyTensor's generated Scan source (module docstring); the index holds no brackets.
+_ROW_STORE = re.compile(r"^(?P<indent>[ ]+)(?P<storage>\w+_storage)\[(?P<index>[^\[\]\n]+)\] = (?P<value>inner_out_\d+)$", re.MULTILINE)
+
+
+def store_row(storage: Any, index: Any, value: Any) -> None:
+    """``storage[index] = value``: Numba's code is `_store_row`'s; this is its meaning in Python."""
+    storage[index] = value
+
+
+@njit
+def _extent(a: Any) -> tuple[int, int]:
+    """The first and one past the last byte address ``a``'s elements occupy (equal when it has none)."""
+    low = a.ctypes.data
+    for d in range(a.ndim):
+        if a.shape[d] == 0:
+            return low, low
+    high = low + a.itemsize
+    for d in range(a.ndim):
+        step = (a.shape[d] - 1) * a.strides[d]
+        if step < 0:
+            low += step
+        else:
+            high += step
+    return low, high
+
+
+@njit
+def _source(row: Any, value: Any) -> Any:
+    """``value``, or a copy of it where its bytes may overlap ``row``'s, as Numba's slice assignment does."""
+    if row.shape != value.shape:
+        raise ValueError("Scan: a step's output does not have the shape of its output's storage row")
+    row_low, row_high = _extent(row)
+    low, high = _extent(value)
+    return value.copy() if low < row_high and row_low < high else value
+
+
+@overload(store_row)
+def _store_row(storage: Any, index: Any, value: Any) -> Callable[..., None]:
+    if not isinstance(value, types.Array) or value.ndim == 0:
+
+        def assign(storage: Any, index: Any, value: Any) -> None:
+            storage[index] = value
+
+        return assign
+
+    def copy_vector(storage: Any, index: Any, value: Any) -> None:
+        row = storage[index]
+        source = _source(row, value)
+        for j in range(source.shape[0]):
+            row[j] = source[j]
+
+    def copy(storage: Any, index: Any, value: Any) -> None:
+        row = storage[index]
+        source = _source(row, value)
+        for j in np.ndindex(source.shape):
+            row[j] = source[j]
+
+    return copy_vector if value.ndim == 1 else copy
+
+
+def rows_by_loop(src: str) -> str:
+    """PyTensor's generated Scan source ``src`` with each row store (module docstring) a `store_row` call."""
+    return _ROW_STORE.sub(r"\g<indent>store_row(\g<storage>, \g<index>, \g<value>)", src)
+
+
+def rows_key(key: str) -> str:
+    """The cache key of a loop converted under `scan_rows_by_loop`, from PyTensor's key of it."""
+    return sha256(f"{key}|innergraph rows by loop {ROWS_VERSION}".encode()).hexdigest()
+
+
+@contextmanager
+def scan_rows_by_loop() -> Iterator[None]:
+    """PyTensor's Numba Scan conversion, within this context, compiles its source with `rows_by_loop`.
+
+    PyTensor's ``numba_funcify_Scan`` compiles the source it generates with the name
+    ``compile_numba_function_src`` of its module; within the context that name compiles
+    the source with its row stores rewritten, `store_row` in its globals. The name is
+    restored on leaving, and the conversion's key must then be `rows_key` of PyTensor's.
+    """
+    compile_src = numba_scan.compile_numba_function_src
+
+    def compile_rows_by_loop(
+        src: str,
+        function_name: str,
+        global_env: dict[Any, Any] | None = None,
+        local_env: dict[Any, Any] | None = None,
+        write_to_disk: bool = False,
+        cache_key: str | None = None,
+    ) -> Callable[..., Any]:
+        env = {**(global_env or {}), "store_row": store_row}
+        return compile_src(rows_by_loop(src), function_name, env, local_env, write_to_disk, cache_key)
+
+    numba_scan.compile_numba_function_src = compile_rows_by_loop
+    try:
+        yield
+    finally:
+        numba_scan.compile_numba_function_src = compile_src

@@ -1,0 +1,207 @@
+"""A Numba Scan's array rows are written by a loop, not by Numba's slice assignment.
+
+`innergraph.backends.numba_rows`: PyTensor's generated Scan stores each step's output
+with ``storage[index] = value``; for an array value Numba compiles that as a slice
+assignment whose shape check formats its message with f-strings, and so compiles and
+links its string code (seconds in a fresh process). innergraph compiles the same source
+with those stores as `store_row` calls. Checked here: `store_row`'s meaning (overlap,
+shapes, dimensions), the rewrite of PyTensor's real sources, values against vanilla's,
+what the compiled functions link, and the cache key.
+"""
+
+import re
+import textwrap
+
+import numpy as np
+import pytest
+
+import numba
+import pytensor
+from pytensor.link.numba.dispatch import scan as numba_scan
+
+from children import WATCH, spawn
+
+import innergraph
+from innergraph.backends.numba_rows import rows_by_loop, rows_key, store_row
+
+_ROW_STORE = re.compile(r"_([a-z]+)_storage\[[^\]]+\] = inner_out_\d+")  # the group: the storage's kind
+_SHAPE_MESSAGE = "raise_with_shape_context"  # numba's f-string formatting of a slice assignment's shape error
+
+
+@numba.njit
+def _store(storage, index, value):
+    store_row(storage, index, value)
+
+
+def test_store_row_copies_a_row_checks_its_shape_and_reads_an_overlapping_value_first():
+    storage = np.zeros((3, 4))
+    _store(storage, 1, np.arange(4.0))
+    np.testing.assert_array_equal(storage, [[0, 0, 0, 0], [0, 1, 2, 3], [0, 0, 0, 0]])
+    # the value is the destination row reversed: read whole before any element is written, as numpy does
+    _store(storage, 1, storage[1][::-1])
+    np.testing.assert_array_equal(storage[1], [3, 2, 1, 0])
+    _store(storage, 2, storage[1])  # another row of the same storage
+    np.testing.assert_array_equal(storage[2], [3, 2, 1, 0])
+    with pytest.raises(ValueError, match="does not have the shape of its output's storage row"):
+        _store(storage, 0, np.ones(3))
+    cube = np.zeros((2, 3, 2))
+    _store(cube, 1, np.asfortranarray(np.arange(6.0).reshape(3, 2)))  # a 2-d row, not C-contiguous
+    np.testing.assert_array_equal(cube[1], np.arange(6.0).reshape(3, 2))
+    _store(cube, 0, cube[1][::-1, ::-1])
+    _store(cube, 1, cube[1][::-1, ::-1])  # overlapping, two dimensions
+    np.testing.assert_array_equal(cube[0], np.arange(6.0).reshape(3, 2)[::-1, ::-1])
+    np.testing.assert_array_equal(cube[1], cube[0])
+    vector = np.zeros(3)
+    _store(vector, 2, np.asarray(5.0))  # a 0-d value is an element, assigned as before
+    np.testing.assert_array_equal(vector, [0, 0, 5])
+
+
+_LOOPS = textwrap.dedent(
+    """
+    import numpy as np, pytensor, pytensor.tensor as pt
+    from pytensor.scan.utils import until
+    
+    def loops():
+        # loops of every storage kind PyTensor's Numba Scan writes rows of
+        x, h0, m0, v0 = pt.dmatrix("x"), pt.dvector("h0"), pt.dtensor3("m0"), pt.dvector("v0")
+        sit_sot = pytensor.scan(lambda xt, h: pt.tanh(xt + h[::-1] * 0.5), sequences=x, outputs_info=h0, return_updates=False)
+        mit_sot = pytensor.scan(
+            lambda a, b: a * 0.5 + b.T @ b[:, :1].repeat(2, axis=1) * 0.1,
+            outputs_info=[{"initial": m0, "taps": [-2, -1]}], n_steps=4, return_updates=False,
+        )
+        nit_sot = pytensor.scan(lambda xt: pt.exp(xt) * xt.sum(), sequences=x, return_updates=False)
+        reversed_state = pytensor.scan(lambda v: v[::-1] + 1.0, outputs_info=v0, n_steps=5, return_updates=False)
+        while_loop = pytensor.scan(lambda v: (v * 2.0, until(pt.sum(v) > 40.0)), outputs_info=v0, n_steps=20, return_updates=False)
+        return [x, h0, m0, v0], [sit_sot, mit_sot, nit_sot, reversed_state[-1], while_loop]
+
+    def values():
+        rng = np.random.default_rng(0)
+        return [rng.normal(size=(6, 2)), np.arange(2.0), rng.normal(size=(2, 2, 2)), np.array([1.0, 2.0, 3.0])]
+    """
+)
+
+_CHILD = _LOOPS + textwrap.dedent(
+    """
+    import json, re
+    import innergraph
+    from numba.core import event
+    from pytensor.link.numba.dispatch import scan as numba_scan
+    from innergraph.backends.numba_link import final_function
+    
+    # children.WATCH: compiled (what Numba compiles), dispatchers(root), linked(dispatcher)
+    sources, compile_src = [], numba_scan.compile_numba_function_src
+
+    def record(src, *args, **kwargs):
+        sources.append(src)
+        return compile_src(src, *args, **kwargs)
+
+    numba_scan.compile_numba_function_src = record  # scan_rows_by_loop wraps what it finds there
+    inputs, outputs = loops()
+    # and innergraph's generated loop with its derivative (a vector state; its code stores no row by slice assignment)
+    v0 = inputs[-1]
+    grown = innergraph.while_loop(lambda v: pt.sum(v) < 40.0, lambda v: v * 2.0 + pt.sin(v), v0, max_steps=20)
+    outputs += [grown, pytensor.grad(pt.sum(grown ** 2), v0)]
+    fn = pytensor.function(inputs, outputs, mode="NUMBA")
+    got = [a.tolist() for a in fn(*values())]
+    python = pytensor.function([v0], outputs[-2:], mode=pytensor.compile.mode.Mode(linker="py", optimizer="fast_run"))
+    got_python = [a.tolist() for a in python(values()[-1])]
+    # PyTensor's Scans ("scan") and innergraph's generated loop ("innergraph_whileloop")
+    loops = [d for d in dispatchers(final_function(fn.vm.jit_fn)) if d.py_func.__name__ in ("scan", "innergraph_whileloop")]
+    print(json.dumps({"value": got, "python": got_python, "sources": [s for s in sources if "def scan(" in s],
+                      "loops": sorted(d.py_func.__name__ for d in loops),
+                      "linking_the_message": sum(any("raise_with_shape_context" in n for n in linked(d)) for d in loops)}))
+    """
+).replace("# children.WATCH: compiled (what Numba compiles), dispatchers(root), linked(dispatcher)\n", WATCH)
+
+
+def _loops():
+    namespace: dict = {}
+    exec(_LOOPS, namespace)  # noqa: S102 -- the same loops built here and in the child
+    return namespace["loops"](), namespace["values"]()
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """A fresh process's Numba function of the loops with innergraph (`_CHILD`), vanilla's sources and its values (Python linker)."""
+    sources: list[str] = []
+    compile_src = numba_scan.compile_numba_function_src
+
+    def record(src, name, *args, **kwargs):
+        sources.append(src)
+        return compile_src(src, name, *args, **kwargs)
+
+    (inputs, outputs), values = _loops()
+    numba_scan.compile_numba_function_src = record  # type: ignore[assignment]
+    try:
+        with innergraph.uninstalled():
+            pytensor.function(inputs, outputs, mode="NUMBA")  # vanilla's sources, not compiled by Numba (no call)
+            reference = pytensor.function(inputs, outputs, mode=pytensor.compile.mode.Mode(linker="py", optimizer="fast_run"))
+            expected = reference(*values)
+    finally:
+        numba_scan.compile_numba_function_src = compile_src
+    return spawn(_CHILD, tmp_path_factory.mktemp("rows")), [s for s in sources if "def scan(" in s], expected
+
+
+def test_every_row_store_of_pytensors_sources_becomes_a_store_row_call(compiled):
+    child, vanilla, _ = compiled
+    kinds = [kind for src in vanilla for kind in _ROW_STORE.findall(src)]
+    assert {"sitsot", "mitsot", "nitsot"} <= set(kinds)  # vanilla merges the two loops over x: each kind is exercised
+    for src in vanilla:  # an untraced state (the reversed one, read at its end) is reassigned, not stored: left as it is
+        stores = _ROW_STORE.findall(src)
+        rewritten = rows_by_loop(src)
+        assert _ROW_STORE.findall(rewritten) == [] and rewritten.count("store_row(") == len(stores)
+        # nothing else changed: the calls written back as stores give PyTensor's source again
+        back = re.sub(r"store_row\((\w+_storage), ([^\n]+), (inner_out_\d+)\)", r"\1[\2] = \3", rewritten)
+        assert back == src
+    ours = child["sources"]
+    assert all(_ROW_STORE.findall(src) == [] for src in ours) and sum(src.count("store_row(") for src in ours) >= 3
+
+
+def _links(dispatcher, name):
+    todo = [o.library for o in dispatcher.overloads.values()]
+    while todo:
+        library = todo.pop()
+        if name in library.name:
+            return True
+        todo.extend(getattr(library, "_linking_libraries", ()))
+    return False
+
+
+def test_values_are_vanillas_and_no_compiled_loop_links_numbas_shape_message(compiled):
+    child, _, expected = compiled
+    for ours, theirs in zip(child["value"], [*expected, *child["python"]], strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-14)
+    v = np.array([1.0, 2.0, 3.0])  # the while loop, in NumPy
+    for _ in range(20):
+        if v.sum() >= 40.0:
+            break
+        v = v * 2.0 + np.sin(v)
+    np.testing.assert_allclose(child["value"][-2], v, rtol=1e-12)
+    assert child["loops"].count("scan") >= 3 and "innergraph_whileloop" in child["loops"], child["loops"]
+    assert child["linking_the_message"] == 0
+
+
+def test_a_slice_assignment_of_an_array_links_numbas_shape_message():
+    # the check above can fail: Numba's own row store links the message's code (`children.WATCH`'s `linked` reads the same)
+    @numba.njit
+    def slice_store(storage, value):
+        storage[0] = value
+
+    slice_store(np.zeros((2, 3)), np.ones(3))
+    assert _links(slice_store, _SHAPE_MESSAGE)
+
+
+def test_a_loop_with_its_rows_stored_by_a_loop_has_a_cache_key_of_its_own():
+    # vanilla's entry (PyTensor's key, Numba's stores) is never served for innergraph's code, nor the other way
+    from pytensor.scan.op import Scan
+
+    from innergraph.backends.numba import funcify_scan_by_reference
+    from innergraph.core.hooks import original
+
+    with innergraph.uninstalled():
+        (inputs, outputs), _ = _loops()
+        fgraph = pytensor.function(inputs[:2], outputs[:1], mode=pytensor.compile.mode.Mode(linker="py", optimizer="fast_run")).maker.fgraph
+    node = next(n for n in fgraph.apply_nodes if isinstance(n.op, Scan))
+    _, theirs = original(numba_scan, "numba_funcify_Scan")(node.op, node=node)
+    _, ours = funcify_scan_by_reference(node.op, node=node)
+    assert theirs is not None and ours == rows_key(theirs) != theirs
