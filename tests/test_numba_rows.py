@@ -51,6 +51,16 @@ def test_store_row_copies_a_row_checks_its_shape_and_reads_an_overlapping_value_
     _store(cube, 1, cube[1][::-1, ::-1])  # overlapping, two dimensions
     np.testing.assert_array_equal(cube[0], np.arange(6.0).reshape(3, 2)[::-1, ::-1])
     np.testing.assert_array_equal(cube[1], cube[0])
+    # reversed values that start inside the row and reach past it: only the row's whole extent shows the overlap
+    storage, expected = np.arange(12.0).reshape(3, 4), np.arange(12.0).reshape(3, 4)
+    expected[1] = expected.reshape(-1)[9:5:-1]
+    _store(storage, 1, storage.reshape(-1)[9:5:-1])
+    np.testing.assert_array_equal(storage, expected)
+    stack, expected_stack = np.arange(18.0).reshape(3, 3, 2), np.arange(18.0).reshape(3, 3, 2)
+    value = stack.reshape(-1)[13:7:-1].reshape(3, 2)
+    expected_stack[1] = expected_stack.reshape(-1)[13:7:-1].reshape(3, 2)  # numpy reads an overlapping value whole first
+    _store(stack, 1, value)
+    np.testing.assert_array_equal(stack, expected_stack)
     vector = np.zeros(3)
     _store(vector, 2, np.asarray(5.0))  # a 0-d value is an element, assigned as before
     np.testing.assert_array_equal(vector, [0, 0, 5])
