@@ -83,9 +83,9 @@ STEPS: tuple[Step, ...] = (
     ),
     Step(
         "Numba: floating-point constants of a graph with a loop passed as arguments of the compiled function",
-        "a model whose edit changes only numbers (a prior's scale, the data) reuses every compiled function from the cache",
-        carries=("backends/numba_link.py", "ops/link_argument.py", "rewriting/link_arguments.py", "rewriting/outlined.py"),
-        tested="not written",
+        "a model with a loop whose edit changes only numbers (a prior's scale, observed data of the same shape) reuses every compiled function from the cache",
+        pr="pr-4",
+        tested="in progress (patches/pr-4/DESCRIPTION.md)",
     ),
     Step(
         "innergraph: bodies as function-typed variables (types, params, the InnerGraph Op, canonical encoding)",
