@@ -85,7 +85,10 @@ STEPS: tuple[Step, ...] = (
         "Numba: floating-point constants of a graph with a loop passed as arguments of the compiled function",
         "a model with a loop whose edit changes only numbers (a prior's scale, observed data of the same shape) reuses every compiled function from the cache",
         pr="pr-4",
-        tested="in progress (patches/pr-4/DESCRIPTION.md)",
+        tested=(
+            "with steps 1-3: 28 files of the rel-3.3.0 tree (26 of tests/link/numba/, tests/compile/test_builders.py, tests/scan/test_basic.py), "
+            "1,082 test ids, each vanilla's outcome; not run: test_random.py, linalg/test_decomposition.py, linalg/test_solvers.py (no Scan)"
+        ),
     ),
     Step(
         "innergraph: bodies as function-typed variables (types, params, the InnerGraph Op, canonical encoding)",
