@@ -61,6 +61,11 @@ def test_store_row_copies_a_row_checks_its_shape_and_reads_an_overlapping_value_
     expected_stack[1] = expected_stack.reshape(-1)[13:7:-1].reshape(3, 2)  # numpy reads an overlapping value whole first
     _store(stack, 1, value)
     np.testing.assert_array_equal(stack, expected_stack)
+    block = np.zeros((2, 2, 3, 2))  # a 3-d row, through np.ndindex
+    _store(block, 1, np.arange(12.0).reshape(2, 3, 2))
+    _store(block, 0, block[1][::-1])
+    np.testing.assert_array_equal(block[1], np.arange(12.0).reshape(2, 3, 2))
+    np.testing.assert_array_equal(block[0], np.arange(12.0).reshape(2, 3, 2)[::-1])
     vector = np.zeros(3)
     _store(vector, 2, np.asarray(5.0))  # a 0-d value is an element, assigned as before
     np.testing.assert_array_equal(vector, [0, 0, 5])

@@ -86,7 +86,7 @@ def _store_row(storage: Any, index: Any, value: Any) -> Callable[..., None]:
 
         return copy_vector
 
-    # the same in any number of dimensions; two written out (matrices: a covariance per step), no iterator
+    # any number of dimensions: two as plain loops (matrices: a covariance per step), more through np.ndindex
     def copy(storage: Any, index: Any, value: Any) -> None:
         row = storage[index]
         if row.shape != value.shape:
