@@ -220,3 +220,37 @@ def test_a_loop_with_its_rows_stored_by_a_loop_has_a_cache_key_of_its_own():
     _, theirs = original(numba_scan, "numba_funcify_Scan")(node.op, node=node)
     _, ours = funcify_scan_by_reference(node.op, node=node)
     assert theirs is not None and ours == rows_key(theirs) != theirs
+
+
+def test_one_thread_at_a_time_swaps_pytensors_name_and_it_is_always_restored():
+    # interleaved, the second thread would restore the first one's rewrite for good (vanilla's keys, innergraph's code)
+    import threading
+
+    from innergraph.backends.numba_rows import scan_rows_by_loop
+
+    original = numba_scan.compile_numba_function_src
+    entered, release, seen = threading.Event(), threading.Event(), []
+
+    def first():
+        with scan_rows_by_loop():
+            entered.set()
+            release.wait(10)
+
+    def second():
+        entered.wait(10)
+        with scan_rows_by_loop():
+            seen.append(numba_scan.compile_numba_function_src)
+            with scan_rows_by_loop():  # a nested loop's conversion, same thread
+                seen.append(numba_scan.compile_numba_function_src)
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    entered.wait(10)
+    threads[1].join(0.3)
+    assert seen == []  # the second waits while the first holds the swap
+    release.set()
+    for thread in threads:
+        thread.join(10)
+    assert numba_scan.compile_numba_function_src is original
+    assert len(seen) == 2 and seen[0] is not original and seen[1] is not seen[0]

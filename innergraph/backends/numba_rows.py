@@ -27,6 +27,7 @@ its generated source with its row stores replaced by `store_row` calls
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from hashlib import sha256
@@ -123,6 +124,10 @@ def rows_key(key: str) -> str:
     return sha256(f"{key}|innergraph rows by loop {ROWS_VERSION}".encode()).hexdigest()
 
 
+#: Held while PyTensor's name is swapped (`scan_rows_by_loop`): by one thread at a time, re-entered by a nested loop's conversion.
+_SWAPPED = threading.RLock()
+
+
 @contextmanager
 def scan_rows_by_loop() -> Iterator[None]:
     """PyTensor's Numba Scan conversion, within this context, compiles its source with `rows_by_loop`.
@@ -131,22 +136,25 @@ def scan_rows_by_loop() -> Iterator[None]:
     ``compile_numba_function_src`` of its module; within the context that name compiles
     the source with its row stores rewritten, `store_row` in its globals. The name is
     restored on leaving, and the conversion's key must then be `rows_key` of PyTensor's.
+    One thread at a time: interleaved swaps of two threads could leave the rewrite in place
+    for vanilla's conversions (under PyTensor's keys) after innergraph is uninstalled.
     """
-    compile_src = numba_scan.compile_numba_function_src
+    with _SWAPPED:
+        compile_src = numba_scan.compile_numba_function_src
 
-    def compile_rows_by_loop(
-        src: str,
-        function_name: str,
-        global_env: dict[Any, Any] | None = None,
-        local_env: dict[Any, Any] | None = None,
-        write_to_disk: bool = False,
-        cache_key: str | None = None,
-    ) -> Callable[..., Any]:
-        env = {**(global_env or {}), "store_row": store_row}
-        return compile_src(rows_by_loop(src), function_name, env, local_env, write_to_disk, cache_key)
+        def compile_rows_by_loop(
+            src: str,
+            function_name: str,
+            global_env: dict[Any, Any] | None = None,
+            local_env: dict[Any, Any] | None = None,
+            write_to_disk: bool = False,
+            cache_key: str | None = None,
+        ) -> Callable[..., Any]:
+            env = {**(global_env or {}), "store_row": store_row}
+            return compile_src(rows_by_loop(src), function_name, env, local_env, write_to_disk, cache_key)
 
-    numba_scan.compile_numba_function_src = compile_rows_by_loop
-    try:
-        yield
-    finally:
-        numba_scan.compile_numba_function_src = compile_src
+        numba_scan.compile_numba_function_src = compile_rows_by_loop
+        try:
+            yield
+        finally:
+            numba_scan.compile_numba_function_src = compile_src
