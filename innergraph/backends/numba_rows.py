@@ -66,28 +66,8 @@ def _store_row(storage: Any, index: Any, value: Any) -> Callable[..., None]:
 
         return assign
 
-    if value.ndim == 1:
-
-        def copy_vector(storage: Any, index: Any, value: Any) -> None:
-            row = storage[index]
-            n = value.shape[0]
-            if row.shape[0] != n:
-                raise ValueError(_MISMATCH)
-            if n == 0:
-                return
-            # the bytes each occupies, first to one past the last: overlapping, the value is read whole first
-            step, value_step = (n - 1) * row.strides[0], (n - 1) * value.strides[0]
-            low = row.ctypes.data + min(step, 0)
-            high = row.ctypes.data + max(step, 0) + row.itemsize
-            value_low = value.ctypes.data + min(value_step, 0)
-            value_high = value.ctypes.data + max(value_step, 0) + value.itemsize
-            source = value.copy() if value_low < high and low < value_high else value
-            for j in range(n):
-                row[j] = source[j]
-
-        return copy_vector
-
-    # any number of dimensions: two as plain loops (matrices: a covariance per step), more through np.ndindex
+    # the bytes each occupies, first to one past the last: overlapping, the value is read whole first;
+    # one and two dimensions as plain loops (a state, a covariance per step), more through np.ndindex
     def copy(storage: Any, index: Any, value: Any) -> None:
         row = storage[index]
         if row.shape != value.shape:
@@ -102,7 +82,10 @@ def _store_row(storage: Any, index: Any, value: Any) -> Callable[..., None]:
             value_low, value_high = value_low + min(value_step, 0), value_high + max(value_step, 0)
         overlap = value_low < high + row.itemsize and low < value_high + value.itemsize
         source = value.copy() if overlap else value
-        if matrix:
+        if ndim == 1:
+            for j in range(source.shape[0]):
+                row[j] = source[j]
+        elif ndim == 2:
             for j in range(source.shape[0]):
                 for k in range(source.shape[1]):
                     row[j, k] = source[j, k]
@@ -110,7 +93,7 @@ def _store_row(storage: Any, index: Any, value: Any) -> Callable[..., None]:
             for at in np.ndindex(source.shape):
                 row[at] = source[at]
 
-    matrix = value.ndim == 2  # a constant of the typed function: the other branch is pruned
+    ndim = value.ndim  # a constant of the typed function: the other branches are pruned
     return copy
 
 
