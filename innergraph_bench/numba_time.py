@@ -174,7 +174,7 @@ RUNS = (("cold", False), ("edited", True), ("rerun", False))
 
 
 #: The variants a child can be: ``innergraph-linked`` is innergraph with every step body linked into its loop
-#: (none called by reference), to measure what calling by reference changes.
+#: and every node into the final function (none called by reference), to measure what calling by reference changes.
 VARIANTS = ("vanilla", "innergraph", "innergraph-linked")
 
 
@@ -232,6 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from innergraph.backends import numba_reference
 
         numba_reference.MIN_NODES = sys.maxsize
+        numba_reference.OUTER_NODES = False
     import warnings
 
     warnings.simplefilter("ignore")

@@ -38,6 +38,10 @@ from innergraph_patches.shipping import REPOSITORY, library_source, rewrite_impo
 
 __all__ = ["MAX_LINES", "STEPS", "Step", "edit_lines", "partition_problems", "roadmap_rows", "step_lines", "tested", "written_patch"]
 
+#: The Numba backend's modules that compile units once, call them by reference and pass numbers as
+#: arguments: a step of their own after the conversions that use them (together over `MAX_LINES`).
+_NUMBA_UNITS = ("backends/numba_link.py", "backends/numba_once.py", "backends/numba_reference.py", "backends/numba_rows.py")
+
 #: The most changed lines (library code or PyTensor's code, tests apart) a step may have.
 MAX_LINES = 2000
 
@@ -172,17 +176,20 @@ STEPS: tuple[Step, ...] = (
     Step(
         "innergraph: Numba conversions of the consumers",
         _INERT,
-        modules=tuple(m for m in SHIPPED["innergraph-backends"] if "/jax" not in m),  # the series' fourth patch, less JAX
+        modules=tuple(m for m in SHIPPED["innergraph-backends"] if "/jax" not in m and m not in _NUMBA_UNITS),
         edits=(
             "numba_basic.numba_funcify_ensure_cache",
             "numba_funcify_and_cache_key[Scan]",
             "numba_funcify_and_cache_key[OpFromGraph]",
             "numba_funcify_and_cache_key[AbstractFunctionGraph]",
             "numba_basic.cache_key_for_constant",
-            "NumbaLinker.fgraph_convert",
-            "NumbaLinker.create_thunk_inputs",
-            "NumbaLinker.jit_compile",
         ),
+    ),
+    Step(
+        "innergraph: Numba units compiled once and called by reference, numbers passed as arguments",
+        _INERT,
+        modules=_NUMBA_UNITS,  # with the step before, the series' fourth patch less JAX
+        edits=("NumbaLinker.fgraph_convert", "NumbaLinker.create_thunk_inputs", "NumbaLinker.jit_compile"),
     ),
     Step(
         "innergraph: JAX conversions of the consumers",

@@ -50,7 +50,8 @@ def dispatchers(root):
         if id(d) in seen or not hasattr(d, "py_func"):
             continue
         seen[id(d)] = d
-        todo.extend(v for v in d.py_func.__globals__.values() if hasattr(v, "py_func"))
+        # a node the final function calls by reference is an intrinsic holding its body function
+        todo.extend(getattr(v, "body", v) for v in d.py_func.__globals__.values() if hasattr(getattr(v, "body", v), "py_func"))
     return list(seen.values())
 
 def linked(dispatcher):

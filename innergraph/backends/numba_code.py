@@ -47,7 +47,7 @@ from pytensor.graph.fg import FunctionGraph
 from pytensor.link.numba.dispatch.basic import cache_key_for_constant, numba_typify
 
 from innergraph.backends.numba_once import compiled_once
-from innergraph.backends.numba_reference import computes_arrays
+from innergraph.backends.numba_reference import computes_arrays, outer_node_by_reference
 from innergraph.core.errors import FreeVariableError
 from innergraph.core.fold import fold_inner_graphs
 from innergraph.core.instantiate import is_large_constant, private_fgraph
@@ -136,6 +136,17 @@ _GRAPH_WIDE = frozenset({"input_storage", "output_storage", "unique_name", "stor
 
 
 def convert_once(op: Any, node: Apply | None = None, *args: Any, **kwargs: Any) -> Converted:
+    """PyTensor's ``numba_funcify_ensure_cache`` of a node of any graph, once per equal node in a conversion (`_convert_shared`).
+
+    A node of the final function's graph may then be called by reference
+    (`innergraph.backends.numba_reference.outer_node_by_reference`); what equal nodes
+    share is the conversion, never the reference.
+    """
+    converted = _convert_shared(op, node, *args, **kwargs)
+    return converted if node is None else outer_node_by_reference(node, converted)
+
+
+def _convert_shared(op: Any, node: Apply | None = None, *args: Any, **kwargs: Any) -> Converted:
     """PyTensor's ``numba_funcify_ensure_cache`` of a node of any graph, once per equal node in a conversion.
 
     It takes every call the function it replaces takes (``(op, node=None, **kwargs)``

@@ -62,6 +62,7 @@ from pytensor.tensor.type import TensorType
 from pytensor.tensor.variable import TensorConstant, TensorVariable
 
 from innergraph.backends.numba_once import direct_key, guarded, named_stably
+from innergraph.backends.numba_reference import outer_nodes
 from innergraph.core.hooks import Patch, apply_late, installed, original
 from innergraph.ops.link_argument import LinkArgument, PoolRead
 from innergraph.rewriting.lift import mark_lifted, was_lifted
@@ -256,7 +257,8 @@ def fgraph_convert(self: NumbaLinker, fgraph: FunctionGraph, **kwargs: Any) -> A
     order = kwargs.pop("order", None) or fgraph.toposort()
     outlined = outline_constants_for_link(fgraph, order, kwargs.pop("storage_map", None) or {})
     setattr(self, _VALUES, outlined.values)
-    return numba_funcify_and_cache_key(outlined.fgraph, order=outlined.order, storage_map=outlined.storage_map, **kwargs)
+    with outer_nodes(outlined.fgraph.apply_nodes):
+        return numba_funcify_and_cache_key(outlined.fgraph, order=outlined.order, storage_map=outlined.storage_map, **kwargs)
 
 
 def create_thunk_inputs(self: NumbaLinker, storage_map: dict[Variable, list[Any]]) -> list[Any]:

@@ -33,9 +33,20 @@ call by reference
     function through it with Numba's own calling convention: arguments, returned
     values, reference counts and exceptions pass as they would in a linked call.
 
+node by reference
+    A node of the final function's graph (the function PyTensor's thunk calls) of a
+    function with a loop, whose converted function is compiled once as its own unit
+    (`NODE`) and called through a `reference_intrinsic`: an intrinsic of its own per
+    token, whose call Numba writes into the final function's code, so no stub is compiled
+    (`outer_node_by_reference`). The final function's module then holds its own code only,
+    and compiling it optimises none of its nodes' code again.
+
 A body of fewer than `MIN_NODES` nodes stays linked: there the caller's re-optimisation
 costs little and inlining can pay (``design/numba-linking.md``, "Bodies by reference"); so
 does a body of scalar nodes only (`computes_arrays`), whose work costs less than the call.
+A node of the final function's graph goes by reference whatever its size, when it computes
+an array: it runs once per call of the function, not once per step
+(``design/numba-linking.md``, "The final function's nodes by reference").
 """
 
 from __future__ import annotations
@@ -48,7 +59,8 @@ from hashlib import sha256
 from typing import Any
 
 from llvmlite import ir
-from numba.core import cgutils
+from numba.core import cgutils, types, typing
+from numba.core.registry import CPUDispatcher
 from numba.extending import intrinsic
 from pytensor import config
 from pytensor.link.numba.cache import compile_numba_function_src
@@ -60,6 +72,8 @@ __all__ = [
     "BODY",
     "FORMAT",
     "MIN_NODES",
+    "NODE",
+    "OUTER_NODES",
     "body_address",
     "by_reference",
     "call_by_reference",
@@ -68,11 +82,17 @@ __all__ = [
     "captured_bodies",
     "computes_arrays",
     "large_enough",
+    "outer_node_by_reference",
+    "outer_nodes",
+    "reference_intrinsic",
     "referenced_key",
 ]
 
 #: The suffix of a body function's own cache entry.
 BODY = "_innergraph_body"
+
+#: The suffix of the own cache entry of a node the final function calls by reference (`outer_node_by_reference`).
+NODE = "_innergraph_node"
 
 #: The suffix a caller's key gets when its body is called by reference (its code differs from PyTensor's).
 REFERENCED = "_innergraph_by_reference"
@@ -87,6 +107,18 @@ MIN_NODES = 8
 
 # token -> body function. Weak: a caller's stub holds its body function, so it lives as long as any caller can run.
 _BODIES: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+
+# token -> the intrinsic calling that body (`reference_intrinsic`); weak: a caller's conversion holds it, and it its body
+_INTRINSICS: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+
+# ids of the nodes of the final function's graph being converted (`outer_nodes`)
+_OUTER: ContextVar[frozenset[int]] = ContextVar("innergraph_outer_nodes", default=frozenset())
+
+#: Whether the final function calls its nodes by reference (`outer_node_by_reference`; read at each conversion).
+OUTER_NODES = True
+
+#: The most inputs a node called by reference has (its arguments pass as one tuple).
+MAX_ARGUMENTS = 250
 
 # id(inner graph) -> (body function, key), for the conversions of a Scan or an OpFromGraph under way
 _CAPTURED: ContextVar[dict[int, tuple[Any, str | None]] | None] = ContextVar("innergraph_captured_bodies", default=None)
@@ -131,6 +163,17 @@ def capture_body(graph: Any, fn: Any, key: str | None) -> None:
         bodies[id(graph)] = (fn, key)
 
 
+def _folded(body: Any, argtypes: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
+    """``body``'s Python signature, and ``argtypes`` as its native function takes them.
+
+    Numba folds a call's argument types to the function's parameters as its caller's
+    lowering does: the arguments of ``*args`` as one tuple, each parameter left out as an
+    ``omitted`` default (``Dispatcher._compiler.fold_argument_types``).
+    """
+    pysig, folded = body._compiler.fold_argument_types(argtypes, {})
+    return pysig, tuple(folded)
+
+
 def _compiled(token: str, argtypes: tuple[Any, ...]) -> Any:
     """Numba's compile result of body ``token`` for ``argtypes``: compiled, or loaded from the cache, once."""
     body = _BODIES.get(token)
@@ -139,8 +182,9 @@ def _compiled(token: str, argtypes: tuple[Any, ...]) -> Any:
             f"innergraph: a compiled function calls the body {token} by reference, but no body of that token was converted "
             "in this process (a function compiled with innergraph loaded from Numba's cache without its conversion)"
         )
-    body.compile(argtypes)
-    return body.overloads[argtypes]
+    _, folded = _folded(body, argtypes)
+    body.compile(folded)
+    return body.overloads[folded]
 
 
 def body_address(token: str, argtypes: tuple[Any, ...]) -> int:
@@ -168,49 +212,126 @@ def _fetch_address(context: Any, builder: Any, token: str, argtypes: tuple[Any, 
     return address
 
 
+def _call_code(context: Any, builder: Any, token: str, argtypes: tuple[Any, ...], restype: Any, values: list[Any]) -> Any:
+    """Code calling body ``token`` through the address kept in a private global of ``builder``'s module (module docstring)."""
+    name = f"_innergraph_body_{token}_{sha256(str(argtypes).encode()).hexdigest()[:16]}"
+    pointer = ir.PointerType(ir.IntType(8))
+    slot = cgutils.add_global_variable(builder.module, pointer, name)
+    slot.linkage = "private"
+    slot.initializer = pointer(None)
+    slot.align = 64
+    loaded = builder.load_atomic(slot, "acquire", 64)
+    address = cgutils.alloca_once_value(builder, loaded)
+    with builder.if_then(builder.icmp_unsigned("==", loaded, pointer(None)), likely=False):
+        fetched = builder.bitcast(_fetch_address(context, builder, token, argtypes), pointer)
+        builder.store_atomic(fetched, slot, "release", 64)
+        builder.store(fetched, address)
+    pysig, folded = _folded(_BODIES[token], argtypes)
+    if folded != argtypes:  # as Numba's lowering folds the arguments of a call
+        values = typing.fold_arguments(
+            pysig, values, {},
+            lambda index, param, value: value,
+            lambda index, param, default: context.get_constant_generic(builder, folded[index], default),
+            lambda index, param, values: cgutils.make_anonymous_struct(builder, values),
+        )
+    function_type = context.call_conv.get_function_type(restype, folded)
+    callee = builder.bitcast(builder.load(address), function_type.as_pointer())
+    status, result = context.call_conv.call_function(builder, callee, restype, folded, values)
+    with cgutils.if_unlikely(builder, status.is_error):
+        context.call_conv.return_status_propagate(builder, status)
+    return result
+
+
 @intrinsic(prefer_literal=True)
 def call_by_reference(typingctx: Any, token_literal: Any, arguments: Any) -> Any:
     """``body(*arguments)`` for the body registered as ``token``, called through a pointer (module docstring)."""
     token = token_literal.literal_value
     argtypes = tuple(arguments.types)
     restype = _compiled(token, argtypes).signature.return_type
-    name = f"_innergraph_body_{token}_{sha256(str(argtypes).encode()).hexdigest()[:16]}"
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        pointer = ir.PointerType(ir.IntType(8))
-        slot = cgutils.add_global_variable(builder.module, pointer, name)
-        slot.linkage = "private"
-        slot.initializer = pointer(None)
-        slot.align = 64
-        loaded = builder.load_atomic(slot, "acquire", 64)
-        address = cgutils.alloca_once_value(builder, loaded)
-        with builder.if_then(builder.icmp_unsigned("==", loaded, pointer(None)), likely=False):
-            fetched = builder.bitcast(_fetch_address(context, builder, token, argtypes), pointer)
-            builder.store_atomic(fetched, slot, "release", 64)
-            builder.store(fetched, address)
-        function_type = context.call_conv.get_function_type(restype, argtypes)
-        callee = builder.bitcast(builder.load(address), function_type.as_pointer())
         values = cgutils.unpack_tuple(builder, args[1], len(argtypes))
-        status, result = context.call_conv.call_function(builder, callee, restype, argtypes, values)
-        with cgutils.if_unlikely(builder, status.is_error):
-            context.call_conv.return_status_propagate(builder, status)
-        return result
+        return _call_code(context, builder, token, argtypes, restype, values)
 
     return restype(token_literal, arguments), codegen
 
 
-def _body_function(fn: Any, key: str) -> Any:
-    """``fn`` (a jitted body) compiled from the disk cache under its own key, or ``fn`` where it cannot be cached."""
-    itself = cached_itself(fn, key, BODY) if config.numba__cache else None
-    return fn if itself is None else itself
+def reference_intrinsic(token: str) -> Any:
+    """A Numba intrinsic calling body ``token`` by reference with the arguments it is given: no function of its own to compile.
+
+    One per token and process: a caller names it as a global, as it would the body's
+    dispatcher, and Numba writes the call into the caller's own code.
+    """
+    made = _INTRINSICS.get(token)
+    if made is not None:
+        return made
+
+    def typer(typingctx: Any, *argtypes: Any) -> Any:
+        restype = _compiled(token, argtypes).signature.return_type
+
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            values = cgutils.unpack_tuple(builder, args[0], len(argtypes))
+            return _call_code(context, builder, token, argtypes, restype, values)
+
+        # Numba passes the arguments of a ``*args`` intrinsic as one tuple
+        return restype(types.StarArgTuple.from_types(argtypes)), codegen
+
+    typer.__name__ = f"by_reference_{token}"
+    made = _INTRINSICS[token] = intrinsic(typer)
+    return made
+
+
+@contextmanager
+def outer_nodes(nodes: Iterable[Any]) -> Iterator[None]:
+    """Within the block, `outer_node_by_reference` calls ``nodes`` (the final function's graph's) by reference."""
+    reset = _OUTER.set(frozenset(id(node) for node in nodes))
+    try:
+        yield
+    finally:
+        _OUTER.reset(reset)
+
+
+def outer_node_by_reference(node: Any, converted: tuple[Any, str | None]) -> tuple[Any, str | None]:
+    """``converted`` (a node's function and key), called by reference when ``node`` is a node of the final function's graph.
+
+    Inside an `outer_nodes` block, a node of that graph whose function can be cached
+    (a key and a jitted function) and which computes an array (`computes_arrays`) is
+    compiled once as its own unit and the final function calls it through a pointer
+    (`reference_intrinsic`): the final function's LLVM module holds none of its code and
+    is not optimised with it (``design/numba-linking.md``, "The final function's nodes by
+    reference"). Every other node, and every node of a body, keeps ``converted``.
+    """
+    fn, key = converted
+    if not OUTER_NODES or key is None or id(node) not in _OUTER.get() or type(fn) is not CPUDispatcher:
+        return converted
+    if len(node.inputs) > MAX_ARGUMENTS or not computes_arrays([node]):
+        return converted
+    # PyTensor's key of a node's conversion need not name its input types, which its code reads (a Scan's storage)
+    token, body = _registered(fn, key, NODE, repr(tuple(v.type for v in node.inputs)))
+    made = reference_intrinsic(token)
+    made.body = body  # the body lives as long as the intrinsic, which a caller's conversion names
+    # the caller's code names the token: its key holds it, so a cached caller never names a token this process lacks
+    return made, referenced_key(f"{key}{NODE}_{token}")
+
+
+def _registered(fn: Any, key: str, kind: str = BODY, input_types: str = "") -> tuple[str, Any]:
+    """The token of body ``fn`` (keyed ``key``, cached as ``kind``) and its body function, registered for `body_address`.
+
+    The body function is ``fn`` compiled from the disk cache under its own key, or ``fn``
+    where it cannot be cached. ``input_types`` joins the token where the code of ``fn``
+    depends on more than ``key`` says.
+    """
+    token = sha256(f"{direct_key(key, kind)}{input_types}".encode()).hexdigest()[:32]
+    body = _BODIES.get(token)
+    if body is None:
+        itself = cached_itself(fn, key, kind) if config.numba__cache else None
+        body = _BODIES[token] = fn if itself is None else itself
+    return token, body
 
 
 def by_reference(fn: Any, key: str, n_params: int) -> Any:
     """A stub of ``n_params`` parameters that calls body ``fn`` (keyed ``key``) by reference; registers the body."""
-    token = sha256(direct_key(key, BODY).encode()).hexdigest()[:32]
-    body = _BODIES.get(token)
-    if body is None:
-        body = _BODIES[token] = _body_function(fn, key)
+    token, body = _registered(fn, key)
     params = [f"a{i}" for i in range(n_params)]
     packed = f"({', '.join(params)}{',' if n_params == 1 else ''})"
     src = f"def body_by_reference({', '.join(params)}):\n    return call_by_reference(TOKEN, {packed})\n"
