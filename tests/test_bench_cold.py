@@ -89,3 +89,21 @@ def test_the_children_import_this_repositorys_packages_from_bytecode(tmp_path, m
     )
     loaded = [line for line in child.stderr.splitlines() if "some_package" in line and line.startswith("# code object from")]
     assert len(loaded) == 2 and all(line.endswith(".pyc'") for line in loaded), loaded
+
+
+def test_alternating_blocks_alternate_and_tell_the_slower_function():
+    from innergraph_bench.by_reference_steady import alternating_blocks
+
+    order: list[str] = []
+
+    def work(name: str, n: int):
+        def fn():
+            order.append(name)
+            sum(range(n))
+        return fn
+
+    medians = alternating_blocks({"fast": work("fast", 200), "slow": work("slow", 2000)}, blocks=4, budget=0.005)
+    assert medians["slow"] > 3 * medians["fast"] > 0
+    # the calibration calls of the first, then blocks fast, slow | slow, fast | fast, slow | slow, fast
+    runs = [name for i, name in enumerate(order) if i == 0 or order[i - 1] != name]
+    assert runs == ["fast", "slow", "fast", "slow", "fast"], runs
