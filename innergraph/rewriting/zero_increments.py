@@ -184,10 +184,8 @@ def _one_hot_index(inner: Apply) -> Index | None:
     zeros: Any = inner.inputs[0]
     if len(inner.op.idx_list) != zeros.type.ndim or any(isinstance(e, slice) for e in inner.op.idx_list):
         return None
-    try:
-        return list(get_constant_idx(inner.op.idx_list, inner.inputs[1:], allow_partial=True, only_process_constants=False))
-    except NotScalarConstantError:
-        return None
+    # allow_partial: a symbolic entry is returned as it is, never raised
+    return list(get_constant_idx(inner.op.idx_list, inner.inputs[1:], allow_partial=True, only_process_constants=False))
 
 
 @node_rewriter([IncSubtensor])
