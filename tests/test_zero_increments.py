@@ -295,6 +295,18 @@ def test_a_one_hot_over_a_whole_axis_keeps_its_symbolic_index():
     np.testing.assert_array_equal(fn(np.zeros(5), 2.0, -2), [0, 0, 0, 2.0, 0])
 
 
+def test_a_one_hot_entry_that_folds_to_a_constant_composes_as_a_constant():
+    """``zeros[i, as_tensor(1)]``: the column, a constant behind ``ScalarFromTensor``, is row 2 of ``x[:, 1:]``, not a read of a vector of rows."""
+    x, v, i = pt.matrix("x", shape=(5, 4), dtype="float64"), pt.dscalar("v"), pt.lscalar("i")
+    out = inc_subtensor(x[:, 1:], set_subtensor(pt.zeros((5, 3))[i, pt.as_tensor(np.int64(1))], v))
+    (new,) = _direct(out, local_one_hot_increment)
+    assert not [c for c in ancestors([new]) if isinstance(c, TensorConstant) and c.ndim == 1]
+    expected = np.zeros((5, 4))
+    expected[3, 2] = 2.0
+    fn = pytensor.function([x, v, i], new, mode=_mode("py"))
+    np.testing.assert_array_equal(fn(np.zeros((5, 4)), 2.0, 3), expected)
+
+
 def test_a_one_hot_needs_an_integer_on_every_axis():
     """A row at a symbolic index (one entry on a matrix) or a slice among the entries is not a one-hot: left."""
     x, v, i = pt.matrix("x", shape=(5, 3), dtype="float64"), pt.dscalar("v"), pt.lscalar("i")
