@@ -13,12 +13,14 @@ import textwrap
 import numpy as np
 import pytest
 
+import pytensor
 import pytensor.tensor as pt
 
 from children import WATCH, spawn
 
 from innergraph.backends import numba_reference
 from innergraph.backends.numba_reference import _BODIES, outer_node_by_reference, outer_nodes
+from innergraph.startup.supported import parse_version
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -112,6 +114,12 @@ def test_the_final_function_links_no_code_of_a_node_called_by_reference(cold):
     assert linked["referenced"] == 0 and linked["loop_libraries"] >= 1 and linked["in_final"] >= 1, linked
 
 
+#: On PyTensor 3.3.6 the next process compiled 74 functions again (`get_gemv_pointer`, `impl`s, `as_is`, ...),
+#: before 2026-11-30's change of `SpecifyShape`'s conversion as after it (found by a 3.3.6 run of this file, not
+#: taken apart yet: which conversion 3.3.6 leaves without a cache key, and whether vanilla's next process does the same)
+@pytest.mark.xfail(
+    parse_version(pytensor.__version__) < (3, 3, 8), strict=True, reason="3.3.6: the next process compiles functions again (not taken apart)"
+)
 def test_the_next_process_compiles_nothing(cold):
     folders, got = cold
     again = spawn(_CHILD, folders["reference"], "reference")
