@@ -238,10 +238,15 @@ def _drop_annotations(session: Path, source: str) -> int:
             job for job, r0, c0, r1, c1 in db.execute("select job_id, start_pos_row, start_pos_col, end_pos_row, end_pos_col from mutation_specs")
             if any(low <= (r0, c0) and (r1, c1) <= high for low, high in spans)
         ]
-        for job in inside:
-            db.execute("delete from mutation_specs where job_id = ?", (job,))
-            db.execute("delete from work_items where job_id = ?", (job,))
+        _delete(db, inside)
     return len(inside)
+
+
+def _delete(db: sqlite3.Connection, jobs: list[str]) -> None:
+    """Remove ``jobs`` from a cosmic-ray session: their specs and their pending work items."""
+    for job in jobs:
+        db.execute("delete from mutation_specs where job_id = ?", (job,))
+        db.execute("delete from work_items where job_id = ?", (job,))
 
 
 def _sample(session: Path, sample: int, seed: int) -> int:
@@ -254,10 +259,7 @@ def _sample(session: Path, sample: int, seed: int) -> int:
             return len(ids)
         ordered = sorted(ids, key=lambda i: hashlib.sha256(keys[i].encode()).hexdigest())  # stable across inits
         kept = set(random.Random(seed).sample(ordered, sample))
-        for job in ids:
-            if job not in kept:
-                db.execute("delete from mutation_specs where job_id = ?", (job,))
-                db.execute("delete from work_items where job_id = ?", (job,))
+        _delete(db, [job for job in ids if job not in kept])
         return sample
 
 

@@ -52,8 +52,7 @@ def test_no_spans_without_the_future_import():
 
 
 def test_a_mutant_inside_a_span_is_one_the_diff_rule_calls_annotation_only():
-    source = SOURCE
     diff = "--- mutation diff ---\n--- a\n+++ b\n@@ -6,1 +6,1 @@\n-def f(a: int | None, b=1) -> list[int]:\n+def f(a: int + None, b=1) -> list[int]:\n"
-    assert mutation.only_annotations(source, diff)
-    (span,) = [s for s in mutation.annotation_spans(source) if s[0][0] == 6 and _text(s) == "int | None"]
+    assert mutation.only_annotations(SOURCE, diff)
+    (span,) = [s for s in mutation.annotation_spans(SOURCE) if s[0][0] == 6 and _text(s) == "int | None"]
     assert span[0] <= (6, 9) and (6, 19) <= span[1]

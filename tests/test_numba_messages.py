@@ -26,7 +26,8 @@ from children import WATCH, spawn
 import innergraph
 from innergraph.backends.numba_messages import ShapeMismatch, SplitSizesMismatch, funcify_specify_shape, funcify_split
 
-#: Functions of Numba's string code that an f-string of integers compiles (`test_an_f_string_of_numbers_compiles_numbas_string_code`).
+#: Functions of Numba's string code that an f-string of integers compiles (vanilla's checks link them: the sentinel
+#: of `test_no_check_links_string_code_and_the_second_process_compiles_none`).
 STRING_CODE = ("integer_str", "concat_impl", "_set_code_point", "_kind_to_byte_width")
 
 _GRAPHS = textwrap.dedent(
