@@ -19,7 +19,7 @@ import pytensor.tensor as pt
 from children import WATCH, spawn
 
 from innergraph.backends import numba_reference
-from innergraph.backends.numba_reference import _BODIES, outer_node_by_reference, outer_nodes
+from innergraph.backends.numba_reference import _BODIES, outer_node_by_reference, outer_nodes, stable_types
 from innergraph.startup.supported import parse_version
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -41,10 +41,11 @@ _CHILD = textwrap.dedent(
 
     x, A = pt.dvector("x"), pt.dmatrix("A")
     checked = Assert("x left the box")(x, pt.all(pt.abs(x) < 50.0))
+    A = pt.specify_shape(A, (None, 4))  # a None input (NoneTypeT: object's repr, an address), as PyMC's graphs have
     ys = pytensor.scan(lambda v, B: pt.tanh(B @ v) * 1.5 + v, outputs_info=[checked], non_sequences=[A], n_steps=5,
                        return_updates=False)
     out = pt.exp(ys[-1]).sum() + (A @ ys[-1]).max()
-    fn = pytensor.function([x, A], [out, pytensor.grad(out, x)], mode="NUMBA")
+    fn = pytensor.function([x, A.owner.inputs[0]], [out, pytensor.grad(out, x)], mode="NUMBA")
     rng = np.random.default_rng(0)
     xv, Av = rng.normal(size=4), rng.normal(size=(4, 4))
     value = [np.asarray(v).tolist() for v in fn(xv, Av)]
@@ -125,6 +126,25 @@ def test_the_next_process_compiles_nothing(cold):
     again = spawn(_CHILD, folders["reference"], "reference")
     assert again["value"] == got["reference"]["value"]
     assert [n for n in again["compiled"] if not (n.startswith("get_") and n.endswith("_pointer"))] == [], again["compiled"]
+
+
+def test_a_nodes_input_types_are_described_alike_in_every_process():
+    """The token of a node called by reference names its input types: never by an address, which each process changes.
+
+    ``NoneTypeT`` (a ``SpecifyShape``'s unknown length) keeps ``object``'s ``repr``; named by
+    it, the final function of a PyMC model's NUTS function got a new key in every process and
+    was compiled again on every unchanged rerun (`test_the_next_process_compiles_nothing`
+    reads this across processes).
+    """
+    from pytensor.tensor.type_other import none_type_t, slicetype
+    from pytensor.typed_list import TypedListType
+
+    assert stable_types([pt.dmatrix().type, none_type_t, slicetype]) == (
+        "(TensorType(float64, shape=(None, None)), pytensor.tensor.type_other.NoneTypeT, pytensor.tensor.type_other.SliceType)"
+    )
+    # a type with object's repr and attributes of its own has no description: its node stays linked
+    assert stable_types([TypedListType(pt.dvector().type)]) is None
+    assert stable_types([pt.dvector().type, TypedListType(pt.dvector().type)]) is None
 
 
 def _dispatcher():

@@ -86,6 +86,7 @@ __all__ = [
     "outer_nodes",
     "reference_intrinsic",
     "referenced_key",
+    "stable_types",
 ]
 
 #: The suffix of a body function's own cache entry.
@@ -307,11 +308,39 @@ def outer_node_by_reference(node: Any, converted: tuple[Any, str | None]) -> tup
     if len(node.inputs) > MAX_ARGUMENTS or not computes_arrays([node]):
         return converted
     # PyTensor's key of a node's conversion need not name its input types, which its code reads (a Scan's storage)
-    token, body = _registered(fn, key, NODE, repr(tuple(v.type for v in node.inputs)))
+    input_types = stable_types(v.type for v in node.inputs)
+    if input_types is None:  # no description that another process repeats: nothing to name a unit by
+        return converted
+    token, body = _registered(fn, key, NODE, input_types)
     made = reference_intrinsic(token)
     made.body = body  # the body lives as long as the intrinsic, which a caller's conversion names
     # the caller's code names the token: its key holds it, so a cached caller never names a token this process lacks
     return made, referenced_key(f"{key}{NODE}_{token}")
+
+
+def stable_types(types_: Iterable[Any]) -> str | None:
+    """A description of PyTensor types that every process writes alike, or None where one has none.
+
+    A type's ``repr`` names its class and parameters (``TensorType(float64, shape=(8,
+    None))``), except for the types that keep ``object``'s, which is an address
+    (``NoneTypeT``, the ``None`` of a ``SpecifyShape`` of an unknown length, and
+    ``SliceType``): those are named by class, when they hold no attributes of their own.
+    A description holding an address would give each process another token, so the
+    final function naming it would miss the cache in every new process.
+    """
+    described = []
+    for t in types_:
+        cls = type(t)
+        if cls.__repr__ is not object.__repr__:
+            text = repr(t)
+        elif getattr(t, "__dict__", None) == {}:
+            text = f"{cls.__module__}.{cls.__qualname__}"
+        else:
+            return None
+        if " at 0x" in text:  # a parameter printed as an address
+            return None
+        described.append(text)
+    return f"({', '.join(described)})"
 
 
 def _registered(fn: Any, key: str, kind: str = BODY, input_types: str = "") -> tuple[str, Any]:
