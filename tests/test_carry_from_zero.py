@@ -7,6 +7,10 @@ form of `innergraph.rewriting.carry` read it twice (a contribution sequence
 ``B[::-1][1:]`` and an initial row ``B[::-1][0]``), one node more than vanilla in the
 compiled function. Carrying from zero reads it once again (``B[::-1]``) and keeps the
 carried loop (no buffer written per step).
+
+The rewrite is also called directly (first, so that a planted fault fails fast) on loops
+made without a gradient: the count it returns, the initial row 0 and a row j > 0, either
+order of the ``add``, two loops, and each case its guards leave (values against NumPy).
 """
 
 from typing import Any
@@ -19,7 +23,14 @@ from pytensor.compile.mode import Mode
 from pytensor.scan.op import Scan
 from pytensor.tensor.subtensor import IncSubtensor, Subtensor
 
+import innergraph
+from innergraph.ops.scan import Scan as InGraphScan
+from innergraph.rewriting.carry_from_zero import carry_from_zero
+from innergraph.rewriting.untrace import untrace_final_states
 from innergraph.stats import graph_stats
+from innergraph.testing.rewrites import rewritten
+from pytensor.graph.basic import Constant, equal_computations
+from test_rewrites import canonicalized_then
 from vanilla import vanilla_function
 from typed import grad
 
@@ -41,6 +52,143 @@ def _garch() -> tuple[list, Any]:
     ll = (-0.5 * (pt.log(s2) + Y[1:] ** 2 / s2)).sum()
     return [theta], [ll, grad(ll, theta)]
 
+
+# -- the rewrite called directly ----------------------------------------------------------
+#
+# A carry whose final value nobody reads, read back through a sequence of the rows after its
+# initial one: made here without a gradient, from `innergraph.scan` over ``X[j + 1:]`` whose
+# states' final values `untrace_final_states` takes as carries; the outputs not in ``keep``
+# are then dropped, so nothing reads those carries' final values, as nothing reads a
+# cotangent carry's.
+
+X, A = pt.dvector("X"), pt.dscalar("a")
+XV = np.array([0.5, -1.0, 2.0, 0.25, 1.5, -0.75, 3.0])
+
+
+def _direct(step, sequences, outputs_info, keep, non_sequences=(A,), n_steps=None, inputs=(X, A)):
+    """The graph of the states' final values in ``keep`` after `carry_from_zero`, and its count."""
+    states = innergraph.scan(
+        step, sequences=list(sequences), outputs_info=list(outputs_info), non_sequences=list(non_sequences),
+        n_steps=n_steps, return_updates=False,
+    )
+    finals = [s[-1] for s in (states if isinstance(states, list) else [states])]
+    fgraph, untraced = rewritten(canonicalized_then(untrace_final_states), list(inputs), finals)
+    assert untraced == 1  # one loop, its states now carries
+    for i in sorted(set(range(len(finals))) - set(keep), reverse=True):
+        fgraph.remove_output(i)
+    return fgraph, carry_from_zero(fgraph)
+
+
+def _values(fgraph, *values):
+    fn = pytensor.function(fgraph.inputs, fgraph.outputs, mode=Mode(linker="py", optimizer=None), on_unused_input="ignore")
+    return [float(v) for v in fn(*values)]
+
+
+def _loop(fgraph):
+    (node,) = [n for n in fgraph.apply_nodes if isinstance(n.op, InGraphScan)]
+    return node
+
+
+def _h_then_g(rows, h0, a):
+    """NumPy: ``h`` carried over ``rows`` from ``h0`` (``h = row + h * a``), ``g`` summing the ``h`` each step reads."""
+    h, g = h0, 0.0
+    for row in rows:
+        h, g = row + h * a, g + h
+    return g
+
+
+def _step(row, h, g, a):
+    return row + h * a, g + h
+
+
+def test_a_carry_from_row_0_reads_the_buffer_whole_from_zero():
+    fgraph, changed = _direct(_step, [X[1:]], [X[0], pt.as_tensor(np.float64(0.0))], keep=[1])
+    assert changed == 1
+    node = _loop(fgraph)
+    seqs = node.inputs[2 : 2 + node.op.layout.info.n_seqs]
+    assert seqs == [fgraph.inputs[0]]  # the buffer itself, not X[1:]
+    starts = node.inputs[3:5]  # the carries' initial values: 0 where X[0] was, and g's 0
+    assert all(isinstance(v, Constant) and v.data == 0.0 for v in starts), starts
+    assert _values(fgraph, XV, 0.5) == pytest.approx([_h_then_g(XV[1:], XV[0], 0.5)], rel=1e-14)
+    assert carry_from_zero(fgraph) == 0  # nothing left to do: the count of a pass over its own result
+
+
+@pytest.mark.parametrize("add_order", ["row + rest", "rest + row"])
+def test_a_carry_from_row_j_reads_the_buffer_from_row_j(add_order):
+    def step(row, h, g, a):
+        return (row + h * a if add_order == "row + rest" else h * a + row), g + h
+
+    fgraph, changed = _direct(step, [X[3:]], [X[2], pt.as_tensor(np.float64(0.0))], keep=[1])
+    assert changed == 1
+    node = _loop(fgraph)
+    (seq,) = node.inputs[2:3]
+    assert equal_computations([seq], [fgraph.inputs[0][2:]])  # rows from j = 2, the initial row among them
+    assert _values(fgraph, XV, 0.5) == pytest.approx([_h_then_g(XV[3:], XV[2], 0.5)], rel=1e-14)
+
+
+def test_two_loops_are_counted_and_each_reads_its_buffer_whole():
+    Y = pt.dvector("Y")
+    finals = []
+    for buffer in (X, Y):
+        h, g = innergraph.scan(_step, sequences=[buffer[1:]], outputs_info=[buffer[0], pt.as_tensor(np.float64(0.0))],
+                               non_sequences=[A], return_updates=False)
+        finals += [g[-1], h[-1]]
+    fgraph, untraced = rewritten(canonicalized_then(untrace_final_states), [X, Y, A], finals)
+    assert untraced == 2
+    fgraph.remove_output(3)
+    fgraph.remove_output(1)
+    assert carry_from_zero(fgraph) == 2
+    assert carry_from_zero(fgraph) == 0
+    YV = XV[::-1].copy()
+    assert _values(fgraph, XV, YV, 0.5) == pytest.approx([_h_then_g(XV[1:], XV[0], 0.5), _h_then_g(YV[1:], YV[0], 0.5)], rel=1e-14)
+
+
+def _left(fgraph, changed):
+    assert changed == 0
+    return _loop(fgraph)
+
+
+def test_carries_it_leaves():
+    zero = pt.as_tensor(np.float64(0.0))
+    # the carry's final value is read: it is the carried value, which `rest` would not be
+    _left(*_direct(_step, [X[1:]], [X[0], zero], keep=[0, 1]))
+    # the sequence does not start after the initial row (X[2:] after X[0]), or reads every other row
+    _left(*_direct(_step, [X[2:]], [X[0], zero], keep=[1]))
+    _left(*_direct(_step, [X[1::2]], [X[0], zero], keep=[1]))
+    # the initial value is not a constant row of the buffer: a symbolic row, a negative row, the whole sum
+    k = pt.lscalar("k")
+    _left(*_direct(_step, [X[1:]], [X[k], zero], keep=[1], inputs=(X, A, k)))
+    _left(*_direct(_step, [X[1:]], [X[-1], zero], keep=[1]))
+    _left(*_direct(_step, [X[1:]], [X.sum(), zero], keep=[1]))
+    # the initial row of another buffer
+    Y = pt.dvector("Y")
+    _left(*_direct(_step, [X[1:]], [Y[0], zero], keep=[1], inputs=(X, A, Y)))
+    # the row is read elsewhere in the body too, or not added to the rest, or added to a row of another type
+    _left(*_direct(lambda row, h, g, a: (row + h * a, g + h + row), [X[1:]], [X[0], zero], keep=[1]))
+    _left(*_direct(lambda row, h, g, a: (row * h * a, g + h), [X[1:]], [X[0], zero], keep=[1]))
+    _left(*_direct(lambda row, h, g, a: (row - h * a, g + h), [X[1:]], [X[0], zero], keep=[1]))
+
+
+def test_a_carry_of_a_shape_not_fully_static_is_left():
+    """The zero the carry would start from is a constant only for a fully static shape."""
+    M = pt.dmatrix("M")
+
+    def step(row, h, g):
+        return row + h * 0.5, g + h.sum()
+
+    fgraph, changed = _direct(step, [M[1:]], [M[0], pt.as_tensor(np.float64(0.0))], keep=[1], non_sequences=(), inputs=(M,))
+    _left(fgraph, changed)
+    S = pt.dmatrix("S", shape=(None, 3))
+    fgraph, changed = _direct(step, [S[1:]], [S[0], pt.as_tensor(np.float64(0.0))], keep=[1], non_sequences=(), inputs=(S,))
+    assert changed == 1  # the same loop over rows of static shape (3,)
+    SV = np.arange(15.0).reshape(5, 3) / 7.0
+    h, g = SV[0], 0.0
+    for row in SV[1:]:
+        h, g = row + h * 0.5, g + h.sum()
+    assert _values(fgraph, SV) == pytest.approx([g], rel=1e-14)
+
+
+# -- compiled: the GARCH likelihood's gradient ----------------------------------------------
 
 MODE = Mode(linker="numba", optimizer="fast_run")
 VARIANTS = {
