@@ -13,6 +13,7 @@ made without a gradient: the count it returns, the initial row 0 and a row j > 0
 order of the ``add``, two loops, and each case its guards leave (values against NumPy).
 """
 
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,7 @@ from pytensor.tensor.subtensor import IncSubtensor, Subtensor
 
 import innergraph
 from innergraph.ops.scan import Scan as InGraphScan
-from innergraph.rewriting.carry_from_zero import carry_from_zero
+from innergraph.rewriting.carry_from_zero import _initial_row, _rows_from, carry_from_zero
 from innergraph.rewriting.untrace import untrace_final_states
 from innergraph.stats import graph_stats
 from innergraph.testing.rewrites import rewritten
@@ -114,16 +115,51 @@ def test_a_carry_from_row_0_reads_the_buffer_whole_from_zero():
 
 
 @pytest.mark.parametrize("add_order", ["row + rest", "rest + row"])
-def test_a_carry_from_row_j_reads_the_buffer_from_row_j(add_order):
+@pytest.mark.parametrize("j", [1, 2])  # j + 1 is neither j ^ 1 nor j | 1 for both
+def test_a_carry_from_row_j_reads_the_buffer_from_row_j(add_order, j):
     def step(row, h, g, a):
         return (row + h * a if add_order == "row + rest" else h * a + row), g + h
 
-    fgraph, changed = _direct(step, [X[3:]], [X[2], pt.as_tensor(np.float64(0.0))], keep=[1])
+    fgraph, changed = _direct(step, [X[j + 1 :]], [X[j], pt.as_tensor(np.float64(0.0))], keep=[1])
     assert changed == 1
     node = _loop(fgraph)
     (seq,) = node.inputs[2:3]
-    assert equal_computations([seq], [fgraph.inputs[0][2:]])  # rows from j = 2, the initial row among them
-    assert _values(fgraph, XV, 0.5) == pytest.approx([_h_then_g(XV[3:], XV[2], 0.5)], rel=1e-14)
+    assert equal_computations([seq], [fgraph.inputs[0][j:]])  # rows from j, the initial row among them
+    assert _values(fgraph, XV, 0.5) == pytest.approx([_h_then_g(XV[j + 1 :], XV[j], 0.5)], rel=1e-14)
+
+
+def test_a_carry_after_one_it_leaves_is_read_from_zero():
+    """The loop's first carry (``g``) is not one the rewrite takes; the second (``h``) is."""
+
+    def step(row, g, h, a):
+        return g + h, row + h * a
+
+    fgraph, changed = _direct(step, [X[1:]], [pt.as_tensor(np.float64(0.0)), X[0]], keep=[0])
+    assert changed == 1
+    assert _values(fgraph, XV, 0.5) == pytest.approx([_h_then_g(XV[1:], XV[0], 0.5)], rel=1e-14)
+
+
+def test_a_while_loop_is_left_and_a_counted_loop_after_it_is_taken():
+    """A loop with a condition (an until-scan) has the pattern too: its number of steps is not
+    the sequence's, so it is left; the counted loop after it is still taken."""
+    from pytensor.scan.utils import until
+
+    def step_until(row, h, g, a):
+        return (row + h * a, g + h), until(g > 100.0)
+
+    h1, g1 = innergraph.scan(step_until, sequences=[X[1:]], outputs_info=[X[0], pt.as_tensor(np.float64(0.0))],
+                             non_sequences=[A], return_updates=False)
+    h2, g2 = innergraph.scan(_step, sequences=[X[1:]], outputs_info=[X[0], g1[-1]], non_sequences=[A], return_updates=False)
+    fgraph, untraced = rewritten(canonicalized_then(untrace_final_states), [X, A], [g2[-1], h2[-1], h1[-1]])
+    fgraph.remove_output(2)
+    fgraph.remove_output(1)
+    assert carry_from_zero(fgraph) == 1
+    first, second = sorted(
+        (n for n in fgraph.apply_nodes if isinstance(n.op, InGraphScan)), key=lambda n: n.op.layout.info.as_while, reverse=True
+    )
+    assert first.op.layout.info.as_while and equal_computations([first.inputs[2]], [fgraph.inputs[0][1:]])  # unchanged
+    assert second.inputs[2] is fgraph.inputs[0]  # the counted loop reads the buffer whole
+    assert _values(fgraph, XV, 0.5) == pytest.approx([_h_then_g(XV[1:], XV[0], 0.5) * 2], rel=1e-14)
 
 
 def test_two_loops_are_counted_and_each_reads_its_buffer_whole():
@@ -160,6 +196,13 @@ def test_carries_it_leaves():
     _left(*_direct(_step, [X[1:]], [X[k], zero], keep=[1], inputs=(X, A, k)))
     _left(*_direct(_step, [X[1:]], [X[-1], zero], keep=[1]))
     _left(*_direct(_step, [X[1:]], [X.sum(), zero], keep=[1]))
+    # an initial row that is not one constant index: two of them, and a negative row before a sequence from row 0
+    M = pt.dmatrix("M")
+    _left(*_direct(lambda row, h, g, a: (row[0] + h * a, g + h), [M[2:]], [M[1, 0], zero], keep=[1], inputs=(M, A)))
+    _left(*_direct(_step, [X[0:]], [X[-1], zero], keep=[1]))
+    # the sequence starts before the row after the initial one, or stops early
+    _left(*_direct(_step, [X[1:]], [X[2], zero], keep=[1]))
+    _left(*_direct(_step, [X[1:-1]], [X[0], zero], keep=[1]))
     # the initial row of another buffer
     Y = pt.dvector("Y")
     _left(*_direct(_step, [X[1:]], [Y[0], zero], keep=[1], inputs=(X, A, Y)))
@@ -167,6 +210,29 @@ def test_carries_it_leaves():
     _left(*_direct(lambda row, h, g, a: (row + h * a, g + h + row), [X[1:]], [X[0], zero], keep=[1]))
     _left(*_direct(lambda row, h, g, a: (row * h * a, g + h), [X[1:]], [X[0], zero], keep=[1]))
     _left(*_direct(lambda row, h, g, a: (row - h * a, g + h), [X[1:]], [X[0], zero], keep=[1]))
+    _left(*_direct(lambda row, h, g, a: (row + h * a + a, g + h), [X[1:]], [X[0], zero], keep=[1]))  # add of three terms
+    # a sequence read at two taps: a slot per tap, each rows with a stop (X[1:][:-1], X[1:][1:]), none moved
+    _left(*_direct(lambda row, nxt, h, g, a: (row + h * a, g + h + nxt), [{"input": X[1:], "taps": [0, 1]}], [X[0], zero], keep=[1]))
+    # the row is returned as it is (another state's update), or the carry's update is a param, computed by no node
+    _left(*_direct(lambda row, h, g, a: (row + h * a, row), [X[1:]], [X[0], zero], keep=[1]))
+    _left(*_direct(lambda row, h, g, a: (a, g + h + row), [X[1:]], [X[0], zero], keep=[1]))
+
+
+def test_the_initial_row_is_a_constant_row_from_zero_up():
+    """`_initial_row` on literal slots: in the pipeline canonicalize has removed ``X[0:]``, so a
+    negative row never meets a sequence it could take (``X[-1]`` before ``X[0:]``); called on a
+    graph as built, the pass must still refuse it."""
+    def slot(arg):
+        return SimpleNamespace(args=(arg,))
+
+    assert _initial_row(slot(X[3])) == (X, 3)
+    assert _initial_row(slot(X[0])) == (X, 0)
+    assert _initial_row(slot(X[-1])) is None and _initial_row(slot(X[-2])) is None
+    assert _initial_row(slot(X[1:])) is None and _initial_row(slot(X.sum())) is None
+    # the rows after it: a slice from that row to the end, by steps of 1 (canonicalize writes X[1::1] as X[1:]);
+    # rows above CPython's cached small ints compare by value
+    assert _rows_from(slot(X[1:]), X, 1) and _rows_from(slot(X[1::1]), X, 1) and _rows_from(slot(X[300:]), X, 300)
+    assert not _rows_from(slot(X[1::2]), X, 1) and not _rows_from(slot(X[1:5]), X, 1) and not _rows_from(slot(X[2:]), X, 1)
 
 
 def test_a_carry_of_a_shape_not_fully_static_is_left():
@@ -179,6 +245,10 @@ def test_a_carry_of_a_shape_not_fully_static_is_left():
     fgraph, changed = _direct(step, [M[1:]], [M[0], pt.as_tensor(np.float64(0.0))], keep=[1], non_sequences=(), inputs=(M,))
     _left(fgraph, changed)
     S = pt.dmatrix("S", shape=(None, 3))
+    # a rest of another type than the update's (a number added to a row): left
+    fgraph, changed = _direct(lambda row, h, g: (row + (h * 0.5).sum(), g + h.sum()), [S[1:]], [S[0], pt.as_tensor(np.float64(0.0))],
+                              keep=[1], non_sequences=(), inputs=(S,))
+    _left(fgraph, changed)
     fgraph, changed = _direct(step, [S[1:]], [S[0], pt.as_tensor(np.float64(0.0))], keep=[1], non_sequences=(), inputs=(S,))
     assert changed == 1  # the same loop over rows of static shape (3,)
     SV = np.arange(15.0).reshape(5, 3) / 7.0
