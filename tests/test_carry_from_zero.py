@@ -21,6 +21,7 @@ import pytensor
 import pytensor.tensor as pt
 import pytest
 from pytensor.compile.mode import Mode
+from pytensor.graph.basic import Constant, equal_computations
 from pytensor.scan.op import Scan
 from pytensor.tensor.subtensor import IncSubtensor, Subtensor
 
@@ -30,7 +31,6 @@ from innergraph.rewriting.carry_from_zero import _initial_row, _rows_from, carry
 from innergraph.rewriting.untrace import untrace_final_states
 from innergraph.stats import graph_stats
 from innergraph.testing.rewrites import rewritten
-from pytensor.graph.basic import Constant, equal_computations
 from test_rewrites import canonicalized_then
 from vanilla import vanilla_function
 from typed import grad
@@ -66,11 +66,10 @@ X, A = pt.dvector("X"), pt.dscalar("a")
 XV = np.array([0.5, -1.0, 2.0, 0.25, 1.5, -0.75, 3.0])
 
 
-def _direct(step, sequences, outputs_info, keep, non_sequences=(A,), n_steps=None, inputs=(X, A)):
+def _direct(step, sequences, outputs_info, keep, non_sequences=(A,), inputs=(X, A)):
     """The graph of the states' final values in ``keep`` after `carry_from_zero`, and its count."""
     states = innergraph.scan(
-        step, sequences=list(sequences), outputs_info=list(outputs_info), non_sequences=list(non_sequences),
-        n_steps=n_steps, return_updates=False,
+        step, sequences=list(sequences), outputs_info=list(outputs_info), non_sequences=list(non_sequences), return_updates=False
     )
     finals = [s[-1] for s in (states if isinstance(states, list) else [states])]
     fgraph, untraced = rewritten(canonicalized_then(untrace_final_states), list(inputs), finals)
@@ -115,7 +114,7 @@ def test_a_carry_from_row_0_reads_the_buffer_whole_from_zero():
 
 
 @pytest.mark.parametrize("add_order", ["row + rest", "rest + row"])
-@pytest.mark.parametrize("j", [1, 2])  # j + 1 is neither j ^ 1 nor j | 1 for both
+@pytest.mark.parametrize("j", [1, 2])  # at j = 1, j ^ 1 and j | 1 are not j + 1 (at j = 2 both are)
 def test_a_carry_from_row_j_reads_the_buffer_from_row_j(add_order, j):
     def step(row, h, g, a):
         return (row + h * a if add_order == "row + rest" else h * a + row), g + h
@@ -140,8 +139,9 @@ def test_a_carry_after_one_it_leaves_is_read_from_zero():
 
 
 def test_a_while_loop_is_left_and_a_counted_loop_after_it_is_taken():
-    """A loop with a condition (an until-scan) has the pattern too: its number of steps is not
-    the sequence's, so it is left; the counted loop after it is still taken."""
+    """An until-scan of the same pattern is left (it may stop before its sequence ends, so
+    `untrace_final_states` keeps its traces: no carry), and the counted loop after it in the
+    consumers' order is still taken (a ``break`` for the pass's first ``continue`` stops before it)."""
     from pytensor.scan.utils import until
 
     def step_until(row, h, g, a):
