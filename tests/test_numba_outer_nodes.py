@@ -13,14 +13,12 @@ import textwrap
 import numpy as np
 import pytest
 
-import pytensor
 import pytensor.tensor as pt
 
 from children import WATCH, spawn
 
 from innergraph.backends import numba_reference
 from innergraph.backends.numba_reference import _BODIES, outer_node_by_reference, outer_nodes, stable_types
-from innergraph.startup.supported import parse_version
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -115,12 +113,6 @@ def test_the_final_function_links_no_code_of_a_node_called_by_reference(cold):
     assert linked["referenced"] == 0 and linked["loop_libraries"] >= 1 and linked["in_final"] >= 1, linked
 
 
-#: On PyTensor 3.3.6 the next process compiled 74 functions again (`get_gemv_pointer`, `impl`s, `as_is`, ...),
-#: before 2026-11-30's change of `SpecifyShape`'s conversion as after it (found by a 3.3.6 run of this file, not
-#: taken apart yet: which conversion 3.3.6 leaves without a cache key, and whether vanilla's next process does the same)
-@pytest.mark.xfail(
-    parse_version(pytensor.__version__) < (3, 3, 8), strict=True, reason="3.3.6: the next process compiles functions again (not taken apart)"
-)
 def test_the_next_process_compiles_nothing(cold):
     folders, got = cold
     again = spawn(_CHILD, folders["reference"], "reference")
@@ -145,6 +137,35 @@ def test_a_nodes_input_types_are_described_alike_in_every_process():
     # a type with object's repr and attributes of its own has no description: its node stays linked
     assert stable_types([TypedListType(pt.dvector().type)]) is None
     assert stable_types([pt.dvector().type, TypedListType(pt.dvector().type)]) is None
+
+
+def test_a_function_closing_over_a_dispatcher_is_not_a_unit_of_its_own():
+    """Numba keys a function's cache index by the pickle of its closure, and a dispatcher pickles
+    with a per-process id: such a function would be compiled again in every process (PyTensor
+    3.3.6's ``Dot`` conversion closes over its cast functions; the next-process test above failed
+    there with 75 functions compiled again). It is cached through PyTensor's wrapper, and a node of
+    it stays linked into the final function."""
+    import numba
+
+    from innergraph.backends.numba_once import cached_itself, stable_closure
+
+    inner = numba.njit(lambda v: v + 1.0)
+
+    def make(cell):
+        def closed(v):
+            return cell(v) * 2.0
+
+        return numba.njit(closed)
+
+    over_dispatcher, over_number = make(inner), make(abs)
+    assert not stable_closure(over_dispatcher.py_func) and stable_closure(over_number.py_func)
+    assert stable_closure(_dispatcher().py_func)  # no closure at all
+    assert cached_itself(over_dispatcher, "key") is None and cached_itself(over_number, "key") is not None
+    x = pt.dvector("x")
+    node = pt.exp(x).owner
+    with outer_nodes([node]):
+        assert outer_node_by_reference(node, (over_dispatcher, "key")) == (over_dispatcher, "key")
+        assert outer_node_by_reference(node, (over_number, "key"))[0] is not over_number  # a unit, by reference
 
 
 def _dispatcher():

@@ -38,6 +38,7 @@ from typing import Any
 
 import numba
 from numba.core.caching import FunctionCache
+from numba.core.dispatcher import Dispatcher
 from numba.core.registry import CPUDispatcher
 import pytensor
 from pytensor import config
@@ -48,7 +49,7 @@ from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
 
 from innergraph.core.hooks import original
 
-__all__ = ["GuardedCache", "cached_itself", "compiled_once", "direct_key", "guarded", "named_stably"]
+__all__ = ["GuardedCache", "cached_itself", "compiled_once", "direct_key", "guarded", "named_stably", "stable_closure"]
 
 _ensure_cache = original(numba_basic, "numba_funcify_ensure_cache")
 
@@ -134,9 +135,33 @@ def guarded(dispatcher: Any) -> Any:
     return dispatcher
 
 
+def stable_closure(py_func: Any) -> bool:
+    """Whether Numba's cache index of ``py_func`` is keyed alike in every process.
+
+    Numba keys a cached function's index by its bytecode and the pickle of its closure's
+    cells. A cell holding a Numba dispatcher pickles with that dispatcher's per-process
+    id, so the function would miss its own cache in every new process (PyTensor 3.3.6's
+    ``Dot`` conversion closes over the dispatchers that cast its inputs). Such a
+    function is cached as PyTensor caches it, through a wrapper that names it as a
+    global, which the index does not read.
+    """
+    for cell in getattr(py_func, "__closure__", None) or ():
+        try:
+            content = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        for value in content if isinstance(content, (tuple, list)) else (content,):
+            if isinstance(value, Dispatcher):
+                return False
+    return True
+
+
 def cached_itself(fn: Any, key: str, kind: str = DIRECT) -> Any:
-    """A dispatcher of ``fn``'s Python function with ``fn``'s options, cached under `direct_key` (``kind``); None if ``fn`` is no such dispatcher."""
-    if type(fn) is not CPUDispatcher or not isinstance(fn.py_func, types.FunctionType):
+    """A dispatcher of ``fn``'s Python function with ``fn``'s options, cached under `direct_key` (``kind``).
+
+    None if ``fn`` is no such dispatcher, or if its closure holds a dispatcher (`stable_closure`).
+    """
+    if type(fn) is not CPUDispatcher or not isinstance(fn.py_func, types.FunctionType) or not stable_closure(fn.py_func):
         return None
     stable = named_stably(fn.py_func)
     CACHED_SRC_FUNCTIONS[stable] = direct_key(key, kind)

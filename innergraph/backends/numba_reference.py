@@ -66,7 +66,7 @@ from pytensor import config
 from pytensor.link.numba.cache import compile_numba_function_src
 from pytensor.link.numba.dispatch import basic as numba_basic
 
-from innergraph.backends.numba_once import cached_itself, direct_key
+from innergraph.backends.numba_once import cached_itself, direct_key, stable_closure
 
 __all__ = [
     "BODY",
@@ -296,7 +296,8 @@ def outer_node_by_reference(node: Any, converted: tuple[Any, str | None]) -> tup
     """``converted`` (a node's function and key), called by reference when ``node`` is a node of the final function's graph.
 
     Inside an `outer_nodes` block, a node of that graph whose function can be cached
-    (a key and a jitted function) and which computes an array (`computes_arrays`) is
+    (a key, and a jitted function whose closure Numba keys alike in every process:
+    `stable_closure`) and which computes an array (`computes_arrays`) is
     compiled once as its own unit and the final function calls it through a pointer
     (`reference_intrinsic`): the final function's LLVM module holds none of its code and
     is not optimised with it (``design/numba-linking.md``, "The final function's nodes by
@@ -305,8 +306,8 @@ def outer_node_by_reference(node: Any, converted: tuple[Any, str | None]) -> tup
     fn, key = converted
     if not OUTER_NODES or key is None or id(node) not in _OUTER.get() or type(fn) is not CPUDispatcher:
         return converted
-    if len(node.inputs) > MAX_ARGUMENTS or not computes_arrays([node]):
-        return converted
+    if len(node.inputs) > MAX_ARGUMENTS or not computes_arrays([node]) or not stable_closure(fn.py_func):
+        return converted  # too many arguments, numbers only, or a unit that could not be cached: linked
     # PyTensor's key of a node's conversion need not name its input types, which its code reads (a Scan's storage)
     input_types = stable_types(v.type for v in node.inputs)
     if input_types is None:  # no description that another process repeats: nothing to name a unit by
