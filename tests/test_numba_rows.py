@@ -20,6 +20,7 @@ import pytensor
 from pytensor.link.numba.dispatch import scan as numba_scan
 
 from children import WATCH, spawn
+from vanilla import vanilla_values
 
 import innergraph
 from innergraph.backends.numba_rows import rows_by_loop, rows_key, store_row
@@ -69,6 +70,53 @@ def test_store_row_copies_a_row_checks_its_shape_and_reads_an_overlapping_value_
     vector = np.zeros(3)
     _store(vector, 2, np.asarray(5.0))  # a 0-d value is an element, assigned as before
     np.testing.assert_array_equal(vector, [0, 0, 5])
+
+
+def test_store_row_broadcasts_an_axis_of_length_one_along_its_row_as_numpy_does():
+    # Numba's slice assignment and NumPy (PyTensor's other linkers) broadcast a value's axis of length 1
+    storage, expected = np.zeros((2, 3)), np.zeros((2, 3))
+    for target in (storage, expected):
+        target[1] = np.array([7.0])
+    _store(storage, 1, np.array([7.0]))
+    np.testing.assert_array_equal(storage, expected)
+    storage, expected = np.zeros((2, 3, 4)), np.zeros((2, 3, 4))
+    for index, value in ((0, np.arange(4.0).reshape(1, 4)), (1, np.arange(3.0).reshape(3, 1)), (1, np.array([[5.0]]))):
+        _store(storage, index, value)
+        expected[index] = value
+        np.testing.assert_array_equal(storage, expected)
+    # a value that is its own row's first element, broadcast: read whole before it is overwritten
+    _store(storage, 0, storage[0][:1, :1])
+    expected[0] = expected[0][:1, :1].copy()
+    np.testing.assert_array_equal(storage, expected)
+    # a broadcast value inside its row, past the row's first line: only the row's whole extent (not the value's
+    # shape) shows the overlap, and line 2 reads what line 1 wrote if it is missed
+    grid, expected_grid = np.arange(24.0).reshape(2, 4, 3), np.arange(24.0).reshape(2, 4, 3)
+    _store(grid, 1, grid[1][1:, :1].T)
+    expected_grid[1] = expected_grid[1][1:, :1].T.copy()
+    np.testing.assert_array_equal(grid, expected_grid)
+    block, expected_block = np.zeros((2, 2, 3, 2)), np.zeros((2, 2, 3, 2))  # more dimensions
+    _store(block, 1, np.arange(4.0).reshape(2, 1, 2))
+    expected_block[1] = np.arange(4.0).reshape(2, 1, 2)
+    np.testing.assert_array_equal(block, expected_block)
+    _store(np.zeros((2, 0)), 1, np.ones(1))  # an empty row takes a broadcast value, as in NumPy
+    with pytest.raises(ValueError, match="does not have the shape of its output's storage row"):
+        _store(np.zeros((2, 3)), 0, np.ones(2))
+    with pytest.raises(ValueError, match="does not have the shape of its output's storage row"):
+        _store(np.zeros((2, 1)), 0, np.ones(3))  # the row's axis of length 1 does not broadcast
+
+
+def test_a_step_returning_a_row_of_length_one_for_a_longer_state_gives_vanillas_values():
+    # The step returns a row of length k = 1 for a state of length 3: every linker of vanilla broadcasts it
+    def build():
+        k, x0 = pytensor.tensor.iscalar("k"), pytensor.tensor.dvector("x0")
+        states = pytensor.scan(lambda x_tm1, k: x_tm1[:k] + 1.0, outputs_info=[x0], non_sequences=[k], n_steps=3, return_updates=False)
+        return [x0, k], states
+
+    values = [np.array([1.0, 2.0, 3.0]), 1]
+    expected = vanilla_values(build, values, mode="NUMBA")
+    np.testing.assert_array_equal(expected, [[2.0] * 3, [3.0] * 3, [4.0] * 3])
+    inputs, outputs = build()
+    np.testing.assert_array_equal(pytensor.function(inputs, outputs, mode="NUMBA")(*values), expected)
 
 
 _LOOPS = textwrap.dedent(

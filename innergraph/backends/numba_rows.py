@@ -12,12 +12,15 @@ row store
     process pays about 5 s for the first such statement where the same store written as a
     loop costs about 1 s (measured 2026-11-30, Numba 0.68; `design/benchmarks.md`).
 `store_row`
-    The same store as one Numba function: a 0-d value is assigned as before; an array
-    value is checked against its row's shape (an error with a fixed message) and copied
-    element by element (vectors and matrices by plain loops, more dimensions through
-    ``np.ndindex``), through a copy of it where its bytes' extent overlaps the row's, the
-    test Numba's slice assignment makes. One compiled function per signature: a 2-d row
-    of two signatures costs 7 compilations where the slice assignment costs 45.
+    The same store as one Numba function: a 0-d value, or one of another number of
+    dimensions than its row, is assigned as before; an array value is checked against its
+    row's shape (an error with a fixed message) and copied element by element (vectors and
+    matrices by plain loops, more dimensions through ``np.ndindex``), through a copy of it
+    where its bytes' extent overlaps the row's, the test Numba's slice assignment makes. A
+    value's axis of length 1 is broadcast along its row's, as the slice assignment (and
+    NumPy, in PyTensor's other linkers) does: a step may return a row of length 1 for a
+    state of length 3. One compiled function per signature: a 2-d row of two signatures
+    costs 7 compilations where the slice assignment costs 45.
 
 `scan_rows_by_loop` is the context in which PyTensor's Numba Scan conversion compiles
 its generated source with its row stores replaced by `store_row` calls
@@ -41,7 +44,8 @@ from pytensor.link.numba.dispatch import scan as numba_scan
 __all__ = ["ROWS_VERSION", "rows_by_loop", "rows_key", "scan_rows_by_loop", "store_row"]
 
 #: The version of the code `rows_by_loop` writes, part of `rows_key`: raised when it changes.
-ROWS_VERSION = 1
+#: 2: a value's axis of length 1 is broadcast along its row's (version 1 raised).
+ROWS_VERSION = 2
 
 #: A row store of PyTensor's generated Scan source (module docstring); the index holds no brackets.
 _ROW_STORE = re.compile(r"^(?P<indent>[ ]+)(?P<storage>\w+_storage)\[(?P<index>[^\[\]\n]+)\] = (?P<value>inner_out_\d+)$", re.MULTILINE)
@@ -59,7 +63,8 @@ _MISMATCH = "Scan: a step's output does not have the shape of its output's stora
 def _store_row(storage: Any, index: Any, value: Any) -> Callable[..., None]:
     # One function per signature, its helpers' code written out: each jitted helper would be
     # one more function for Numba to compile in every process (module docstring).
-    if not isinstance(value, types.Array) or value.ndim == 0:
+    row_ndim = storage.ndim - 1 if isinstance(storage, types.Array) and isinstance(index, types.Integer) else -1
+    if not isinstance(value, types.Array) or value.ndim == 0 or value.ndim != row_ndim:
 
         def assign(storage: Any, index: Any, value: Any) -> None:
             storage[index] = value
@@ -67,31 +72,36 @@ def _store_row(storage: Any, index: Any, value: Any) -> Callable[..., None]:
         return assign
 
     # the bytes each occupies, first to one past the last: overlapping, the value is read whole first;
-    # one and two dimensions as plain loops (a state, a covariance per step), more through np.ndindex
+    # one and two dimensions as plain loops (a state, a covariance per step), more through np.ndindex;
+    # an axis of the value of length 1 is read at 0 along its row's (broadcast: `along` is 0 there)
     def copy(storage: Any, index: Any, value: Any) -> None:
         row = storage[index]
-        if row.shape != value.shape:
-            raise ValueError(_MISMATCH)
-        if value.size == 0:
+        for d in range(ndim):
+            if value.shape[d] != row.shape[d] and value.shape[d] != 1:
+                raise ValueError(_MISMATCH)
+        if row.size == 0:
             return
         low = high = row.ctypes.data
         value_low = value_high = value.ctypes.data
         for d in range(value.ndim):
-            step, value_step = (value.shape[d] - 1) * row.strides[d], (value.shape[d] - 1) * value.strides[d]
+            step, value_step = (row.shape[d] - 1) * row.strides[d], (value.shape[d] - 1) * value.strides[d]
             low, high = low + min(step, 0), high + max(step, 0)
             value_low, value_high = value_low + min(value_step, 0), value_high + max(value_step, 0)
         overlap = value_low < high + row.itemsize and low < value_high + value.itemsize
         source = value.copy() if overlap else value
         if ndim == 1:
-            for j in range(source.shape[0]):
-                row[j] = source[j]
+            along = int(source.shape[0] != 1)
+            for j in range(row.shape[0]):
+                row[j] = source[j * along]
         elif ndim == 2:
-            for j in range(source.shape[0]):
-                for k in range(source.shape[1]):
-                    row[j, k] = source[j, k]
+            along, along_k = int(source.shape[0] != 1), int(source.shape[1] != 1)
+            for j in range(row.shape[0]):
+                for k in range(row.shape[1]):
+                    row[j, k] = source[j * along, k * along_k]
         else:
-            for at in np.ndindex(source.shape):
-                row[at] = source[at]
+            wide = np.broadcast_to(source, row.shape)
+            for at in np.ndindex(row.shape):
+                row[at] = wide[at]
 
     ndim = value.ndim  # a constant of the typed function: the other branches are pruned
     return copy
