@@ -1,6 +1,8 @@
 """The pipeline lifts plain OpFromGraphs (``innergraph_lift_ofg``): importing innergraph is enough.
 
-Every test builds PyTensor's own `OpFromGraph` and compiles it with the default
+The pass is first called directly on FunctionGraphs (so that a planted fault fails fast):
+its count, each gain alone, what stays native, the Scans of a lifted graph, the merge.
+The other tests build PyTensor's own `OpFromGraph` and compile it with the default
 pipeline; the reference is the same graph compiled with innergraph uninstalled.
 """
 
@@ -20,6 +22,8 @@ from innergraph import graph_stats
 from innergraph.core.graph import body_of
 from innergraph.protocol import runtime
 from innergraph.ops.call import Call
+from innergraph.ops.scan import Scan as InGraphScan
+from innergraph.rewriting.lift import mark_lifted
 from innergraph.rewriting.lift_ofg import lift_op_from_graphs
 from innergraph.core.types import Body
 from typed import grad, pushforward
@@ -77,6 +81,94 @@ def two_output_ofg(cls=OpFromGraph, **kwargs):
     """A cheap output and an expensive one (an outer product and its tanh)."""
     p, q = pt.dvector("p"), pt.dvector("q")
     return cls([p, q], [pt.exp(p) * q, pt.tanh(pt.outer(p, q)).sum(axis=0)], **kwargs)
+
+
+# The pass called directly --------------------------------------------------------------------
+#
+# `lift_op_from_graphs` on a FunctionGraph of PyTensor's own nodes, before any compilation
+# (first, so that a planted fault fails fast): the count it returns, which OpFromGraphs it
+# lifts (each gain alone), which it leaves native, the Scans it lifts with them, the merge.
+
+P, Q = pt.dvector("p"), pt.dvector("q")
+EXP_TIMES = OpFromGraph([P, Q], [pt.exp(P) * Q])  # nothing to gain unless its application gives one
+TWICE = OpFromGraph([P, Q], [pt.exp(P) * Q], pullback=lambda inputs, outputs, g: [g[0] * 2.0, g[0]])  # EXP_TIMES's body, another Op
+
+
+def lifted(outputs, inputs=(x, y), marked=False):
+    """A copy of the graph after `lift_op_from_graphs` (the graph first marked lifted, if asked), and its count."""
+    fgraph = FunctionGraph(list(inputs), list(outputs), clone=True)
+    if marked:
+        mark_lifted(fgraph)
+    return fgraph, lift_op_from_graphs(fgraph)
+
+
+def ops_of(fgraph, cls):
+    return [n.op for n in fgraph.apply_nodes if type(n.op) is cls]
+
+
+@pytest.mark.parametrize(
+    "outputs, inputs",
+    [
+        (lambda: [EXP_TIMES(x, pt.constant(np.full(5, 2.0)))], [x]),
+        (lambda: [EXP_TIMES(x, x)], [x]),
+        (lambda: OpFromGraph([P, Q], [P, P * Q])(x, y), [x, y]),
+    ],
+    ids=["a constant argument", "a repeated argument", "an output returning an input"],
+)
+def test_each_gain_alone_lifts_the_ofg(outputs, inputs):
+    fgraph, count = lifted(outputs(), inputs)
+    assert count == 1
+    assert not ops_of(fgraph, OpFromGraph) and len(ops_of(fgraph, Call)) == 1
+
+
+def test_an_ofg_with_nothing_to_gain_is_left_as_it_was():
+    fgraph, count = lifted([EXP_TIMES(x, y)])
+    assert count == 0
+    assert ops_of(fgraph, OpFromGraph) == [EXP_TIMES] and not ops_of(fgraph, Call)
+    # 300 arguments, none repeated: the lengths compared are not CPython's cached small ints.
+    params, args = [pt.dvector(f"p{i}") for i in range(300)], [pt.dvector(f"a{i}") for i in range(300)]
+    wide = OpFromGraph(params, [pt.add(*params)])
+    fgraph, count = lifted([wide(*args)], args)
+    assert count == 0 and ops_of(fgraph, OpFromGraph) == [wide]
+
+
+def test_an_output_only_an_unused_input_reads_is_dead():
+    sum_prod = OpFromGraph([P, Q], [P + Q, P * Q])  # nothing to gain while both outputs are read
+    first, second = sum_prod.make_node(x, y).outputs
+    reads_first = OpFromGraph([P, Q], [P * 2.0], on_unused_input="ignore")  # its second input unused
+    fgraph, count = lifted([first, reads_first(x, second)])
+    assert count == 2 and not ops_of(fgraph, OpFromGraph)
+    # Read as an input the reader uses, the same output is live, and neither Op gains.
+    reads_both = OpFromGraph([P, Q], [P * Q])
+    fgraph, count = lifted([first, reads_both(x, second)])
+    assert count == 0 and len(ops_of(fgraph, OpFromGraph)) == 2 and not ops_of(fgraph, Call)
+
+
+def test_an_ofg_with_nothing_to_gain_stays_native_beside_one_lifted():
+    fgraph, count = lifted([pt.add(EXP_TIMES(x, x), OpFromGraph([P, Q], [P - Q])(x, y))])
+    assert count == 1
+    (native,) = [n for n in fgraph.apply_nodes if type(n.op) is OpFromGraph]
+    assert native.inputs == fgraph.inputs and len(ops_of(fgraph, Call)) == 1
+
+
+def test_native_scans_are_lifted_with_the_ofgs_in_a_lifted_graph_only():
+    total = pytensor.scan(lambda row, acc: acc + row, sequences=[x], outputs_info=[pt.constant(0.0, dtype="float64")], return_updates=False)[-1]
+    fgraph, count = lifted([EXP_TIMES(x, x), total], [x])
+    assert count == 1 and len(ops_of(fgraph, NativeScan)) == 1 and len(ops_of(fgraph, Call)) == 1
+    fgraph, count = lifted([EXP_TIMES(x, x), total], [x], marked=True)  # innergraph_lift ran on it
+    assert count == 2 and not ops_of(fgraph, NativeScan) and len(ops_of(fgraph, InGraphScan)) == 1
+
+
+def test_two_lifts_of_one_body_are_merged_and_one_lift_merges_nothing():
+    assert EXP_TIMES != TWICE  # its pullback makes it another Op: each lift makes its own function
+    fgraph, count = lifted([pt.add(EXP_TIMES(x, x), TWICE(y, y))])
+    assert count == 2 and graph_stats(fgraph)["bodies"] == 1
+    first, second = [n for n in fgraph.apply_nodes if isinstance(n.op, Call)]
+    assert first.inputs[0] is second.inputs[0]
+    # One lift: the rest of the graph is left to PyTensor's own merge, later.
+    fgraph, count = lifted([pt.add(EXP_TIMES(x, x), pt.exp(y), pt.exp(y))])
+    exp_y = [n for n in fgraph.apply_nodes if n.op == pt.exp(y).owner.op and n.inputs == [fgraph.inputs[1]]]
+    assert count == 1 and len(exp_y) == 2
 
 
 # Dead outputs, under every linker ------------------------------------------------------
