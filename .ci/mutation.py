@@ -66,6 +66,7 @@ MODULES: dict[str, dict[str, object]] = {
     ),
     "innergraph/rewriting/inline_args.py": _one_file("tests/test_inline_args.py"),  # about 4 s a mutant on one core
     "innergraph/rewriting/licm.py": _one_file("tests/test_rewrites.py", "-k", "invariant or branch_only or hoisting"),  # about 8 s a mutant at load 3-4
+    "innergraph/rewriting/lift_ofg.py": _one_file("tests/test_lift_ofg.py"),  # about 3 s a mutant at load 2-3
     "innergraph/rewriting/link_arguments.py": _one_file("tests/test_link_arguments.py"),  # about 7 s a mutant on one core
     "innergraph/rewriting/ofg_outputs.py": _one_file("tests/test_ofg_dead_outputs.py"),  # about 4 s a mutant on one core
     "innergraph/rewriting/push_out_cost.py": _one_file("tests/test_push_out_cost.py"),  # about 5 s a mutant on one core
