@@ -124,13 +124,14 @@ def fresh(name):
     return pt.exp(pt.dvector(name))
 
 
-def made_in_place(outputs, protected="all", rewriter=None):
-    """A copy of the graph of ``outputs``, marked lifted, after the pass (ours unless ``rewriter``); its Scans in order.
+def made_in_place(outputs, protected="all", rewriter=None, clone=True):
+    """A copy of the graph of ``outputs`` (the graph itself if not ``clone``), marked lifted, after the pass (ours
+    unless ``rewriter``); its Scans in order.
 
     ``protected``: the graph's inputs the function must not overwrite (all, or those named).
     """
     inputs = [v for v in graph_inputs(outputs) if not isinstance(v, Constant)]
-    fgraph = FunctionGraph(inputs, list(outputs), clone=True)
+    fgraph = FunctionGraph(inputs, list(outputs), clone=clone)
     fgraph.attach_feature(Supervisor([v for v in fgraph.inputs if protected == "all" or v.name in protected]))
     rewriter = rewriter or SharedScanInplace()
     rewriter.add_requirements(fgraph)
@@ -151,6 +152,7 @@ SLOTS = {  # (sequences, mit-mots, mit-sots, sit-sots, nit-sots, untraced states
     "three sit-sots, two nit-sots, an untraced": ((0, 0, 0, 3, 2, 1), {0: [1], 1: [2], 2: [3], 5: [4]}),
     "mit-sots and untraced, no sequence": ((0, 0, 2, 0, 1, 2), {0: [1], 1: [2], 3: [3], 4: [4]}),
     "two of each, three sequences": ((3, 2, 2, 2, 2, 2), {0: [4], 1: [5], 2: [6], 3: [7], 4: [8], 5: [9], 8: [10], 9: [11]}),
+    "a mit-mot, a mit-sot, no sit-sot": ((1, 1, 1, 0, 1, 1), {0: [2], 1: [3], 3: [4]}),
 }
 
 
@@ -179,6 +181,18 @@ def test_protected_states_cost_no_attempt_the_others_are_tried_one_by_one(attemp
     _, (new,) = made_in_place(node.outputs, protected=())
     assert new.op.destroy_map == {0: [2], 1: [3], 3: [4], 4: [5]} == pytensors_maps(node.outputs, protected=())[0]
     assert attempts == [1, 1, 1, 1, 1, 1]
+    # the second untraced state protected, the first and the trace's fresh: one attempt, of those two
+    attempts.clear()
+    node = apply_op(native_op(n_seqs=1, n_sit_sot=1, n_untraced=2), [fresh("b"), fresh("u"), v])
+    _, (new,) = made_in_place(node.outputs, protected=("v",))
+    assert new.op.destroy_map == {0: [2], 1: [3]} == pytensors_maps(node.outputs, protected=("v",))[0]
+    assert attempts == [1]
+    # the third trace protected, the first two fresh: one attempt, of those two
+    attempts.clear()
+    node = apply_op(native_op(n_seqs=1, n_sit_sot=3), [fresh("b0"), fresh("b1"), v])
+    _, (new,) = made_in_place(node.outputs, protected=("v",))
+    assert new.op.destroy_map == {0: [2], 1: [3]} == pytensors_maps(node.outputs, protected=("v",))[0]
+    assert attempts == [1]
 
 
 def test_copies_of_one_op_are_made_in_place_together_with_one_op(attempts):
@@ -197,6 +211,17 @@ def test_copies_of_one_op_are_made_in_place_together_with_one_op(attempts):
     assert sorted(map(str, maps)) == sorted(map(str, pytensors_maps(outputs))) == ["{0: [2], 1: [3]}"] * 2 + ["{1: [3]}"]
     assert attempts == [1, 1, 1]
     assert len({id(n.op) for n in new if n.op.destroy_map == {0: [2], 1: [3]}}) == 1  # one Op built per decision
+
+
+def test_copies_with_fewer_candidates_than_the_first_are_tried_alone(attempts):
+    """The first copy the pass reaches may overwrite both states, the other only its trace's: neither more nor fewer
+    candidates than the first's send the copies together."""
+    op = native_op(n_seqs=1, n_sit_sot=1, n_untraced=1)
+    (trace, _) = apply_op(op, [fresh("b1"), pt.dvector("v")]).outputs  # its untraced state a protected input
+    last = apply_op(op, [fresh("b0"), fresh("u0")], seqs=[trace])  # reads the other's trace: reached first
+    _, new = made_in_place(last.outputs)
+    assert [n.op.destroy_map for n in new] == [{0: [2]}, {0: [2], 1: [3]}] == pytensors_maps(last.outputs)
+    assert attempts == [1, 1]  # each copy's candidates at once, no batch of the two
 
 
 def test_each_ops_copies_are_made_in_place(attempts):
@@ -230,12 +255,11 @@ def test_fresh_allocations_are_duplicated_only_when_read_twice(attempts):
     assert attempts == [2]  # each copy overwrites an allocation of its own
     buffers = [n.inputs[2] for n in new]
     assert all(isinstance(b.owner.op, Alloc) for b in buffers) and buffers[0] is not buffers[1]
-    # read once, an allocation is overwritten as it is
+    # read once, an allocation is overwritten as it is: the in-place Scan reads that very allocation
     attempts.clear()
     (out,) = apply_op(op, [zeros]).outputs
-    fgraph, (new,) = made_in_place([out])
-    (alloc,) = [n for n in fgraph.apply_nodes if isinstance(n.op, Alloc)]
-    assert new.op.destroy_map == {0: [2]} and new.inputs[2] is alloc.outputs[0] and attempts == [1]
+    fgraph, (new,) = made_in_place([out], clone=False)
+    assert new.op.destroy_map == {0: [2]} and new.inputs[2] is zeros and attempts == [1]
 
 
 def test_a_state_something_else_overwrites_is_left_unless_freshly_allocated(attempts):
@@ -248,6 +272,13 @@ def test_a_state_something_else_overwrites_is_left_unless_freshly_allocated(atte
         _, (new,) = made_in_place(outputs)
         assert new.op.destroy_map == made == pytensors_maps(outputs)[0]
         assert attempts == ([1] if made else [])
+    # a state another node only reads, beside a vector that node overwrites: the Scan may overwrite the state
+    attempts.clear()
+    state, other = fresh("b"), fresh("c")
+    write = pt.set_subtensor(other[:1], state).owner
+    outputs = [*apply_op(op, [state]).outputs, IncSubtensor(write.op.idx_list, inplace=True, set_instead_of_inc=True)(*write.inputs)]
+    _, (new,) = made_in_place(outputs)
+    assert new.op.destroy_map == {0: [2]} == pytensors_maps(outputs)[0] and attempts == [1]
 
 
 def test_the_same_state_twice_in_one_node_is_copied_once():
