@@ -18,13 +18,15 @@ from hashlib import sha256
 from pathlib import Path
 
 import numpy as np
+import pytensor
 import pytest
 from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS
 
 from children import result, spawn
 
+import innergraph
 from innergraph.backends.numba_link import final_function
-from innergraph.backends.numba_once import DIRECT
+from innergraph.backends.numba_once import DIRECT, FORMAT, direct_key
 
 _CHILD = textwrap.dedent(
     """
@@ -228,6 +230,18 @@ def test_an_entry_of_another_pytensor_numba_or_format_is_not_used(tmp_path):
     index.write_bytes(pickle.dumps("0.1.0") + rest)
     again = _child(tmp_path, "innergraph")
     assert again["compiled"] == 1 and again["warnings"] == []  # the final function, compiled anew
+
+
+def test_entries_name_the_package_innergraph_is_imported_under():
+    """The key of every entry innergraph writes names ``innergraph`` or, in a PyTensor that ships it, ``pytensor.innergraph``.
+
+    The code innergraph caches names its modules (a body's address, an exception class); Numba
+    loads an entry's globals by module name. Found 2026-11-30: a patched PyTensor served the
+    entries the monkey-patched form had written to the same compile directory (CI's environments
+    share it), and their code imported a second copy of innergraph by its top-level name.
+    ``tests/test_pickle.py``'s PyTensor-only function then loads the whole library.
+    """
+    assert f"_format{FORMAT}_{innergraph.__name__}_pytensor{pytensor.__version__}_" in direct_key("some_key")
 
 
 @pytest.mark.monkey_patch_only  # in a patched PyTensor a process that never imports innergraph runs innergraph's code

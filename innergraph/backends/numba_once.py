@@ -49,7 +49,7 @@ from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
 
 from innergraph.core.hooks import original
 
-__all__ = ["GuardedCache", "cached_itself", "compiled_once", "direct_key", "guarded", "named_stably", "stable_closure"]
+__all__ = ["PACKAGE", "GuardedCache", "cached_itself", "compiled_once", "direct_key", "guarded", "named_stably", "stable_closure"]
 
 _ensure_cache = original(numba_basic, "numba_funcify_ensure_cache")
 
@@ -65,6 +65,12 @@ WRAPPED = "_innergraph_wrapped"
 #: (`named_stably`); entries of format 1 could not be loaded by another process.
 FORMAT = 2
 
+#: The name innergraph is imported under: ``innergraph``, or ``pytensor.innergraph`` in a PyTensor that ships the
+#: series (``patches/``). The code innergraph caches names its modules (a body's address, an exception class), and
+#: Numba loads an entry's globals by module name: an entry of the other form would import a second copy of the
+#: library, which a PyTensor that ships it may not even have. Each form keeps entries of its own.
+PACKAGE = __name__.rpartition(".backends.")[0]
+
 
 def direct_key(key: str, kind: str = DIRECT) -> str:
     """The key a function innergraph caches is registered under: PyTensor's ``key``, ``kind``, and what else its code depends on.
@@ -72,9 +78,10 @@ def direct_key(key: str, kind: str = DIRECT) -> str:
     PyTensor's keys name what an Op's conversion reads (its class, props, the graph), not
     the code PyTensor generates from it, and its locator stamps no version: an entry made
     by another PyTensor would be served. innergraph's entries carry PyTensor's version
-    (Numba's index already refuses another Numba's), the fastmath setting and `FORMAT`.
+    (Numba's index already refuses another Numba's), the fastmath setting, `FORMAT` and the
+    name the library is imported under (`PACKAGE`).
     """
-    return f"{key}{kind}_format{FORMAT}_pytensor{pytensor.__version__}_fastmath{int(config.numba__fastmath)}"
+    return f"{key}{kind}_format{FORMAT}_{PACKAGE}_pytensor{pytensor.__version__}_fastmath{int(config.numba__fastmath)}"
 
 
 def named_stably(py_func: Any) -> Any:
