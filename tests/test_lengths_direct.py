@@ -101,6 +101,7 @@ def test_shape_of_first_axis_only():
     assert _shape_of_first_axis(Shape_i(0)(v).owner) is v
     assert _shape_of_first_axis(Shape_i(0)(x).owner) is x
     assert _shape_of_first_axis(Shape_i(1)(x).owner) is None
+    assert _shape_of_first_axis(Shape_i(-1)(x).owner) is None  # the last axis
     assert _shape_of_first_axis(v.shape[0].owner) is v
     assert _shape_of_first_axis(x.shape[0].owner) is x
     assert _shape_of_first_axis(x.shape[1].owner) is None
@@ -319,6 +320,10 @@ def test_rows_from_end_against_numpy():
         ((None, 2, None), 1, True, 1),
         ((-3, None, None), 1, True, 3),
         ((1, None, -1), 1, True, 2),
+        ((-3, None, None), 3, False, 1),
+        ((None, None, -3), 1, False, 4),
+        ((None, None, None), 2, False, 2),
+        ((None, None, -7), 1, False, 8),
     ]
     for index, minimum, reversed_, rows in refused:
         idx = (
@@ -408,3 +413,16 @@ def test_final_row_reads_refuses_other_reads():
         )
         is None
     )
+
+
+def test_a_minimum_of_zero_rows_counts_as_one():
+    """``minimum`` 0 is read as 1 (``max(minimum, 1)``): a read of an empty buffer selects no row, so the rows
+    given are those of every buffer of one row or more (NumPy's, for 1 to 7 rows)."""
+    last, one, two = (pt.constant(v, dtype="int64") for v in (-1, 1, -2))
+    assert _rows_from_end(slice(last, None), 0, False, 2) == (0,)
+    assert _rows_from_end(slice(None, one), 0, True, 2) == (0,)
+    assert _rows_from_end(slice(two, None), 0, False, 2) is None
+    for length in range(1, 8):
+        assert _numpy_rows(slice(-1, None), length, False) == (0,)
+        assert _numpy_rows(slice(None, 1), length, True) == (0,)
+    assert np.arange(0)[-1:].size == 0
