@@ -11,13 +11,18 @@ import numpy as np
 import pytensor
 import pytensor.scalar as ps
 import pytensor.tensor as pt
-from pytensor.compile.mode import Mode
-from pytensor.graph.basic import Constant
+from pytensor.compile.mode import Mode, optdb
+from pytensor.graph.basic import Apply, Constant
 from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.op import Op
+from pytensor.graph.replace import _vectorize_node
 from pytensor.graph.rewriting.basic import MergeOptimizer
+from pytensor.graph.rewriting.db import RewriteDatabaseQuery
 from pytensor.graph.traversal import applys_between, graph_inputs
 from pytensor.scan.utils import until
 from pytensor.tensor.basic import Alloc, AllocEmpty
+from pytensor.tensor.random.type import random_generator_type
+from pytensor.tensor.rewriting.shape import ShapeFeature
 from pytensor.tensor.subtensor import (
     AdvancedIncSubtensor,
     IncSubtensor,
@@ -29,6 +34,8 @@ import innergraph
 from innergraph.core.fold import unfold_inner_graphs, visible_nodes
 from innergraph.core.graph import body_of
 from innergraph.ops.scan import Scan
+from innergraph.protocol.signature import consumers
+from innergraph.protocol.slots import Meaning
 from innergraph.rewriting import batch_loops as bl
 
 PY = Mode(linker="py", optimizer=None)
@@ -749,22 +756,31 @@ def test_a_chain_of_increments_at_distinct_constant_indices_becomes_one():
     )
 
 
-def test_chains_that_are_not_one_increment_stay():
-    """A repeated index, a set, a two-index increment, a symbolic index: three IncSubtensors stay."""
+def test_chains_that_are_not_one_increment_stay_and_later_readers_are_batched():
+    """A repeated index, a set, a two-index increment, a symbolic index: three IncSubtensors stay; ``exp`` read after them: one."""
     j = pt.lscalar("j")
     cases = [
-        lambda s, acc: [chain(s, acc, where=(4, 1, 4))],
-        lambda s, acc: [chain(s, acc, op=pt.set_subtensor)],
-        lambda s, acc: [chain(s, pt.outer(acc, acc), where=((0, 4), (1, 1), (2, 3)))],
-        lambda s, acc: [chain(s, acc, where=(4, 1, j))],
+        lambda s, acc: chain(s, acc, where=(4, 1, 4)),
+        lambda s, acc: chain(s, acc, op=pt.set_subtensor),
+        lambda s, acc: chain(s, pt.outer(acc, acc), where=((0, 4), (1, 1), (2, 3))),
+        lambda s, acc: chain(s, acc, where=(4, 1, j)),
     ]
     for case in cases:
         v, acc = pt.tensor("v", shape=(3,), dtype="float64"), pt.dvector("acc")
         slices = [v[i] for i in range(3)]
-        fg = FunctionGraph([v, acc, j], case(slices, acc), clone=False)
+        fg = FunctionGraph(
+            [v, acc, j], [case(slices, acc), *(pt.exp(x) for x in slices)], clone=False
+        )
         bl._sink(fg, [slices])
         assert sum(isinstance(n.op, IncSubtensor) for n in fg.apply_nodes) == 3
         assert not any(isinstance(n.op, AdvancedIncSubtensor) for n in fg.apply_nodes)
+        assert names(fg).count("Elemwise") == 1  # one exp
+    got = evaluate(fg.inputs, fg.outputs, [V3, ACC, 2])
+    expected = ACC.copy()
+    expected[[4, 1]] += V3[:2]
+    expected[2] += V3[2]
+    np.testing.assert_array_equal(got[0], expected)
+    close(got[1:], np.exp(V3))
 
 
 def test_an_intermediate_sum_read_elsewhere_keeps_the_chain():
@@ -831,3 +847,316 @@ def test_a_group_whose_slices_left_the_graph_is_skipped():
     before = names(fg)
     bl._sink(fg, [slices])
     assert names(fg) == before
+
+
+def test_an_increment_of_an_allocation_past_the_depth_is_stacked():
+    """``inc(zeros(3)[1], y)`` at depth 1: the increment is repeated through, its allocation (depth 0) stacked."""
+    y = pt.dscalar("y")
+    got = bl._repeated(pt.inc_subtensor(pt.zeros(3)[1], y), 4, depth=1)
+    assert isinstance(got.owner.op, IncSubtensor) and not isinstance(
+        got.owner.inputs[0].owner.op, Alloc
+    )
+    np.testing.assert_array_equal(
+        evaluate([y], [got], [2.5])[0], np.tile([0.0, 2.5, 0.0], (4, 1))
+    )
+
+
+def test_k_increments_of_rows_lift_as_one_increment():
+    """``inc(X[i][1], c_i)`` for the 3 rows of an (3, 4) ``X``: one IncSubtensor of ``X``'s rows, NumPy's values."""
+    x = pt.tensor("x", shape=(3, 4), dtype="float64")
+    got, batched = bl._lifted(
+        [pt.inc_subtensor(x[i][1], float(i)) for i in range(3)], depth=3
+    )
+    assert batched and ops([got], [x]).count("IncSubtensor") == 1
+    expected = X34.copy()
+    expected[:, 1] += np.arange(3.0)
+    np.testing.assert_array_equal(evaluate([x], [got], [X34])[0], expected)
+    a, b = pt.dvector("a"), pt.dscalar("b")
+    node = pt.inc_subtensor(a[1], b).owner
+    assert (
+        bl._vectorized(node, [(x, True), (b, False), (node.inputs[2], False)], 3)
+        is not None
+    )
+    assert (
+        bl._vectorized(node, [(x, True), (b, False), (pt.lvector("i"), True)], 3)
+        is None
+    )
+
+
+def test_loops_with_a_slot_that_is_not_a_tensor_are_left_apart():
+    """Two loops reading a random generator each (a non-sequence of another type): 0, two loops."""
+    xs, s0, ks = pt.dmatrix("xs"), pt.dvector("s0"), pt.dvector("ks")
+    rngs = [random_generator_type(f"rng{g}") for g in range(2)]
+
+    def noisy(x, s, k, rng):
+        _, noise = pt.random.normal(rng=rng, return_next_rng=True)
+        return s * k + x + noise
+
+    outs = [
+        innergraph.scan(
+            noisy,
+            sequences=[xs[:, g]],
+            outputs_info=[s0[g]],
+            non_sequences=[ks[g], rngs[g]],
+            n_steps=xs.shape[0],
+            return_updates=False,
+        )
+        for g in range(2)
+    ]
+    fg, count = batched(outs, [xs, s0, ks, *rngs])
+    assert count == 0 and len(scans(fg)) == 2
+
+
+def test_loops_whose_per_step_outputs_have_other_row_counts_are_left_apart():
+    """Two loops with a per-step output whose row counts are other variables (``n`` and ``n + 0``): 0, two loops."""
+    xs, s0, ks = pt.dmatrix("xs"), pt.dvector("s0"), pt.dvector("ks")
+    outs = [
+        innergraph.scan(
+            lambda x, s, k: (s * k + x, s * 2.0),
+            sequences=[xs[:, g]],
+            outputs_info=[s0[g], None],
+            non_sequences=[ks[g]],
+            n_steps=xs.shape[0],
+            return_updates=False,
+        )
+        for g in range(2)
+    ]
+    fg = FunctionGraph([xs, s0, ks], [o for pair in outs for o in pair], clone=True)
+    unfold_inner_graphs(fg)
+    MergeOptimizer().rewrite(fg)
+    sig = list(consumers(fg))[1]
+    (slot,) = [s for s in sig.slots if sig.meaning(s) is Meaning.PER_STEP_OUTPUT]
+    (rows,) = slot.args
+    position = max(
+        i for i, v in enumerate(sig.node.inputs) if v is rows
+    )  # the header's n_steps comes first
+    fg.change_node_input(sig.node, position, rows + 0)
+    assert bl.batch_loops(fg) == 0 and len(scans(fg)) == 2
+
+
+def test_what_the_batched_loops_results_feed_is_batched_by_the_pass():
+    """``2 o`` summed for each group's trace ``o``: after the pass one mul and one sum in the outer graph, NumPy's values."""
+    inputs, outs = grouped()
+    fg, count = batched([(o * 2.0).sum() for o in outs], inputs)
+    assert count == 1
+    outer = sorted(
+        type(getattr(n.op, "scalar_op", n.op)).__name__ + type(n.op).__name__
+        for n in visible_nodes(fg)
+    )
+    assert (
+        outer.count("MulElemwise") == 1 and outer.count("AddSum") == 1
+    )  # each once, not per group
+    got = evaluate(fg.inputs, fg.outputs, [XS, S0, KS, C])
+    close(got, [2.0 * trace.sum() for trace in reference(XS, S0, KS, C)])
+
+
+def test_readers_after_a_chain_are_still_batched():
+    """The slices read first by a chain ``v0 + 1, v1 + that, ...`` (left), then by ``exp``: the three exps become one."""
+
+    def outputs(s, acc):
+        r0 = s[0] + 1.0
+        r1 = s[1] + r0
+        return [s[2] + r1, *(pt.exp(x) for x in s)]
+
+    fg = sunk(outputs)
+    assert names(fg).count("Elemwise") == 4
+    a, b, d = V3
+    close(evaluate(fg.inputs, fg.outputs, [V3, ACC]), [d + b + a + 1.0, *np.exp(V3)])
+
+
+def canonical(outputs, inputs):
+    """A FunctionGraph of ``outputs`` with functions unfolded, merged and canonicalized (PyTensor's pass), as the pipeline gives `batch_loops`."""
+    fg = FunctionGraph(list(inputs), list(outputs), clone=True)
+    unfold_inner_graphs(fg)
+    fg.attach_feature(ShapeFeature())
+    MergeOptimizer().rewrite(fg)
+    optdb["canonicalize"].query(
+        RewriteDatabaseQuery(include=["fast_run"], exclude=["innergraph"])
+    ).rewrite(fg)
+    return fg
+
+
+def test_the_gradient_loops_are_batched_too_with_their_buffers():
+    """Cost and gradient of the three groups: the forward loops and the gradient loops (a buffer, traces, a per-step output) each batched, NumPy's values."""
+    inputs, outs = grouped()
+    _, s0, ks, _ = inputs
+    cost = pt.add(*(o.sum() for o in outs))
+    fg = canonical([cost, *pytensor.grad(cost, [s0, ks])], inputs)
+    assert bl.batch_loops(fg) == 2
+    shapes = sorted(param_shapes(n).count((3,)) for n in scans(fg))
+    assert shapes == [3, 7]  # forward: x, s, k; gradient: all but c
+    total, d_s0, d_ks = 0.0, np.zeros(3), np.zeros(3)
+    for g in range(3):  # forward-mode derivatives of s_t, summed
+        s, ds, dk = S0[g], 1.0, 0.0
+        for t in range(N):
+            s, ds, dk = s * KS[g] + np.tanh(XS[t, g]) * C, ds * KS[g], dk * KS[g] + s
+            total, d_s0[g], d_ks[g] = total + s, d_s0[g] + ds, d_ks[g] + dk
+    got = evaluate(fg.inputs, fg.outputs, [XS, S0, KS, C])
+    close(got[0], total)
+    close(got[1], d_s0)
+    close(got[2], d_ks)
+
+
+def test_readers_after_readers_whose_other_inputs_do_not_lift_are_still_batched():
+    """The slices read first by ``v_i * w_i`` (three free ``w_i``: left), then by ``exp``: the three exps become one."""
+    ws = [pt.dscalar(f"w{i}") for i in range(3)]
+    v = pt.tensor("v", shape=(3,), dtype="float64")
+    slices = [v[i] for i in range(3)]
+    fg = FunctionGraph(
+        [v, *ws],
+        [
+            *(x * w for x, w in zip(slices, ws, strict=True)),
+            *(pt.exp(x) for x in slices),
+        ],
+        clone=False,
+    )
+    bl._sink(fg, [slices])
+    assert names(fg).count("Elemwise") == 4
+    close(
+        evaluate(fg.inputs, fg.outputs, [V3, 2.0, 3.0, 4.0]),
+        [*(V3 * [2.0, 3.0, 4.0]), *np.exp(V3)],
+    )
+
+
+def test_an_increment_of_rows_by_one_row_per_batch_broadcasts_along_the_rows():
+    """``inc(m[0:2], b)`` with a row ``b``: over K matrices and K rows, b_i is added to rows 0 and 1 of matrix i (padded to (K, 1, 4))."""
+    m, b = pt.dmatrix("m"), pt.dvector("b")
+    cube, rows = (
+        pt.tensor("cube", shape=(2, 3, 4), dtype="float64"),
+        pt.tensor("rows", shape=(2, 4), dtype="float64"),
+    )
+    node = pt.inc_subtensor(m[0:2], b).owner
+    got = bl._inc_subtensor_batched(
+        node, [(cube, True), (rows, True), *((v, False) for v in node.inputs[2:])], 2
+    )
+    expected = T234.copy()
+    expected[:, 0:2] += X34[:2, None, :]
+    close(evaluate([cube, rows], [got], [T234, X34[:2]])[0], expected)
+
+
+class Twice(Op):
+    """``2 x``, an Op whose batched form (`_vectorize_node`) raises ``error``: a third party's Op that cannot batch."""
+
+    __props__ = ("error",)
+
+    def __init__(self, error):
+        self.error = error
+
+    def make_node(self, x):
+        x = pt.as_tensor_variable(x)
+        return Apply(self, [x], [x.type()])
+
+    def perform(self, node, inputs, output_storage):
+        output_storage[0][0] = np.asarray(2.0 * inputs[0])
+
+
+@_vectorize_node.register(Twice)
+def _twice_refuses(op, node, *inputs):
+    raise {
+        "type": TypeError,
+        "value": ValueError,
+        "not implemented": NotImplementedError,
+    }[op.error]("no batched form")
+
+
+ERRORS = ("type", "value", "not implemented")
+
+
+def test_ops_whose_batched_form_raises_are_not_lifted():
+    """``Twice`` over K columns raising TypeError, ValueError or NotImplementedError when vectorised: None, each."""
+    x = pt.tensor("x", shape=(3, 4), dtype="float64")
+    for error in ERRORS:
+        assert bl._lifted([Twice(error)(x[:, i]) for i in range(4)], depth=3) is None
+
+
+def test_loops_whose_step_raises_when_batched_are_left_apart():
+    """Two loops of ``Twice(s) k + x``, the vectorisation raising each of the three errors: 0, two loops, NumPy's values."""
+    xs, s0, ks = pt.dmatrix("xs"), pt.dvector("s0"), pt.dvector("ks")
+    for error in ERRORS:
+        twice = Twice(error)
+        outs = [
+            innergraph.scan(
+                lambda x, s, k, op=twice: op(s) * k + x,
+                sequences=[xs[:, g]],
+                outputs_info=[s0[g]],
+                non_sequences=[ks[g]],
+                n_steps=xs.shape[0],
+                return_updates=False,
+            )
+            for g in range(2)
+        ]
+        fg, count = batched(outs, [xs, s0, ks])
+        assert count == 0 and len(scans(fg)) == 2
+    got = evaluate(fg.inputs, fg.outputs, [XS, S0, KS])
+    for g in range(2):
+        s, trace = S0[g], []
+        for t in range(N):
+            s = 2.0 * s * KS[g] + XS[t, g]
+            trace.append(s)
+        close(got[g], trace)
+
+
+class Loose(Op):
+    """``2 x``, whose batched form loses the static shape (``shape``: None) or, with ``dtype``, returns another dtype."""
+
+    __props__ = ("dtype",)
+
+    def __init__(self, dtype=None):
+        self.dtype = dtype
+
+    def make_node(self, x):
+        x = pt.as_tensor_variable(x)
+        out = (
+            TensorType(self.dtype or x.type.dtype, shape=(None,) * x.type.ndim)()
+            if x.type.ndim
+            else x.type()
+        )
+        return Apply(self, [x], [out])
+
+    def perform(self, node, inputs, output_storage):
+        output_storage[0][0] = np.asarray(
+            2.0 * inputs[0], dtype=node.outputs[0].type.dtype
+        )
+
+
+@_vectorize_node.register(Loose)
+def _loose_batched(op, node, x):
+    return op.make_node(x)
+
+
+def loose_loops(op):
+    """Two loops of ``op(s k + x)``."""
+    xs, s0, ks = pt.dmatrix("xs"), pt.dvector("s0"), pt.dvector("ks")
+    outs = [
+        innergraph.scan(
+            lambda x, s, k: op(s * k + x),
+            sequences=[xs[:, g]],
+            outputs_info=[s0[g]],
+            non_sequences=[ks[g]],
+            n_steps=xs.shape[0],
+            return_updates=False,
+        )
+        for g in range(2)
+    ]
+    return batched(outs, [xs, s0, ks])
+
+
+def test_a_batched_step_that_loses_the_static_shape_is_told_it():
+    """``Loose`` batched gives a (None,) state where (2,) is declared: shape specified, one loop, NumPy's values."""
+    fg, count = loose_loops(Loose())
+    assert count == 1
+    (node,) = scans(fg)
+    assert "SpecifyShape" in ops(body_of(node.inputs[0]).outputs)
+    got = evaluate(fg.inputs, fg.outputs, [XS, S0, KS])
+    for g in range(2):
+        s, trace = S0[g], []
+        for t in range(N):
+            s = 2.0 * (s * KS[g] + XS[t, g])
+            trace.append(s)
+        close(got[g], trace)
+
+
+def test_a_batched_step_of_another_dtype_is_refused():
+    """``Loose`` batched gives float32 where float64 is declared: no shape fixes it, 0, two loops."""
+    fg, count = loose_loops(Loose("float32"))
+    assert count == 0 and len(scans(fg)) == 2
