@@ -784,16 +784,21 @@ def test_chains_that_are_not_one_increment_stay_and_later_readers_are_batched():
 
 
 def test_an_intermediate_sum_read_elsewhere_keeps_the_chain():
-    """``acc[4] += v0`` read by another output too: no fold, three IncSubtensors; both outputs keep NumPy's values."""
+    """``acc[4] += v0`` read by another output too: no fold, three IncSubtensors, the exps read after them one; NumPy's values."""
 
     def outputs(s, acc):
         first = pt.inc_subtensor(acc[4], s[0])
-        return [pt.inc_subtensor(pt.inc_subtensor(first[1], s[1])[3], s[2]), first]
+        return [
+            pt.inc_subtensor(pt.inc_subtensor(first[1], s[1])[3], s[2]),
+            first,
+            *(pt.exp(x) for x in s),
+        ]
 
     fg = sunk(outputs)
     assert names(fg).count("IncSubtensor") == 3 and "AdvancedIncSubtensor" not in names(
         fg
     )
+    assert names(fg).count("Elemwise") == 1  # the exps read after the chain: one
     first = ACC.copy()
     first[4] += V3[0]
     whole = first.copy()
@@ -801,6 +806,7 @@ def test_an_intermediate_sum_read_elsewhere_keeps_the_chain():
     got = evaluate(fg.inputs, fg.outputs, [V3, ACC])
     np.testing.assert_array_equal(got[0], whole)
     np.testing.assert_array_equal(got[1], first)
+    close(got[2:], np.exp(V3))
 
 
 def test_k_readers_of_one_op_become_the_op_vectorised_and_their_readers_too():
@@ -815,7 +821,7 @@ def test_k_readers_of_one_op_become_the_op_vectorised_and_their_readers_too():
 
 
 def test_readers_of_other_ops_other_positions_or_each_others_results_stay():
-    """``exp, log, exp``; ``v0 - c, c - v1, v2 - c``; ``v0 + 1, v1 + that, v2 + that``: three Elemwise each, NumPy's values."""
+    """``exp, sin, exp``; ``v0 - c, c - v1, v2 - c``; ``v0 + 1, v1 + that, ...`` and ``1 + v0, that + v1, ...``: three Elemwise each, NumPy's values."""
     c = pt.dscalar("c")
 
     def chained(s, acc):
@@ -823,20 +829,31 @@ def test_readers_of_other_ops_other_positions_or_each_others_results_stay():
         r1 = s[1] + r0
         return [r0, r1, s[2] + r1]
 
+    def chained_right(s, acc):  # each slice read at position 1, as an increment's value
+        r0 = 1.0 + s[0]
+        r1 = r0 + s[1]
+        return [r0, r1, r1 + s[2]]
+
     cases = [
-        (lambda s, acc: [pt.exp(s[0]), pt.log(s[1] * s[1]), pt.exp(s[2])], 4),
-        (lambda s, acc: [s[0] - c, c - s[1], s[2] - c], 3),
-        (chained, 3),
+        lambda s, acc: [pt.exp(s[0]), pt.sin(s[1]), pt.exp(s[2])],
+        lambda s, acc: [s[0] - c, c - s[1], s[2] - c],
+        chained,
+        chained_right,
     ]
-    for case, count in cases:
+    a, b, d = V3
+    expected = [
+        [np.exp(a), np.sin(b), np.exp(d)],
+        [a - 0.5, 0.5 - b, d - 0.5],
+        [a + 1.0, b + a + 1.0, d + b + a + 1.0],
+        [a + 1.0, b + a + 1.0, d + b + a + 1.0],
+    ]
+    for case, want in zip(cases, expected, strict=True):
         v, acc = pt.tensor("v", shape=(3,), dtype="float64"), pt.dvector("acc")
         slices = [v[i] for i in range(3)]
         fg = FunctionGraph([v, acc, c], case(slices, acc), clone=False)
         bl._sink(fg, [slices])
-        assert names(fg).count("Elemwise") == count
-    a, b, d = V3
-    got = evaluate(fg.inputs, fg.outputs, [V3, ACC, 0.0])
-    np.testing.assert_allclose(got, [a + 1.0, b + a + 1.0, d + b + a + 1.0], rtol=1e-15)
+        assert names(fg).count("Elemwise") == 3
+        close(evaluate(fg.inputs, fg.outputs, [V3, ACC, 0.5]), want)
 
 
 def test_a_group_whose_slices_left_the_graph_is_skipped():
@@ -1160,3 +1177,49 @@ def test_a_batched_step_of_another_dtype_is_refused():
     """``Loose`` batched gives float32 where float64 is declared: no shape fixes it, 0, two loops."""
     fg, count = loose_loops(Loose("float32"))
     assert count == 0 and len(scans(fg)) == 2
+
+
+def test_a_rebuild_that_refuses_leaves_the_loops(monkeypatch):
+    """The batched loop's rebuild raising TypeError or ValueError (a consumer refusing its slots): 0, the three loops as they were."""
+    for error in (TypeError, ValueError):
+
+        def refuse(*args, error=error, **kwargs):
+            raise error("refused")
+
+        monkeypatch.setattr(bl, "rebuild", refuse)
+        inputs, outs = grouped()
+        fg, count = batched(outs, inputs)
+        assert count == 0 and len(scans(fg)) == 3
+
+
+def test_a_chain_of_increments_of_columns_is_not_folded_as_rows():
+    """``acc[:, 2] += v0; acc[:, 0] += v1; acc[:, 1] += v2`` (two index entries, one input): three IncSubtensors stay, NumPy's values."""
+    v, acc = pt.tensor("v", shape=(3,), dtype="float64"), pt.dmatrix("acc")
+    slices = [v[i] for i in range(3)]
+    out = acc
+    for s, w in zip(slices, (2, 0, 1), strict=True):
+        out = pt.inc_subtensor(out[:, w], s)
+    fg = FunctionGraph([v, acc], [out], clone=False)
+    bl._sink(fg, [slices])
+    assert names(fg).count("IncSubtensor") == 3 and "AdvancedIncSubtensor" not in names(
+        fg
+    )
+    table = X34[:, :3].copy()
+    expected = table.copy()
+    expected[:, [2, 0, 1]] += V3
+    np.testing.assert_array_equal(
+        evaluate(fg.inputs, fg.outputs, [V3, table])[0], expected
+    )
+
+
+def test_readers_after_readers_that_do_not_batch_are_still_batched():
+    """The slices read first by ``Twice`` (whose batched form raises: left), then by ``exp``: the three exps become one."""
+    v = pt.tensor("v", shape=(3,), dtype="float64")
+    slices = [v[i] for i in range(3)]
+    twice = Twice("type")
+    fg = FunctionGraph(
+        [v], [*(twice(x) for x in slices), *(pt.exp(x) for x in slices)], clone=False
+    )
+    bl._sink(fg, [slices])
+    assert names(fg).count("Twice") == 3 and names(fg).count("Elemwise") == 1
+    close(evaluate(fg.inputs, fg.outputs, [V3]), [*(2.0 * V3), *np.exp(V3)])
