@@ -1223,3 +1223,30 @@ def test_readers_after_readers_that_do_not_batch_are_still_batched():
     bl._sink(fg, [slices])
     assert names(fg).count("Twice") == 3 and names(fg).count("Elemwise") == 1
     close(evaluate(fg.inputs, fg.outputs, [V3]), [*(2.0 * V3), *np.exp(V3)])
+
+
+def test_a_step_with_a_blockwise_op_is_batched():
+    """``s k + det(m)`` with a matrix per group: ``det`` is a Blockwise already and stays one, one loop, NumPy's values."""
+    xs, s0, ks = pt.dmatrix("xs"), pt.dvector("s0"), pt.dvector("ks")
+    ms = pt.tensor("ms", shape=(3, 2, 2), dtype="float64")
+    outs = [
+        innergraph.scan(
+            lambda x, s, k, m: s * k + x + pt.linalg.det(m),
+            sequences=[xs[:, g]],
+            outputs_info=[s0[g]],
+            non_sequences=[ks[g], ms[g]],
+            n_steps=xs.shape[0],
+            return_updates=False,
+        )
+        for g in range(3)
+    ]
+    fg, count = batched(outs, [xs, s0, ks, ms])
+    assert count == 1 and len(scans(fg)) == 1
+    mats = RNG.normal(size=(3, 2, 2))
+    got = evaluate(fg.inputs, fg.outputs, [XS, S0, KS, mats])
+    for g in range(3):
+        s, trace = S0[g], []
+        for t in range(N):
+            s = s * KS[g] + XS[t, g] + np.linalg.det(mats[g])
+            trace.append(s)
+        close(got[g], trace)
