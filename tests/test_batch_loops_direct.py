@@ -1250,3 +1250,47 @@ def test_a_step_with_a_blockwise_op_is_batched():
             s = s * KS[g] + XS[t, g] + np.linalg.det(mats[g])
             trace.append(s)
         close(got[g], trace)
+
+
+class Tight(Op):
+    """``2 x``, whose batched form (a matrix) claims a last axis of static length 1 where the vector it batches has none."""
+
+    __props__ = ()
+
+    def make_node(self, x):
+        x = pt.as_tensor_variable(x)
+        shape = (*x.type.shape[:-1], 1) if x.type.ndim > 1 else x.type.shape
+        return Apply(self, [x], [TensorType(x.type.dtype, shape=shape)()])
+
+    def perform(self, node, inputs, output_storage):
+        output_storage[0][0] = np.asarray(2.0 * inputs[0])
+
+
+@_vectorize_node.register(Tight)
+def _tight_batched(op, node, x):
+    return op.make_node(x)
+
+
+def test_a_batched_step_of_a_more_static_type_than_declared_is_refused():
+    """Vector states of unknown length whose batched step claims length 1: no shape makes it the declared (3, None), 0, two loops."""
+    xs, rows, ks = pt.dmatrix("xs"), pt.dmatrix("rows"), pt.dvector("ks")
+    outs = [
+        innergraph.scan(
+            lambda x, s, k: Tight()(s * k + x),
+            sequences=[xs[:, g]],
+            outputs_info=[rows[g]],
+            non_sequences=[ks[g]],
+            n_steps=xs.shape[0],
+            return_updates=False,
+        )
+        for g in range(2)
+    ]
+    fg, count = batched(outs, [xs, rows, ks])
+    assert count == 0 and len(scans(fg)) == 2
+    got = evaluate(fg.inputs, fg.outputs, [XS, S0[:2, None], KS])
+    for g in range(2):
+        s, trace = S0[g], []
+        for t in range(N):
+            s = 2.0 * (s * KS[g] + XS[t, g])
+            trace.append([s])
+        close(got[g], trace)
