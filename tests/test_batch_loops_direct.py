@@ -34,9 +34,10 @@ import innergraph
 from innergraph.core.fold import unfold_inner_graphs, visible_nodes
 from innergraph.core.graph import body_of
 from innergraph.ops.scan import Scan
-from innergraph.protocol.signature import consumers
+from innergraph.protocol.signature import consumers, sharing_rebuilt_functions
 from innergraph.protocol.slots import Meaning
 from innergraph.rewriting import batch_loops as bl
+from innergraph.rewriting.untrace import untrace_final_states
 
 PY = Mode(linker="py", optimizer=None)
 
@@ -1294,3 +1295,110 @@ def test_a_batched_step_of_a_more_static_type_than_declared_is_refused():
             s = 2.0 * (s * KS[g] + XS[t, g])
             trace.append([s])
         close(got[g], trace)
+
+
+def test_untraced_states_are_batched_on_their_first_axis():
+    """Three loops whose final state only is read, untraced (carried): one loop, its carry stacked and sliced on axis 0, NumPy's values."""
+    xs, s0, ks, c, n = (
+        pt.dmatrix("xs"),
+        pt.dvector("s0"),
+        pt.dvector("ks"),
+        pt.dscalar("c"),
+        pt.lscalar("n"),
+    )
+    outs = [
+        innergraph.scan(
+            step,
+            sequences=[xs[:, g]],
+            outputs_info=[s0[g]],
+            non_sequences=[ks[g], c],
+            n_steps=n,
+            return_updates=False,
+        )
+        for g in range(3)
+    ]
+    fg = canonical([o[-1] for o in outs], [xs, s0, ks, c, n])
+    with (
+        sharing_rebuilt_functions()
+    ):  # as the pipeline's rounds do: one new function for the three
+        assert untrace_final_states(fg) == 3
+    sig = next(iter(consumers(fg)))
+    assert [sig.meaning(slot) for slot in sig.slots].count(Meaning.CARRY) == 1
+    assert bl.batch_loops(fg) == 1 and len(scans(fg)) == 1
+    got = evaluate(fg.inputs, fg.outputs, [XS, S0, KS, C, N])
+    close(got, [trace[-1] for trace in reference(XS, S0, KS, C)])
+
+
+def test_loops_that_read_each_other_are_batched_stage_by_stage():
+    """``a_g`` then ``b_g`` reading ``a_g``, for two groups: the a's batched first, the b's in the next sweep: 2, two loops, NumPy's values."""
+    xs, s0, ks = pt.dmatrix("xs"), pt.dvector("s0"), pt.dvector("ks")
+    n = xs.shape[0]
+
+    def loop(seq, g):
+        return innergraph.scan(
+            lambda x, s, k: s * k + x,
+            sequences=[seq],
+            outputs_info=[s0[g]],
+            non_sequences=[ks[g]],
+            n_steps=n,
+            return_updates=False,
+        )
+
+    firsts = [loop(xs[:, g], g) for g in range(2)]
+    seconds = [loop(firsts[g], g) for g in range(2)]
+    fg, count = batched(seconds, [xs, s0, ks])
+    assert count == 2 and len(scans(fg)) == 2
+    got = evaluate(fg.inputs, fg.outputs, [XS, S0, KS])
+    for g in range(2):
+        a, b, trace = S0[g], S0[g], []
+        for t in range(N):
+            a = a * KS[g] + XS[t, g]
+            b = b * KS[g] + a
+            trace.append(b)
+        close(got[g], trace)
+
+
+def test_readers_after_an_unmatched_reader_are_still_batched():
+    """``sin`` reads ``v0`` only, then ``exp`` reads each slice: the sin left, the three exps one."""
+    v = pt.tensor("v", shape=(3,), dtype="float64")
+    slices = [v[i] for i in range(3)]
+    fg = FunctionGraph(
+        [v], [pt.sin(slices[0]), *(pt.exp(x) for x in slices)], clone=False
+    )
+    bl._sink(fg, [slices])
+    assert names(fg).count("Elemwise") == 2
+    close(evaluate(fg.inputs, fg.outputs, [V3]), [np.sin(V3[0]), *np.exp(V3)])
+
+
+def test_a_folded_chain_ends_the_groups_batching():
+    """Today's limit, pinned: after the chain of increments is folded, the same slices' ``exp`` readers stay three (values right)."""
+    fg = sunk(lambda s, acc: [chain(s, acc), *(pt.exp(x) for x in s)])
+    assert (
+        names(fg).count("AdvancedIncSubtensor") == 1
+        and names(fg).count("Elemwise") == 3
+    )
+    expected = ACC.copy()
+    expected[[4, 1, 3]] += V3
+    got = evaluate(fg.inputs, fg.outputs, [V3, ACC])
+    np.testing.assert_array_equal(got[0], expected)
+    close(got[1:], np.exp(V3))
+
+
+def test_repeats_through_nested_increments_and_slices_count_their_depth():
+    """Two nested increments of an allocation: at depth 3 it is allocated again, at depth 2 stacked; a slice of one: depth 2 allocates."""
+    y = pt.dscalar("y")
+    nested = pt.inc_subtensor(pt.inc_subtensor(pt.zeros(3)[1], y)[2], y)
+
+    def allocation_under(x, levels):
+        for _ in range(levels):
+            x = x.owner.inputs[0]
+        return isinstance(x.owner.op, Alloc)
+
+    assert allocation_under(bl._repeated(nested, 4, depth=3), 2)
+    assert not allocation_under(bl._repeated(nested, 4, depth=2), 2)
+    assert allocation_under(bl._repeated(pt.zeros(3)[1:], 4, depth=2), 1)
+    got = evaluate(
+        [y], [bl._repeated(nested, 4, depth=3), bl._repeated(nested, 4, depth=2)], [2.5]
+    )
+    np.testing.assert_array_equal(got[0], np.tile([0.0, 2.5, 2.5], (4, 1)))
+    np.testing.assert_array_equal(got[1], np.tile([0.0, 2.5, 2.5], (4, 1)))
