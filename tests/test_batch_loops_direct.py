@@ -758,15 +758,20 @@ def test_a_chain_of_increments_at_distinct_constant_indices_becomes_one():
 
 
 def test_chains_that_are_not_one_increment_stay_and_later_readers_are_batched():
-    """A repeated index, a set, a two-index increment, a symbolic index: three IncSubtensors stay; ``exp`` read after them: one."""
+    """A repeated index, a set, a two-index increment, a chain broken by a product, a symbolic index: three IncSubtensors stay; ``exp`` read after them: one."""
     j = pt.lscalar("j")
     cases = [
         lambda s, acc: chain(s, acc, where=(4, 1, 4)),
         lambda s, acc: chain(s, acc, op=pt.set_subtensor),
         lambda s, acc: chain(s, pt.outer(acc, acc), where=((0, 4), (1, 1), (2, 3))),
+        lambda s, acc: pt.inc_subtensor(
+            (chain(s[:2], acc, where=(4, 1)) * 2.0)[3], s[2]
+        ),  # two chains
         lambda s, acc: chain(s, acc, where=(4, 1, j)),
     ]
-    for case in cases:
+    for case, elemwise in zip(
+        cases, (1, 1, 1, 2, 1), strict=True
+    ):  # one exp (and the product)
         v, acc = pt.tensor("v", shape=(3,), dtype="float64"), pt.dvector("acc")
         slices = [v[i] for i in range(3)]
         fg = FunctionGraph(
@@ -775,7 +780,7 @@ def test_chains_that_are_not_one_increment_stay_and_later_readers_are_batched():
         bl._sink(fg, [slices])
         assert sum(isinstance(n.op, IncSubtensor) for n in fg.apply_nodes) == 3
         assert not any(isinstance(n.op, AdvancedIncSubtensor) for n in fg.apply_nodes)
-        assert names(fg).count("Elemwise") == 1  # one exp
+        assert names(fg).count("Elemwise") == elemwise
     got = evaluate(fg.inputs, fg.outputs, [V3, ACC, 2])
     expected = ACC.copy()
     expected[[4, 1]] += V3[:2]
@@ -1402,3 +1407,13 @@ def test_repeats_through_nested_increments_and_slices_count_their_depth():
     )
     np.testing.assert_array_equal(got[0], np.tile([0.0, 2.5, 2.5], (4, 1)))
     np.testing.assert_array_equal(got[1], np.tile([0.0, 2.5, 2.5], (4, 1)))
+
+
+def test_a_chain_whose_values_do_not_lift_is_not_folded():
+    """`_fold_increment_chain` called on a chain adding three free scalars (not slices of one result): False, the chain kept."""
+    acc, ws = pt.dvector("acc"), [pt.dscalar(f"w{i}") for i in range(3)]
+    out = chain(ws, acc)
+    fg = FunctionGraph([acc, *ws], [out], clone=False)
+    nodes = [n for n in fg.toposort() if isinstance(n.op, IncSubtensor)]
+    assert not bl._fold_increment_chain(fg, ws, nodes, 1)
+    assert names(fg).count("IncSubtensor") == 3 and fg.outputs[0] is out
