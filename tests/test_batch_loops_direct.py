@@ -118,15 +118,19 @@ def test_k_columns_of_a_matrix_of_k_columns_in_order_are_the_matrix_itself():
 
 
 def test_columns_in_another_order_or_fewer_are_indexed():
-    """A permutation, and 3 of the 4 columns in order: one advanced index each, with NumPy's values."""
+    """A permutation, 3 of the 4 columns in order, a column twice: one advanced index each, with NumPy's values."""
     x = pt.tensor("x", shape=(3, 4), dtype="float64")
     permuted = bl._slices([x[:, i] for i in (2, 0, 3, 1)])
+    repeated = bl._slices(
+        [x[:, i] for i in (0, 0, 2, 3)]
+    )  # before 0, 1, 2, 3 as a list: still indexed
     fewer = bl._slices([x[:, i] for i in range(3)])
     assert ops([permuted], [x]).count("AdvancedSubtensor") == 1
     assert ops([fewer], [x]).count("AdvancedSubtensor") == 1
-    got = evaluate([x], [permuted, fewer], [X34])
+    got = evaluate([x], [permuted, fewer, repeated], [X34])
     np.testing.assert_array_equal(got[0], X34.T[[2, 0, 3, 1]])
     np.testing.assert_array_equal(got[1], X34.T[:3])
+    np.testing.assert_array_equal(got[2], X34.T[[0, 0, 2, 3]])
 
 
 def test_columns_of_a_matrix_of_unknown_width_are_indexed():
@@ -827,7 +831,7 @@ def test_k_readers_of_one_op_become_the_op_vectorised_and_their_readers_too():
 
 
 def test_readers_of_other_ops_other_positions_or_each_others_results_stay():
-    """``exp, sin, exp``; ``v0 - c, c - v1, v2 - c``; ``v0 + 1, v1 + that, ...`` and ``1 + v0, that + v1, ...``: three Elemwise each, NumPy's values."""
+    """``exp, sin, exp``; ``v0 - c, c - v1, v2 - c``; ``v0 + c, v1 + c + c, ...``; ``v0 + 1, v1 + that, ...`` and ``1 + v0, that + v1, ...``: three Elemwise each, NumPy's values."""
     c = pt.dscalar("c")
 
     def chained(s, acc):
@@ -843,6 +847,7 @@ def test_readers_of_other_ops_other_positions_or_each_others_results_stay():
     cases = [
         lambda s, acc: [pt.exp(s[0]), pt.sin(s[1]), pt.exp(s[2])],
         lambda s, acc: [s[0] - c, c - s[1], s[2] - c],
+        lambda s, acc: [pt.add(s[0], c), pt.add(s[1], c, c), pt.add(s[2], c, c)],
         chained,
         chained_right,
     ]
@@ -850,6 +855,7 @@ def test_readers_of_other_ops_other_positions_or_each_others_results_stay():
     expected = [
         [np.exp(a), np.sin(b), np.exp(d)],
         [a - 0.5, 0.5 - b, d - 0.5],
+        [a + 0.5, b + 1.0, d + 1.0],
         [a + 1.0, b + a + 1.0, d + b + a + 1.0],
         [a + 1.0, b + a + 1.0, d + b + a + 1.0],
     ]
@@ -863,13 +869,22 @@ def test_readers_of_other_ops_other_positions_or_each_others_results_stay():
 
 
 def test_a_group_whose_slices_left_the_graph_is_skipped():
-    """A slice no longer in the graph: nothing batched, the graph as it was."""
-    v = pt.tensor("v", shape=(3,), dtype="float64")
-    slices = [v[i] for i in range(3)]
-    fg = FunctionGraph([v], [pt.exp(x) for x in slices[:2]], clone=False)
-    before = names(fg)
-    bl._sink(fg, [slices])
-    assert names(fg) == before
+    """A group with a slice no longer in the graph is skipped; the next group (``exp`` of ``w``'s slices) is still batched."""
+    v, w = (
+        pt.tensor("v", shape=(3,), dtype="float64"),
+        pt.tensor("w", shape=(3,), dtype="float64"),
+    )
+    stale, slices = [v[i] for i in range(3)], [w[i] for i in range(3)]
+    fg = FunctionGraph(
+        [v, w],
+        [*(pt.exp(x) for x in stale[:2]), *(pt.exp(x) for x in slices)],
+        clone=False,
+    )
+    bl._sink(fg, [stale, slices])
+    assert (
+        names(fg).count("Elemwise") == 3
+    )  # v's two exps as they were, w's three as one
+    close(evaluate(fg.inputs, fg.outputs, [V3, -V3]), [*np.exp(V3[:2]), *np.exp(-V3)])
 
 
 def test_an_increment_of_an_allocation_past_the_depth_is_stacked():
