@@ -1432,3 +1432,46 @@ def test_a_chain_whose_values_do_not_lift_is_not_folded():
     nodes = [n for n in fg.toposort() if isinstance(n.op, IncSubtensor)]
     assert not bl._fold_increment_chain(fg, ws, nodes, 1)
     assert names(fg).count("IncSubtensor") == 3 and fg.outputs[0] is out
+
+
+BIG = 300  # above CPython's cached small ints: lengths compared with `is` would differ
+
+
+def test_many_slices_beyond_the_small_ints():
+    """300 slices: read in order they are ``v`` itself; their ``exp`` readers become one; a chain of 300 increments folds into one."""
+    v, acc = pt.tensor("v", shape=(BIG,), dtype="float64"), pt.dvector("acc")
+    slices = [v[i] for i in range(BIG)]
+    assert "AdvancedSubtensor" not in ops([bl._slices(slices)], [v])
+    values = np.linspace(-1.0, 1.0, BIG)
+    exps = FunctionGraph([v], [pt.exp(x) for x in slices], clone=False)
+    bl._sink(exps, [slices])
+    assert names(exps).count("Elemwise") == 1
+    close(evaluate(exps.inputs, exps.outputs, [values]), np.exp(values))
+    out = acc
+    for i, s in enumerate(slices):
+        out = pt.inc_subtensor(out[BIG - 1 - i], s)
+    fg = FunctionGraph([v, acc], [out], clone=False)
+    bl._sink(fg, [slices])
+    assert names(fg).count("AdvancedIncSubtensor") == 1 and "IncSubtensor" not in names(
+        fg
+    )
+    np.testing.assert_array_equal(
+        evaluate(fg.inputs, fg.outputs, [values, np.zeros(BIG)])[0], values[::-1]
+    )
+
+
+def test_readers_with_many_inputs_beyond_the_small_ints():
+    """``add(c, ..., c, v_i)``, 300 inputs, the slice last (position 299): the three readers become one ``add(c, ..., c, v)``, read at 0, 1, 2."""
+    v, c = pt.tensor("v", shape=(3,), dtype="float64"), pt.dscalar("c")
+    slices = [v[i] for i in range(3)]
+    fg = FunctionGraph(
+        [v, c], [pt.add(*([c] * (BIG - 1)), x) for x in slices], clone=False
+    )
+    bl._sink(fg, [slices])
+    (add,) = [
+        n for n in fg.apply_nodes if type(n.op).__name__ == "Elemwise"
+    ]  # not evaluated: Python's Elemwise takes 32 operands
+    assert [list(graph_inputs([i])) for i in add.inputs] == [[c]] * (BIG - 1) + [[v]]
+    assert [(o.owner.inputs[0], o.owner.inputs[1].data) for o in fg.outputs] == [
+        (add.outputs[0], i) for i in range(3)
+    ]
