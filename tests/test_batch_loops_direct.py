@@ -831,7 +831,7 @@ def test_k_readers_of_one_op_become_the_op_vectorised_and_their_readers_too():
 
 
 def test_readers_of_other_ops_other_positions_or_each_others_results_stay():
-    """``exp, sin, exp``; ``v0 - c, c - v1, v2 - c``; ``v0 + c, v1 + c + c, ...``; ``v0 + 1, v1 + that, ...`` and ``1 + v0, that + v1, ...``: three Elemwise each, NumPy's values."""
+    """``exp, sin, exp``; ``v0 - c, c - v1, v2 - c``; ``v0 + c, v1 + c + c, ...`` and the reverse; ``v1 - v0, v1 - v2, v0 - v2``; ``v0 + 1, v1 + that, ...`` and ``1 + v0, that + v1, ...``: three Elemwise each, NumPy's values."""
     c = pt.dscalar("c")
 
     def chained(s, acc):
@@ -848,6 +848,12 @@ def test_readers_of_other_ops_other_positions_or_each_others_results_stay():
         lambda s, acc: [pt.exp(s[0]), pt.sin(s[1]), pt.exp(s[2])],
         lambda s, acc: [s[0] - c, c - s[1], s[2] - c],
         lambda s, acc: [pt.add(s[0], c), pt.add(s[1], c, c), pt.add(s[2], c, c)],
+        lambda s, acc: [pt.add(s[0], c, c), pt.add(s[1], c), pt.add(s[2], c)],
+        lambda s, acc: [
+            s[1] - s[0],
+            s[1] - s[2],
+            s[0] - s[2],
+        ],  # v0, v1, v2 read at positions 1, 0, 1
         chained,
         chained_right,
     ]
@@ -856,6 +862,8 @@ def test_readers_of_other_ops_other_positions_or_each_others_results_stay():
         [np.exp(a), np.sin(b), np.exp(d)],
         [a - 0.5, 0.5 - b, d - 0.5],
         [a + 0.5, b + 1.0, d + 1.0],
+        [a + 1.0, b + 0.5, d + 0.5],
+        [b - a, b - d, a - d],
         [a + 1.0, b + a + 1.0, d + b + a + 1.0],
         [a + 1.0, b + a + 1.0, d + b + a + 1.0],
     ]
@@ -1417,6 +1425,7 @@ def test_repeats_through_nested_increments_and_slices_count_their_depth():
     assert allocation_under(bl._repeated(nested, 4, depth=3), 2)
     assert not allocation_under(bl._repeated(nested, 4, depth=2), 2)
     assert allocation_under(bl._repeated(pt.zeros(3)[1:], 4, depth=2), 1)
+    assert allocation_under(bl._repeated(pt.zeros(5)[1:][1:], 4, depth=3), 2)
     got = evaluate(
         [y], [bl._repeated(nested, 4, depth=3), bl._repeated(nested, 4, depth=2)], [2.5]
     )
@@ -1475,3 +1484,16 @@ def test_readers_with_many_inputs_beyond_the_small_ints():
     assert [(o.owner.inputs[0], o.owner.inputs[1].data) for o in fg.outputs] == [
         (add.outputs[0], i) for i in range(3)
     ]
+
+
+def test_slices_that_are_outputs_too_still_have_their_readers_batched():
+    """Each slice an output of the graph (read by the graph's end first), then read by ``exp``: the three exps become one."""
+    v = pt.tensor("v", shape=(3,), dtype="float64")
+    slices = [v[i] for i in range(3)]
+    fg = FunctionGraph([v], [*slices, *(pt.exp(x) for x in slices)], clone=False)
+    assert (
+        type(fg.clients[slices[0]][0][0].op).__name__ == "Output"
+    )  # the first reader the sink meets
+    bl._sink(fg, [slices])
+    assert names(fg).count("Elemwise") == 1
+    close(evaluate(fg.inputs, fg.outputs, [V3]), [*V3, *np.exp(V3)])
