@@ -1481,6 +1481,10 @@ def test_readers_with_many_inputs_beyond_the_small_ints():
         n for n in fg.apply_nodes if type(n.op).__name__ == "Elemwise"
     ]  # not evaluated: Python's Elemwise takes 32 operands
     assert [list(graph_inputs([i])) for i in add.inputs] == [[c]] * (BIG - 1) + [[v]]
+    lifted, batched_ = bl._lifted(
+        [pt.add(*([c] * (BIG - 1)), x) for x in slices], depth=3
+    )  # 300 inputs each
+    assert batched_ and lifted.owner.op == add.op and len(lifted.owner.inputs) == BIG
     assert [(o.owner.inputs[0], o.owner.inputs[1].data) for o in fg.outputs] == [
         (add.outputs[0], i) for i in range(3)
     ]
@@ -1497,3 +1501,28 @@ def test_slices_that_are_outputs_too_still_have_their_readers_batched():
     bl._sink(fg, [slices])
     assert names(fg).count("Elemwise") == 1
     close(evaluate(fg.inputs, fg.outputs, [V3]), [*V3, *np.exp(V3)])
+
+
+def test_a_step_with_more_blockwise_nodes_than_the_small_ints_is_batched():
+    """257 ``det`` in the step: as many Blockwise nodes after vectorising as before (counts beyond CPython's cached ints), one loop."""
+
+    def many(x, s, k, m):
+        return s * k + x + pt.add(*(pt.linalg.det(m + float(i)) for i in range(257)))
+
+    xs, s0, ks = pt.dmatrix("xs"), pt.dvector("s0"), pt.dvector("ks")
+    ms = pt.tensor("ms", shape=(2, 2, 2), dtype="float64")
+    outs = [
+        innergraph.scan(
+            many,
+            sequences=[xs[:, g]],
+            outputs_info=[s0[g]],
+            non_sequences=[ks[g], ms[g]],
+            n_steps=xs.shape[0],
+            return_updates=False,
+        )
+        for g in range(2)
+    ]
+    fg, count = batched(outs, [xs, s0, ks, ms])
+    assert count == 1 and len(scans(fg)) == 1
+    (node,) = scans(fg)
+    assert ops(body_of(node.inputs[0]).outputs).count("Blockwise") == 257
