@@ -241,3 +241,20 @@ def test_layouts_with_equal_tap_counts_and_other_taps_differ():
     assert layout((-2, -1)) != layout((-3, -1))
     assert hash(layout((-2, -1))) != hash(layout((-3, -1)))  # not required of a hash, but what one of taps gives
     assert layout((-2, -1)) == layout((-2, -1)) and hash(layout((-2, -1))) == hash(layout((-2, -1)))
+
+
+def test_three_hundred_loops_beyond_the_small_ints_have_their_readers_batched():
+    """300 loops (more than CPython's cached small ints, so lengths compared with ``is`` would differ): one loop, one exp.
+
+    The slow half of `batch_loops`'s mutation slice (about 9 s): `_batch` compares the count
+    of results read with K before it hands them to `_sink`.
+    """
+    k = 300
+    outs = [
+        innergraph.scan(lambda x, s, kk: s * kk + x, sequences=[xs[:, g]], outputs_info=[s0[g]], non_sequences=[ks[g]], n_steps=xs.shape[0], return_updates=False)
+        for g in range(k)
+    ]
+    fg, changed = rewritten(merged_then(batch_loops), [xs, s0, ks], [pt.exp(o) for o in outs])
+    assert changed == 1 and len(scans(fg)) == 1
+    exps = [n for n in fg.apply_nodes if type(getattr(n.op, "scalar_op", None)).__name__ == "Exp"]
+    assert len(exps) == 1  # the 300 readers, batched
