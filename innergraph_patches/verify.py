@@ -296,7 +296,8 @@ def _check_suite(python: Path, level: int, whole: bool, tests: list[str] | None,
     env = {"INNERGRAPH_EXPECT_FORM": form, "INNERGRAPH_EXPECT_SERIES_LEVEL": str(level), "PYTHONPATH": path, "OUTCOMES_RECORD": str(record)}
     if form != "patched pytensor":  # a shard (INNERGRAPH_SHARD, .ci/patched) is of the last patch's whole suite only
         env["INNERGRAPH_SHARD"] = ""
-    command = [str(python), "-m", "pytest", "-x", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-p", "outcomes"]
+    # up to ten failures, not the first only: CI's patched shard of b5e2007 stopped at the first of two unrelated ones
+    command = [str(python), "-m", "pytest", "--maxfail=10", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-p", "outcomes"]
     if form == "patched pytensor":  # the property tests' 200 examples and the repository's tools ran in the main suite already
         command += ["-m", "not monkey_patch_only and not repository_tools", "--hypothesis-profile=repeat", *(tests or ["tests"])]
     else:
