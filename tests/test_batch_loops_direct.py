@@ -1530,3 +1530,65 @@ def test_a_step_with_more_blockwise_nodes_than_the_small_ints_is_batched():
     assert count == 1 and len(scans(fg)) == 1
     (node,) = scans(fg)
     assert ops(body_of(node.inputs[0]).outputs).count("Blockwise") == 257
+
+
+def test_untraced_vector_states_are_batched_on_their_first_axis():
+    """Carried rows (two numbers per group): stacked (3, 2), not (2, 3), and each final row its group's, NumPy's values."""
+    xs, rows, ks, n = (
+        pt.dmatrix("xs"),
+        pt.dmatrix("rows"),
+        pt.dvector("ks"),
+        pt.lscalar("n"),
+    )
+    outs = [
+        innergraph.scan(
+            lambda x, s, k: s * k + x,
+            sequences=[xs[:, g]],
+            outputs_info=[rows[g]],
+            non_sequences=[ks[g]],
+            n_steps=n,
+            return_updates=False,
+        )
+        for g in range(3)
+    ]
+    fg = canonical([o[-1] for o in outs], [xs, rows, ks, n])
+    with sharing_rebuilt_functions():
+        assert untrace_final_states(fg) == 3
+    assert bl.batch_loops(fg) == 1 and len(scans(fg)) == 1
+    starts = X34[:, :2]
+    finals = []
+    for g in range(3):
+        s = starts[g]
+        for t in range(N):
+            s = s * KS[g] + XS[t, g]
+        finals.append(s)
+    close(evaluate(fg.inputs, fg.outputs, [XS, starts, KS, N]), finals)
+
+
+def test_vector_sequences_traces_and_per_step_outputs_are_batched_after_their_rows():
+    """Rows of two numbers per step and group: sequence, trace and per-step output stacked on axis 1 (after the steps), NumPy's values."""
+    cube, rows, ks = pt.tensor3("cube"), pt.dmatrix("rows"), pt.dvector("ks")
+    outs = [
+        innergraph.scan(
+            lambda x, s, k: (s * k + x, s * 2.0),
+            sequences=[cube[:, g]],
+            outputs_info=[rows[g], None],
+            non_sequences=[ks[g]],
+            n_steps=cube.shape[0],
+            return_updates=False,
+        )
+        for g in range(3)
+    ]
+    fg, count = batched([o for pair in outs for o in pair], [cube, rows, ks])
+    assert count == 1 and len(scans(fg)) == 1
+    steps = RNG.normal(size=(N, 3, 2))
+    starts = X34[:, :2]
+    got = evaluate(fg.inputs, fg.outputs, [steps, starts, KS])
+    for g in range(3):
+        s, trace, doubled = starts[g], [], []
+        for t in range(N):
+            doubled.append(s * 2.0)
+            s = s * KS[g] + steps[t, g]
+            trace.append(s)
+        close(got[2 * g], trace)
+        close(got[2 * g + 1], doubled)
