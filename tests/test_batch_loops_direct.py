@@ -765,7 +765,7 @@ def test_a_chain_of_increments_at_distinct_constant_indices_becomes_one():
 
 
 def test_chains_that_are_not_one_increment_stay_and_later_readers_are_batched():
-    """A repeated index, a set, a two-index increment, a chain broken by a product, a symbolic index: three IncSubtensors stay; ``exp`` read after them: one."""
+    """A repeated index, a set, a two-index increment, a chain broken by a product, ranges, a symbolic index: three IncSubtensors stay; ``exp`` read after them: one."""
     j = pt.lscalar("j")
     cases = [
         lambda s, acc: chain(s, acc, where=(4, 1, 4)),
@@ -774,11 +774,13 @@ def test_chains_that_are_not_one_increment_stay_and_later_readers_are_batched():
         lambda s, acc: pt.inc_subtensor(
             (chain(s[:2], acc, where=(4, 1)) * 2.0)[3], s[2]
         ),  # two chains
+        lambda s, acc: chain(
+            s, acc, where=(slice(0, 2), slice(1, 3), slice(3, 5))
+        ),  # one range index, two inputs
         lambda s, acc: chain(s, acc, where=(4, 1, j)),
     ]
-    for case, elemwise in zip(
-        cases, (1, 1, 1, 2, 1), strict=True
-    ):  # one exp (and the product)
+    elemwises = (1, 1, 1, 2, 1, 1)  # one exp (and the product)
+    for case, elemwise in zip(cases, elemwises, strict=True):
         v, acc = pt.tensor("v", shape=(3,), dtype="float64"), pt.dvector("acc")
         slices = [v[i] for i in range(3)]
         fg = FunctionGraph(
