@@ -776,10 +776,13 @@ def test_chains_that_are_not_one_increment_stay_and_later_readers_are_batched():
         ),  # two chains
         lambda s, acc: chain(
             s, acc, where=(slice(0, 2), slice(1, 3), slice(3, 5))
-        ),  # one range index, two inputs
+        ),  # ranges: two inputs
+        lambda s, acc: chain(
+            s, acc, where=(slice(None),) * 3
+        ),  # the whole: no index input
         lambda s, acc: chain(s, acc, where=(4, 1, j)),
     ]
-    elemwises = (1, 1, 1, 2, 1, 1)  # one exp (and the product)
+    elemwises = (1, 1, 1, 2, 1, 1, 1)  # one exp (and the product)
     for case, elemwise in zip(cases, elemwises, strict=True):
         v, acc = pt.tensor("v", shape=(3,), dtype="float64"), pt.dvector("acc")
         slices = [v[i] for i in range(3)]
