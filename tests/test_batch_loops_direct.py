@@ -15,7 +15,7 @@ from pytensor.compile.mode import Mode, optdb
 from pytensor.graph.basic import Apply, Constant
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.op import Op
-from pytensor.graph.replace import _vectorize_node
+from pytensor.graph.replace import _vectorize_node, clone_replace
 from pytensor.graph.rewriting.basic import MergeOptimizer
 from pytensor.graph.rewriting.db import RewriteDatabaseQuery
 from pytensor.graph.traversal import applys_between, graph_inputs
@@ -1520,17 +1520,24 @@ def test_a_step_with_more_blockwise_nodes_than_the_small_ints_is_batched():
 
     xs, s0, ks = pt.dmatrix("xs"), pt.dvector("s0"), pt.dvector("ks")
     ms = pt.tensor("ms", shape=(2, 2, 2), dtype="float64")
+    seq, init, k, m = (
+        pt.dvector("seq"),
+        pt.dscalar("init"),
+        pt.dscalar("k"),
+        pt.tensor("m", shape=(2, 2), dtype="float64"),
+    )
+    one = innergraph.scan(
+        many,
+        sequences=[seq],
+        outputs_info=[init],
+        non_sequences=[k, m],
+        n_steps=xs.shape[0],
+        return_updates=False,
+    )
     outs = [
-        innergraph.scan(
-            many,
-            sequences=[xs[:, g]],
-            outputs_info=[s0[g]],
-            non_sequences=[ks[g], ms[g]],
-            n_steps=xs.shape[0],
-            return_updates=False,
-        )
+        clone_replace(one, replace={seq: xs[:, g], init: s0[g], k: ks[g], m: ms[g]})
         for g in range(2)
-    ]
+    ]  # traced once
     fg, count = batched(outs, [xs, s0, ks, ms])
     assert count == 1 and len(scans(fg)) == 1
     (node,) = scans(fg)
