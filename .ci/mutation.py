@@ -65,6 +65,7 @@ MODULES: dict[str, dict[str, object]] = {
         "tests/test_rewrites.py", "-k", "pass_through or return_an_argument or return_a_constant or forwarding or forwarded or passes_rows"
     ),
     "innergraph/rewriting/inline_args.py": _one_file("tests/test_inline_args.py"),  # about 4 s a mutant on one core
+    "innergraph/rewriting/lengths.py": _one_file("tests/test_lengths_direct.py"),  # about 4 s a mutant at load 5-6
     "innergraph/rewriting/licm.py": _one_file("tests/test_rewrites.py", "-k", "invariant or branch_only or hoisting"),  # about 8 s a mutant at load 3-4
     "innergraph/rewriting/lift_ofg.py": _one_file("tests/test_lift_ofg.py"),  # about 3 s a mutant at load 2-3
     "innergraph/rewriting/link_arguments.py": _one_file("tests/test_link_arguments.py"),  # about 7 s a mutant on one core
