@@ -51,6 +51,11 @@ MODULES: dict[str, dict[str, object]] = {
         "tests": [["tests/test_graph.py"], ["tests/test_pickle.py", "-k", "constant or pickl or load"]],
         "sample": 12,  # about 15 s a mutant on one core: 3 minutes
     },
+    "innergraph/rewriting/batch_loops.py": {  # about 5 s a mutant on one core; a named one also runs
+        # the second file's 300 loops (about 15 s): they alone kill `len(read) is k` (design/testing.md)
+        "tests": [["tests/test_batch_loops_direct.py"], ["tests/test_batch_loops.py", "-k", "beyond_the_small_ints"]],
+        "sample": 12,
+    },
     "innergraph/rewriting/carry_from_zero.py": _one_file("tests/test_carry_from_zero.py"),  # about 3.5 s a killed mutant, 7 s a survivor
     "innergraph/rewriting/dce.py": {
         "tests": [["tests/test_rewrites.py", "-k", "dead or keeps or pruned or live_slots"], ["tests/test_opfromgraph.py", "-k", "dead"]],
