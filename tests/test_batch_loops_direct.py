@@ -1,3 +1,6 @@
+# mypy: disable-error-code="arg-type,index,list-item,misc,operator,override"
+# (PyTensor annotates scan outputs, owners and Op results as unions; these tests build graphs whose types they know.
+#  Typed with casts: not done yet, 2026-12-01.)
 """`innergraph.rewriting.batch_loops` called directly, fast (issue 47's mutation run).
 
 `tests/test_batch_loops.py` compiles grouped models under every linker (60 to 90 s a

@@ -1,3 +1,6 @@
+# mypy: disable-error-code="arg-type,attr-defined,call-overload,index,misc,operator,union-attr"
+# (PyTensor annotates scan outputs, owners and Op results as unions; these tests build graphs whose types they know.
+#  Typed with casts: not done yet, 2026-12-01.)
 """Buffer lengths and final-row reads proved from the graph, called directly (issue 47).
 
 `innergraph.rewriting.lengths` proves that a loop buffer holds ``n_steps + k`` rows
