@@ -555,31 +555,40 @@ def test_a_state_from_one_initial_value_is_batched_when_its_step_reads_a_batched
         close(got[g], want)
 
 
-def test_a_per_step_output_that_reads_the_batched_state_is_batched():
-    """A trace and a per-step output ``2 s``: both batched, one loop, NumPy's values."""
-    xs, s0, ks = pt.dmatrix("xs"), pt.dvector("s0"), pt.dvector("ks")
+def doubling_loops(steps, starts, ks):
+    """Three loops ``s = s k + x`` with a per-step output ``2 s``, group g over ``steps[:, g]`` from ``starts[g]``: traces and outputs, interleaved."""
     outs = [
         innergraph.scan(
             lambda x, s, k: (s * k + x, s * 2.0),
-            sequences=[xs[:, g]],
-            outputs_info=[s0[g], None],
+            sequences=[steps[:, g]],
+            outputs_info=[starts[g], None],
             non_sequences=[ks[g]],
-            n_steps=xs.shape[0],
+            n_steps=steps.shape[0],
             return_updates=False,
         )
         for g in range(3)
     ]
-    fg, count = batched([o for pair in outs for o in pair], [xs, s0, ks])
-    assert count == 1 and len(scans(fg)) == 1
-    got = evaluate(fg.inputs, fg.outputs, [XS, S0, KS])
+    return [o for pair in outs for o in pair]
+
+
+def check_doubling_loops(got, steps, starts):
+    """``got`` (`doubling_loops`' outputs) against the loops run in NumPy."""
     for g in range(3):
-        s, trace, doubled = S0[g], [], []
+        s, trace, doubled = starts[g], [], []
         for t in range(N):
             doubled.append(s * 2.0)
-            s = s * KS[g] + XS[t, g]
+            s = s * KS[g] + steps[t, g]
             trace.append(s)
         close(got[2 * g], trace)
         close(got[2 * g + 1], doubled)
+
+
+def test_a_per_step_output_that_reads_the_batched_state_is_batched():
+    """A trace and a per-step output ``2 s``: both batched, one loop, NumPy's values."""
+    xs, s0, ks = pt.dmatrix("xs"), pt.dvector("s0"), pt.dvector("ks")
+    fg, count = batched(doubling_loops(xs, s0, ks), [xs, s0, ks])
+    assert count == 1 and len(scans(fg)) == 1
+    check_doubling_loops(evaluate(fg.inputs, fg.outputs, [XS, S0, KS]), XS, S0)
 
 
 def test_what_no_group_changes_stays_one_and_serves_all_groups():
@@ -1583,27 +1592,8 @@ def test_untraced_vector_states_are_batched_on_their_first_axis():
 def test_vector_sequences_traces_and_per_step_outputs_are_batched_after_their_rows():
     """Rows of two numbers per step and group: sequence, trace and per-step output stacked on axis 1 (after the steps), NumPy's values."""
     cube, rows, ks = pt.tensor3("cube"), pt.dmatrix("rows"), pt.dvector("ks")
-    outs = [
-        innergraph.scan(
-            lambda x, s, k: (s * k + x, s * 2.0),
-            sequences=[cube[:, g]],
-            outputs_info=[rows[g], None],
-            non_sequences=[ks[g]],
-            n_steps=cube.shape[0],
-            return_updates=False,
-        )
-        for g in range(3)
-    ]
-    fg, count = batched([o for pair in outs for o in pair], [cube, rows, ks])
+    fg, count = batched(doubling_loops(cube, rows, ks), [cube, rows, ks])
     assert count == 1 and len(scans(fg)) == 1
     steps = RNG.normal(size=(N, 3, 2))
     starts = X34[:, :2]
-    got = evaluate(fg.inputs, fg.outputs, [steps, starts, KS])
-    for g in range(3):
-        s, trace, doubled = starts[g], [], []
-        for t in range(N):
-            doubled.append(s * 2.0)
-            s = s * KS[g] + steps[t, g]
-            trace.append(s)
-        close(got[2 * g], trace)
-        close(got[2 * g + 1], doubled)
+    check_doubling_loops(evaluate(fg.inputs, fg.outputs, [steps, starts, KS]), steps, starts)
