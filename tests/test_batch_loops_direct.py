@@ -555,8 +555,8 @@ def test_a_state_from_one_initial_value_is_batched_when_its_step_reads_a_batched
         close(got[g], want)
 
 
-def doubling_loops(steps, starts, ks):
-    """Three loops ``s = s k + x`` with a per-step output ``2 s``, group g over ``steps[:, g]`` from ``starts[g]``: traces and outputs, interleaved."""
+def doubling_loops(steps, starts, ks, groups=3):
+    """``groups`` loops ``s = s k + x`` with a per-step output ``2 s``, group g over ``steps[:, g]`` from ``starts[g]``: traces and outputs, interleaved."""
     outs = [
         innergraph.scan(
             lambda x, s, k: (s * k + x, s * 2.0),
@@ -566,7 +566,7 @@ def doubling_loops(steps, starts, ks):
             n_steps=steps.shape[0],
             return_updates=False,
         )
-        for g in range(3)
+        for g in range(groups)
     ]
     return [o for pair in outs for o in pair]
 
@@ -976,18 +976,7 @@ def test_loops_with_a_slot_that_is_not_a_tensor_are_left_apart():
 def test_loops_whose_per_step_outputs_have_other_row_counts_are_left_apart():
     """Two loops with a per-step output whose row counts are other variables (``n`` and ``n + 0``): 0, two loops."""
     xs, s0, ks = pt.dmatrix("xs"), pt.dvector("s0"), pt.dvector("ks")
-    outs = [
-        innergraph.scan(
-            lambda x, s, k: (s * k + x, s * 2.0),
-            sequences=[xs[:, g]],
-            outputs_info=[s0[g], None],
-            non_sequences=[ks[g]],
-            n_steps=xs.shape[0],
-            return_updates=False,
-        )
-        for g in range(2)
-    ]
-    fg = FunctionGraph([xs, s0, ks], [o for pair in outs for o in pair], clone=True)
+    fg = FunctionGraph([xs, s0, ks], doubling_loops(xs, s0, ks, groups=2), clone=True)
     unfold_inner_graphs(fg)
     MergeOptimizer().rewrite(fg)
     sig = list(consumers(fg))[1]
