@@ -454,6 +454,18 @@ KS = RNG.uniform(0.2, 0.9, size=3)
 C = 0.7
 
 
+def loop_over(fn, seq, outputs_info, non_sequences, n_steps):
+    """A loop of ``fn`` over the one sequence ``seq``: the shape every group's loop in this file takes."""
+    return innergraph.scan(
+        fn,
+        sequences=[seq],
+        outputs_info=outputs_info,
+        non_sequences=non_sequences,
+        n_steps=n_steps,
+        return_updates=False,
+    )
+
+
 def step(x, s, k, c):
     return s * k + pt.tanh(x) * c
 
@@ -498,14 +510,7 @@ def grouped(order=range(3), shared_init=False):
         pt.dscalar("c"),
     )
     outs = [
-        innergraph.scan(
-            step,
-            sequences=[xs[:, g]],
-            outputs_info=[s0[0] if shared_init else s0[g]],
-            non_sequences=[ks[g], c],
-            n_steps=xs.shape[0],
-            return_updates=False,
-        )
+        loop_over(step, xs[:, g], [s0[0] if shared_init else s0[g]], [ks[g], c], xs.shape[0])
         for g in order
     ]
     return [xs, s0, ks, c], outs
@@ -558,14 +563,7 @@ def test_a_state_from_one_initial_value_is_batched_when_its_step_reads_a_batched
 def doubling_loops(steps, starts, ks, groups=3):
     """``groups`` loops ``s = s k + x`` with a per-step output ``2 s``, group g over ``steps[:, g]`` from ``starts[g]``: traces and outputs, interleaved."""
     outs = [
-        innergraph.scan(
-            lambda x, s, k: (s * k + x, s * 2.0),
-            sequences=[steps[:, g]],
-            outputs_info=[starts[g], None],
-            non_sequences=[ks[g]],
-            n_steps=steps.shape[0],
-            return_updates=False,
-        )
+        loop_over(lambda x, s, k: (s * k + x, s * 2.0), steps[:, g], [starts[g], None], [ks[g]], steps.shape[0])
         for g in range(groups)
     ]
     return [o for pair in outs for o in pair]
@@ -601,14 +599,7 @@ def test_what_no_group_changes_stays_one_and_serves_all_groups():
         pt.dscalar("c"),
     )
     outs = [
-        innergraph.scan(
-            lambda x, s, t, k, c: (s * k + x, t * c, t + c),
-            sequences=[xs[:, g]],
-            outputs_info=[s0[g], t0, None],
-            non_sequences=[ks[g], c],
-            n_steps=xs.shape[0],
-            return_updates=False,
-        )
+        loop_over(lambda x, s, t, k, c: (s * k + x, t * c, t + c), xs[:, g], [s0[g], t0, None], [ks[g], c], xs.shape[0])
         for g in range(3)
     ]
     fg, count = batched([o for triple in outs for o in triple], [xs, s0, ks, t0, c])
@@ -640,14 +631,7 @@ def test_a_batched_state_whose_next_value_reads_no_batched_param_is_repeated():
     """States from ``s0[g]`` whose next value is ``tanh(x) c`` over one sequence: batched by their initial values, NumPy's values."""
     x, s0, c = pt.dvector("x"), pt.dvector("s0"), pt.dscalar("c")
     outs = [
-        innergraph.scan(
-            lambda xt, s, c: (pt.tanh(xt) * c, s + xt),
-            sequences=[x],
-            outputs_info=[s0[g], None],
-            non_sequences=[c],
-            n_steps=x.shape[0],
-            return_updates=False,
-        )
+        loop_over(lambda xt, s, c: (pt.tanh(xt) * c, s + xt), x, [s0[g], None], [c], x.shape[0])
         for g in range(3)
     ]
     fg, count = batched([o for pair in outs for o in pair], [x, s0, c])
@@ -705,25 +689,11 @@ def test_two_groups_of_two_steps_count_two():
     xs, s0, ks = pt.dmatrix("xs"), pt.dvector("s0"), pt.dvector("ks")
     n = xs.shape[0]
     plus = [
-        innergraph.scan(
-            lambda x, s, k: s * k + x,
-            sequences=[xs[:, g]],
-            outputs_info=[s0[g]],
-            non_sequences=[ks[g]],
-            n_steps=n,
-            return_updates=False,
-        )
+        loop_over(lambda x, s, k: s * k + x, xs[:, g], [s0[g]], [ks[g]], n)
         for g in range(2)
     ]
     minus = [
-        innergraph.scan(
-            lambda x, s, k: s * k - x,
-            sequences=[xs[:, g]],
-            outputs_info=[s0[g]],
-            non_sequences=[ks[g]],
-            n_steps=n,
-            return_updates=False,
-        )
+        loop_over(lambda x, s, k: s * k - x, xs[:, g], [s0[g]], [ks[g]], n)
         for g in range(2)
     ]
     fg, count = batched([*plus, *minus], [xs, s0, ks])
@@ -959,14 +929,7 @@ def test_loops_with_a_slot_that_is_not_a_tensor_are_left_apart():
         return s * k + x + noise
 
     outs = [
-        innergraph.scan(
-            noisy,
-            sequences=[xs[:, g]],
-            outputs_info=[s0[g]],
-            non_sequences=[ks[g], rngs[g]],
-            n_steps=xs.shape[0],
-            return_updates=False,
-        )
+        loop_over(noisy, xs[:, g], [s0[g]], [ks[g], rngs[g]], xs.shape[0])
         for g in range(2)
     ]
     fg, count = batched(outs, [xs, s0, ks, *rngs])
@@ -1130,14 +1093,7 @@ def test_loops_whose_step_raises_when_batched_are_left_apart():
     for error in ERRORS:
         twice = Twice(error)
         outs = [
-            innergraph.scan(
-                lambda x, s, k, op=twice: op(s) * k + x,
-                sequences=[xs[:, g]],
-                outputs_info=[s0[g]],
-                non_sequences=[ks[g]],
-                n_steps=xs.shape[0],
-                return_updates=False,
-            )
+            loop_over(lambda x, s, k, op=twice: op(s) * k + x, xs[:, g], [s0[g]], [ks[g]], xs.shape[0])
             for g in range(2)
         ]
         fg, count = batched(outs, [xs, s0, ks])
@@ -1183,14 +1139,7 @@ def loose_loops(op):
     """Two loops of ``op(s k + x)``."""
     xs, s0, ks = pt.dmatrix("xs"), pt.dvector("s0"), pt.dvector("ks")
     outs = [
-        innergraph.scan(
-            lambda x, s, k: op(s * k + x),
-            sequences=[xs[:, g]],
-            outputs_info=[s0[g]],
-            non_sequences=[ks[g]],
-            n_steps=xs.shape[0],
-            return_updates=False,
-        )
+        loop_over(lambda x, s, k: op(s * k + x), xs[:, g], [s0[g]], [ks[g]], xs.shape[0])
         for g in range(2)
     ]
     return batched(outs, [xs, s0, ks])
@@ -1268,14 +1217,7 @@ def test_a_step_with_a_blockwise_op_is_batched():
     xs, s0, ks = pt.dmatrix("xs"), pt.dvector("s0"), pt.dvector("ks")
     ms = pt.tensor("ms", shape=(3, 2, 2), dtype="float64")
     outs = [
-        innergraph.scan(
-            lambda x, s, k, m: s * k + x + pt.linalg.det(m),
-            sequences=[xs[:, g]],
-            outputs_info=[s0[g]],
-            non_sequences=[ks[g], ms[g]],
-            n_steps=xs.shape[0],
-            return_updates=False,
-        )
+        loop_over(lambda x, s, k, m: s * k + x + pt.linalg.det(m), xs[:, g], [s0[g]], [ks[g], ms[g]], xs.shape[0])
         for g in range(3)
     ]
     fg, count = batched(outs, [xs, s0, ks, ms])
@@ -1313,14 +1255,7 @@ def test_a_batched_step_of_a_more_static_type_than_declared_is_refused():
     """Vector states of unknown length whose batched step claims length 1: no shape makes it the declared (3, None), 0, two loops."""
     xs, rows, ks = pt.dmatrix("xs"), pt.dmatrix("rows"), pt.dvector("ks")
     outs = [
-        innergraph.scan(
-            lambda x, s, k: Tight()(s * k + x),
-            sequences=[xs[:, g]],
-            outputs_info=[rows[g]],
-            non_sequences=[ks[g]],
-            n_steps=xs.shape[0],
-            return_updates=False,
-        )
+        loop_over(lambda x, s, k: Tight()(s * k + x), xs[:, g], [rows[g]], [ks[g]], xs.shape[0])
         for g in range(2)
     ]
     fg, count = batched(outs, [xs, rows, ks])
@@ -1344,14 +1279,7 @@ def test_untraced_states_are_batched_on_their_first_axis():
         pt.lscalar("n"),
     )
     outs = [
-        innergraph.scan(
-            step,
-            sequences=[xs[:, g]],
-            outputs_info=[s0[g]],
-            non_sequences=[ks[g], c],
-            n_steps=n,
-            return_updates=False,
-        )
+        loop_over(step, xs[:, g], [s0[g]], [ks[g], c], n)
         for g in range(3)
     ]
     fg = canonical([o[-1] for o in outs], [xs, s0, ks, c, n])
@@ -1372,14 +1300,7 @@ def test_loops_that_read_each_other_are_batched_stage_by_stage():
     n = xs.shape[0]
 
     def loop(seq, g):
-        return innergraph.scan(
-            lambda x, s, k: s * k + x,
-            sequences=[seq],
-            outputs_info=[s0[g]],
-            non_sequences=[ks[g]],
-            n_steps=n,
-            return_updates=False,
-        )
+        return loop_over(lambda x, s, k: s * k + x, seq, [s0[g]], [ks[g]], n)
 
     firsts = [loop(xs[:, g], g) for g in range(2)]
     seconds = [loop(firsts[g], g) for g in range(2)]
@@ -1527,14 +1448,7 @@ def test_a_step_with_more_blockwise_nodes_than_the_small_ints_is_batched():
         pt.dscalar("k"),
         pt.tensor("m", shape=(2, 2), dtype="float64"),
     )
-    one = innergraph.scan(
-        many,
-        sequences=[seq],
-        outputs_info=[init],
-        non_sequences=[k, m],
-        n_steps=xs.shape[0],
-        return_updates=False,
-    )
+    one = loop_over(many, seq, [init], [k, m], xs.shape[0])
     outs = [
         clone_replace(one, replace={seq: xs[:, g], init: s0[g], k: ks[g], m: ms[g]})
         for g in range(2)
@@ -1554,14 +1468,7 @@ def test_untraced_vector_states_are_batched_on_their_first_axis():
         pt.lscalar("n"),
     )
     outs = [
-        innergraph.scan(
-            lambda x, s, k: s * k + x,
-            sequences=[xs[:, g]],
-            outputs_info=[rows[g]],
-            non_sequences=[ks[g]],
-            n_steps=n,
-            return_updates=False,
-        )
+        loop_over(lambda x, s, k: s * k + x, xs[:, g], [rows[g]], [ks[g]], n)
         for g in range(3)
     ]
     fg = canonical([o[-1] for o in outs], [xs, rows, ks, n])
