@@ -994,6 +994,17 @@ def canonical(outputs, inputs):
     return fg
 
 
+def grouped_gradient_reference():
+    """NumPy's cost of `grouped`'s three loops and its derivatives in ``s0`` and ``ks`` (forward mode, summed)."""
+    total, d_s0, d_ks = 0.0, np.zeros(3), np.zeros(3)
+    for g in range(3):
+        s, ds, dk = S0[g], 1.0, 0.0
+        for t in range(N):
+            s, ds, dk = s * KS[g] + np.tanh(XS[t, g]) * C, ds * KS[g], dk * KS[g] + s
+            total, d_s0[g], d_ks[g] = total + s, d_s0[g] + ds, d_ks[g] + dk
+    return total, d_s0, d_ks
+
+
 def test_the_gradient_loops_are_batched_too_with_their_buffers():
     """Cost and gradient of the three groups: the forward loops and the gradient loops (a buffer, traces, a per-step output) each batched, NumPy's values."""
     inputs, outs = grouped()
@@ -1003,16 +1014,48 @@ def test_the_gradient_loops_are_batched_too_with_their_buffers():
     assert bl.batch_loops(fg) == 2
     shapes = sorted(param_shapes(n).count((3,)) for n in scans(fg))
     assert shapes == [3, 7]  # forward: x, s, k; gradient: all but c
-    total, d_s0, d_ks = 0.0, np.zeros(3), np.zeros(3)
-    for g in range(3):  # forward-mode derivatives of s_t, summed
-        s, ds, dk = S0[g], 1.0, 0.0
-        for t in range(N):
-            s, ds, dk = s * KS[g] + np.tanh(XS[t, g]) * C, ds * KS[g], dk * KS[g] + s
-            total, d_s0[g], d_ks[g] = total + s, d_s0[g] + ds, d_ks[g] + dk
     got = evaluate(fg.inputs, fg.outputs, [XS, S0, KS, C])
-    close(got[0], total)
-    close(got[1], d_s0)
-    close(got[2], d_ks)
+    for value, want in zip(got, grouped_gradient_reference(), strict=True):
+        close(value, want)
+
+
+def test_k_readers_whose_vectorised_form_cannot_replace_them_stay_and_later_readers_are_batched():
+    """Three ``ScalarFromTensor`` of an int vector's slices, then three ``exp``: the first stay, the ``exp`` become one.
+
+    Vectorised, the ``ScalarFromTensor`` are tensor slices, which cannot stand for
+    scalars (`_sink` raised TypeError replacing them); the slices' next readers are
+    still tried.
+    """
+    v = pt.tensor("v", shape=(3,), dtype="int64")
+    slices = [v[i] for i in range(3)]
+    readers = [pt.scalar_from_tensor(sl) for sl in slices]
+    fg = FunctionGraph([v], [*readers, *(pt.exp(sl) for sl in slices)], clone=False)
+    bl._sink(fg, [slices])
+    assert names(fg).count("ScalarFromTensor") == 3 and names(fg).count("Elemwise") == 1
+    assert all(o.owner is r.owner for o, r in zip(fg.outputs[:3], readers, strict=True))
+    got = evaluate(fg.inputs, fg.outputs, [np.array([2, -1, 5])])
+    assert [int(g) for g in got[:3]] == [2, -1, 5]
+    close(got[3:], np.exp([2.0, -1.0, 5.0]))
+
+
+def test_an_uncanonicalized_grouped_gradient_is_batched_where_the_types_allow():
+    """`grouped`'s cost and gradient, functions unfolded and merged but not canonicalized: the forward loops batched, NumPy's values.
+
+    The gradient's lengths are ``ScalarFromTensor`` of int slices there; `_sink` raised
+    TypeError replacing them by the slices of their vectorised form.
+    """
+    inputs, outs = grouped()
+    _, s0, ks, _ = inputs
+    cost = pt.add(*(o.sum() for o in outs))
+    fg = FunctionGraph(list(inputs), [cost, *pytensor.grad(cost, [s0, ks])], clone=True)
+    unfold_inner_graphs(fg)
+    MergeOptimizer().rewrite(fg)
+    assert len(scans(fg)) == 6 and names(fg).count("ScalarFromTensor") == 7
+    assert bl.batch_loops(fg) == 1  # the forward loops; uncanonicalized, the gradient loops stay apart
+    assert len(scans(fg)) == 4 and names(fg).count("ScalarFromTensor") == 7
+    got = evaluate(fg.inputs, fg.outputs, [XS, S0, KS, C])
+    for value, want in zip(got, grouped_gradient_reference(), strict=True):
+        close(value, want)
 
 
 def test_readers_after_readers_whose_other_inputs_do_not_lift_are_still_batched():

@@ -400,6 +400,15 @@ def _fold_increment_chain(fgraph: FunctionGraph, group: list[Variable], nodes: l
     return True
 
 
+def _stands_in(old: Variable, new: Variable) -> bool:
+    """Whether ``new`` can replace ``old`` in a graph (what ``FunctionGraph.replace`` accepts, converted or not)."""
+    try:
+        old.type.filter_variable(new)  # converting as `FunctionGraph.replace` does
+    except TypeError:
+        return False
+    return True
+
+
 def _sink(fgraph: FunctionGraph, groups: list[list[Variable]]) -> None:
     """Batch what the K loops' results feed: K nodes of one Op reading slice ``i`` at one position become one.
 
@@ -446,6 +455,8 @@ def _sink(fgraph: FunctionGraph, groups: list[list[Variable]]) -> None:
                 slices = [batched[i] for i in range(len(group))]
                 pairs += [(n.outputs[o], sl) for n, sl in zip(nodes, slices, strict=True) if n.outputs[o] in fgraph.clients]
                 produced.append(slices)
+            if not all(_stands_in(old, new) for old, new in pairs):
+                continue  # e.g. K ScalarFromTensor: the vectorised form's slices are tensors, not scalars
             fgraph.replace_all(pairs, reason="batch_loops")
             work += [slices for slices in produced if all(sl in fgraph.clients for sl in slices)]
             work.append(group)  # its other readers
