@@ -15,7 +15,9 @@ The second form is a module's trial run before it joins `MODULES`: its own test 
 a quoted pytest argument list.
 
 Knobs: MUTATION_MODULE (a path of `MODULES`), MUTATION_SAMPLE (mutants; 0 = all),
-MUTATION_SEED (instead of the commit's hash). Exit 1 on a new survivor, 2 on a setup error.
+MUTATION_SEED (instead of the commit's hash), MUTATION_TIMEOUT (seconds a mutant's test run
+may take before cosmic-ray kills it and counts the mutant killed; default 600: a mutant that
+makes a pass's ``while`` endless then costs less). Exit 1 on a new survivor, 2 on a setup error.
 """
 
 from __future__ import annotations
@@ -99,6 +101,14 @@ def commit_seed() -> tuple[int, str]:
         return int(head.stdout[:8], 16), f"commit {head.stdout[:12]}"
     day = int(time.strftime("%j", time.gmtime()))
     return day, f"no git: day of the year {day}"
+
+
+def timeout() -> float:
+    """Seconds a mutant's test run may take (MUTATION_TIMEOUT, default 600); cosmic-ray counts a mutant that runs longer killed."""
+    seconds = float(os.environ.get("MUTATION_TIMEOUT", "600"))
+    if not seconds > 0:
+        raise ValueError(f"MUTATION_TIMEOUT must be a positive number of seconds, not {os.environ['MUTATION_TIMEOUT']!r}")
+    return seconds
 
 
 def equivalents() -> dict[str, list[dict[str, str]]]:
@@ -200,7 +210,7 @@ def main() -> int:
         config.write_text(
             "[cosmic-ray]\n"
             f'module-path = "{module}"\n'
-            "timeout = 600.0\n"
+            f"timeout = {timeout()}\n"
             "excluded-modules = []\n"
             f"test-command = '''{test_command(copy, spec['tests'])}'''\n"  # type: ignore[arg-type]
             '[cosmic-ray.distributor]\nname = "local"\n'

@@ -56,3 +56,15 @@ def test_a_mutant_inside_a_span_is_one_the_diff_rule_calls_annotation_only():
     assert mutation.only_annotations(SOURCE, diff)
     (span,) = [s for s in mutation.annotation_spans(SOURCE) if s[0][0] == 6 and _text(s) == "int | None"]
     assert span[0] <= (6, 9) and (6, 19) <= span[1]
+
+
+def test_the_timeout_is_600_seconds_unless_mutation_timeout_says_otherwise(monkeypatch):
+    """MUTATION_TIMEOUT shortens a trial run's wait for a mutant that makes a loop endless; zero or a word is refused."""
+    monkeypatch.delenv("MUTATION_TIMEOUT", raising=False)
+    assert mutation.timeout() == 600.0
+    monkeypatch.setenv("MUTATION_TIMEOUT", "45")
+    assert mutation.timeout() == 45.0
+    for wrong in ("0", "-5", "nan", "soon"):
+        monkeypatch.setenv("MUTATION_TIMEOUT", wrong)
+        with pytest.raises(ValueError):
+            mutation.timeout()
