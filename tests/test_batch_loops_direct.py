@@ -1,6 +1,3 @@
-# mypy: disable-error-code="arg-type,index,list-item,misc,operator,override"
-# (PyTensor annotates scan outputs, owners and Op results as unions; these tests build graphs whose types they know.
-#  Typed with casts: not done yet, 2026-12-01.)
 """`innergraph.rewriting.batch_loops` called directly, fast (issue 47's mutation run).
 
 `tests/test_batch_loops.py` compiles grouped models under every linker (60 to 90 s a
@@ -10,12 +7,14 @@ small FunctionGraphs, without Numba and without rewriting compilation (the py li
 optimizer): graphs are compared structurally and with literal counts, values with NumPy.
 """
 
+from typing import Any, cast
+
 import numpy as np
 import pytensor
 import pytensor.scalar as ps
 import pytensor.tensor as pt
 from pytensor.compile.mode import Mode, optdb
-from pytensor.graph.basic import Apply, Constant
+from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.op import Op
 from pytensor.graph.replace import _vectorize_node, clone_replace
@@ -32,6 +31,7 @@ from pytensor.tensor.subtensor import (
     Subtensor,
 )
 from pytensor.tensor.type import TensorType
+from pytensor.tensor.variable import TensorVariable
 
 import innergraph
 from innergraph.core.fold import unfold_inner_graphs, visible_nodes
@@ -42,7 +42,7 @@ from innergraph.protocol.slots import Meaning
 from innergraph.rewriting import batch_loops as bl
 from innergraph.rewriting.untrace import untrace_final_states
 
-PY = Mode(linker="py", optimizer=None)
+PY = Mode(linker="py", optimizer=None)  # type: ignore[arg-type]  # Mode takes None (no rewriting); its annotation leaves None out
 
 
 def evaluate(inputs, outputs, values):
@@ -61,6 +61,19 @@ def ops(outputs, inputs=None):
     """The Op classes' names of the nodes between ``inputs`` (default: the graph's inputs) and ``outputs``."""
     roots = list(graph_inputs(outputs)) if inputs is None else list(inputs)
     return sorted(type(n.op).__name__ for n in applys_between(roots, outputs))
+
+
+def output(result: Variable | list[Variable]) -> TensorVariable:
+    """The one tensor an Op call returned (PyTensor annotates `Op.__call__` as a variable or a list)."""
+    assert isinstance(result, TensorVariable), f"expected one tensor, got {result!r}"
+    return result
+
+
+def must_lift(args: list[Variable], depth: int) -> tuple[Any, bool]:
+    """``bl._lifted(args, depth)`` where the test expects a lift: its ``(x, batched)``, not None."""
+    lifted = bl._lifted(args, depth)
+    assert lifted is not None, f"_lifted refused {args}"
+    return lifted
 
 
 RNG = np.random.default_rng(47)
@@ -179,9 +192,9 @@ def test_lifting_one_value_or_constants():
     x = pt.dscalar("x")
     assert bl._lifted([x, x, x], depth=3) == (x, False)
     one = pt.constant(2.0)
-    got, batched = bl._lifted([one, pt.constant(2.0)], depth=3)
+    got, batched = must_lift([one, pt.constant(2.0)], depth=3)
     assert got is one and not batched
-    stacked, batched = bl._lifted(
+    stacked, batched = must_lift(
         [pt.constant(1.0), pt.constant(2.0), pt.constant(3.0)], depth=3
     )
     assert batched and isinstance(stacked, Constant)
@@ -191,7 +204,7 @@ def test_lifting_one_value_or_constants():
 def test_lifting_one_op_over_columns_vectorises_it():
     """``exp(X[:, i]) * 2`` for the 4 columns of an (3, 4) ``X``: ``exp(X.T) * 2``, one exp and one mul, NumPy's values."""
     x = pt.tensor("x", shape=(3, 4), dtype="float64")
-    got, batched = bl._lifted([pt.exp(x[:, i]) * 2.0 for i in range(4)], depth=3)
+    got, batched = must_lift([pt.exp(x[:, i]) * 2.0 for i in range(4)], depth=3)
     assert batched and got.type.shape == (4, 3)
     assert ops([got], [x]).count("Elemwise") == 2
     np.testing.assert_allclose(
@@ -204,7 +217,7 @@ def test_lifting_looks_as_deep_as_its_depth():
     x = pt.tensor("x", shape=(3, 4), dtype="float64")
     args = [pt.exp(pt.exp(x[:, i])) for i in range(4)]
     assert bl._lifted(args, depth=2) is None
-    got, batched = bl._lifted(args, depth=3)
+    got, batched = must_lift(args, depth=3)
     assert batched
     np.testing.assert_allclose(
         evaluate([x], [got], [X34])[0], np.exp(np.exp(X34.T)), rtol=1e-15
@@ -267,8 +280,8 @@ def test_lifting_mixes_batched_and_unbatched_inputs():
     """``X[:, i] * c`` with one ``c``, and ``X[:, i] + i`` with constants per i: vectorised, NumPy's values."""
     x = pt.tensor("x", shape=(3, 4), dtype="float64")
     c = pt.dscalar("c")
-    scaled, batched = bl._lifted([x[:, i] * c for i in range(4)], depth=3)
-    shifted, batched_too = bl._lifted([x[:, i] + float(i) for i in range(4)], depth=3)
+    scaled, batched = must_lift([x[:, i] * c for i in range(4)], depth=3)
+    shifted, batched_too = must_lift([x[:, i] + float(i) for i in range(4)], depth=3)
     assert batched and batched_too
     got = evaluate([x, c], [scaled, shifted], [X34, 1.5])
     np.testing.assert_allclose(got[0], X34.T * 1.5, rtol=1e-15)
@@ -278,9 +291,9 @@ def test_lifting_mixes_batched_and_unbatched_inputs():
 def test_lifting_picks_the_output_each_arg_is():
     """The second output of a two-output Op over slices: the vectorised Op's second output."""
     x = pt.tensor("x", shape=(3, 4), dtype="float64")
-    u = ps.float64("u")
+    u = cast(ps.ScalarVariable, ps.float64("u"))
     two = pt.elemwise.Elemwise(ps.Composite([u], [u + 1.0, u * 3.0]))
-    got, batched = bl._lifted([two(x[:, i])[1] for i in range(4)], depth=3)
+    got, batched = must_lift([cast(list[Variable], two(x[:, i]))[1] for i in range(4)], depth=3)
     assert batched
     np.testing.assert_allclose(evaluate([x], [got], [X34])[0], X34.T * 3.0, rtol=1e-15)
 
@@ -290,7 +303,7 @@ def test_an_op_that_vectorises_only_as_a_blockwise_is_refused():
     x = pt.tensor("x", shape=(3, 4), dtype="float64")
     assert bl._lifted([pt.sort(x[:, i]) for i in range(4)], depth=3) is None
     m = pt.tensor("m", shape=(2, 3, 3), dtype="float64")
-    got, batched = bl._lifted([pt.linalg.det(m[i]) for i in range(2)], depth=3)
+    got, batched = must_lift([output(pt.linalg.det(m[i])) for i in range(2)], depth=3)
     assert batched
     mats = RNG.normal(size=(2, 3, 3))
     np.testing.assert_allclose(
@@ -302,7 +315,7 @@ def test_vectorised_nodes_take_batched_and_unbatched_inputs():
     """`_vectorized` on ``a * c``: the Op over a batched ``a`` and one ``c``; on ``sort``: None."""
     a, c = pt.dvector("a"), pt.dscalar("c")
     big = pt.tensor("big", shape=(4, 3), dtype="float64")
-    (out,) = bl._vectorized((a * c).owner, [(big, True), (c, False)], 4)
+    (out,) = cast(list[Variable], bl._vectorized((a * c).owner, [(big, True), (c, False)], 4))
     np.testing.assert_allclose(
         evaluate([big, c], [out], [X34.T, 2.0])[0], X34.T * 2.0, rtol=1e-15
     )
@@ -900,7 +913,7 @@ def test_an_increment_of_an_allocation_past_the_depth_is_stacked():
 def test_k_increments_of_rows_lift_as_one_increment():
     """``inc(X[i][1], c_i)`` for the 3 rows of an (3, 4) ``X``: one IncSubtensor of ``X``'s rows, NumPy's values."""
     x = pt.tensor("x", shape=(3, 4), dtype="float64")
-    got, batched = bl._lifted(
+    got, batched = must_lift(
         [pt.inc_subtensor(x[i][1], float(i)) for i in range(3)], depth=3
     )
     assert batched and ops([got], [x]).count("IncSubtensor") == 1
@@ -948,7 +961,7 @@ def test_loops_whose_per_step_outputs_have_other_row_counts_are_left_apart():
     position = max(
         i for i, v in enumerate(sig.node.inputs) if v is rows
     )  # the header's n_steps comes first
-    fg.change_node_input(sig.node, position, rows + 0)
+    fg.change_node_input(sig.node, position, cast(TensorVariable, rows) + 0)
     assert bl.batch_loops(fg) == 0 and len(scans(fg)) == 2
 
 
@@ -1010,7 +1023,8 @@ def test_the_gradient_loops_are_batched_too_with_their_buffers():
     inputs, outs = grouped()
     _, s0, ks, _ = inputs
     cost = pt.add(*(o.sum() for o in outs))
-    fg = canonical([cost, *pytensor.grad(cost, [s0, ks])], inputs)
+    grads = cast(list[Variable], pytensor.grad(cost, [s0, ks]))  # a list, for a list of wrt
+    fg = canonical([cost, *grads], inputs)
     assert bl.batch_loops(fg) == 2
     shapes = sorted(param_shapes(n).count((3,)) for n in scans(fg))
     assert shapes == [3, 7]  # forward: x, s, k; gradient: all but c
@@ -1047,7 +1061,8 @@ def test_an_uncanonicalized_grouped_gradient_is_batched_where_the_types_allow():
     inputs, outs = grouped()
     _, s0, ks, _ = inputs
     cost = pt.add(*(o.sum() for o in outs))
-    fg = FunctionGraph(list(inputs), [cost, *pytensor.grad(cost, [s0, ks])], clone=True)
+    grads = cast(list[Variable], pytensor.grad(cost, [s0, ks]))  # a list, for a list of wrt
+    fg = FunctionGraph(list(inputs), [cost, *grads], clone=True)
     unfold_inner_graphs(fg)
     MergeOptimizer().rewrite(fg)
     assert len(scans(fg)) == 6 and names(fg).count("ScalarFromTensor") == 7
@@ -1103,8 +1118,8 @@ class Twice(Op):
     def __init__(self, error):
         self.error = error
 
-    def make_node(self, x):
-        x = pt.as_tensor_variable(x)
+    def make_node(self, *inputs: Variable) -> Apply:
+        (x,) = [pt.as_tensor_variable(v) for v in inputs]
         return Apply(self, [x], [x.type()])
 
     def perform(self, node, inputs, output_storage):
@@ -1127,7 +1142,7 @@ def test_ops_whose_batched_form_raises_are_not_lifted():
     """``Twice`` over K columns raising TypeError, ValueError or NotImplementedError when vectorised: None, each."""
     x = pt.tensor("x", shape=(3, 4), dtype="float64")
     for error in ERRORS:
-        assert bl._lifted([Twice(error)(x[:, i]) for i in range(4)], depth=3) is None
+        assert bl._lifted([output(Twice(error)(x[:, i])) for i in range(4)], depth=3) is None
 
 
 def test_loops_whose_step_raises_when_batched_are_left_apart():
@@ -1158,8 +1173,8 @@ class Loose(Op):
     def __init__(self, dtype=None):
         self.dtype = dtype
 
-    def make_node(self, x):
-        x = pt.as_tensor_variable(x)
+    def make_node(self, *inputs: Variable) -> Apply:
+        (x,) = [pt.as_tensor_variable(v) for v in inputs]
         out = (
             TensorType(self.dtype or x.type.dtype, shape=(None,) * x.type.ndim)()
             if x.type.ndim
@@ -1248,7 +1263,7 @@ def test_readers_after_readers_that_do_not_batch_are_still_batched():
     slices = [v[i] for i in range(3)]
     twice = Twice("type")
     fg = FunctionGraph(
-        [v], [*(twice(x) for x in slices), *(pt.exp(x) for x in slices)], clone=False
+        [v], [*(output(twice(x)) for x in slices), *(pt.exp(x) for x in slices)], clone=False
     )
     bl._sink(fg, [slices])
     assert names(fg).count("Twice") == 3 and names(fg).count("Elemwise") == 1
@@ -1280,8 +1295,8 @@ class Tight(Op):
 
     __props__ = ()
 
-    def make_node(self, x):
-        x = pt.as_tensor_variable(x)
+    def make_node(self, *inputs: Variable) -> Apply:
+        (x,) = [pt.as_tensor_variable(v) for v in inputs]
         shape = (*x.type.shape[:-1], 1) if x.type.ndim > 1 else x.type.shape
         return Apply(self, [x], [TensorType(x.type.dtype, shape=shape)()])
 
@@ -1455,7 +1470,7 @@ def test_readers_with_many_inputs_beyond_the_small_ints():
         n for n in fg.apply_nodes if type(n.op).__name__ == "Elemwise"
     ]  # not evaluated: Python's Elemwise takes 32 operands
     assert [list(graph_inputs([i])) for i in add.inputs] == [[c]] * (BIG - 1) + [[v]]
-    lifted, batched_ = bl._lifted(
+    lifted, batched_ = must_lift(
         [pt.add(*([c] * (BIG - 1)), x) for x in slices], depth=3
     )  # 300 inputs each
     assert batched_ and lifted.owner.op == add.op and len(lifted.owner.inputs) == BIG

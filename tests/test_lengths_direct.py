@@ -1,6 +1,3 @@
-# mypy: disable-error-code="arg-type,attr-defined,call-overload,index,misc,operator,union-attr"
-# (PyTensor annotates scan outputs, owners and Op results as unions; these tests build graphs whose types they know.
-#  Typed with casts: not done yet, 2026-12-01.)
 """Buffer lengths and final-row reads proved from the graph, called directly (issue 47).
 
 `innergraph.rewriting.lengths` proves that a loop buffer holds ``n_steps + k`` rows
@@ -22,10 +19,11 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.mode import Mode
-from pytensor.graph.basic import NominalVariable
+from pytensor.graph.basic import NominalVariable, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.tensor.shape import Shape_i, shape
 from pytensor.tensor.subtensor import Subtensor
+from pytensor.tensor.variable import TensorVariable
 
 import innergraph
 from innergraph.protocol.signature import signature
@@ -42,11 +40,22 @@ from innergraph.rewriting.lengths import (
     length_offset,
 )
 
-PY = Mode(linker="py", optimizer=None)
+PY = Mode(linker="py", optimizer=None)  # type: ignore[arg-type]  # Mode takes None (no rewriting); its annotation leaves None out
 
 
-def _vars() -> tuple[Any, Any, Any, Any]:
+def _vars() -> tuple[TensorVariable, TensorVariable, TensorVariable, TensorVariable]:
     return pt.lscalar("n"), pt.lscalar("m"), pt.dvector("v"), pt.dmatrix("x")
+
+
+def _output(result: Variable | list[Variable]) -> TensorVariable:
+    """The one tensor an Op call returned (PyTensor annotates `Op.__call__` as a variable or a list)."""
+    assert isinstance(result, TensorVariable), f"expected one tensor, got {result!r}"
+    return result
+
+
+def _alloc(*shape: Any) -> TensorVariable:
+    """``pt.alloc(0.0, *shape)``: a buffer of zeros of that shape."""
+    return _output(pt.alloc(0.0, *shape))
 
 
 def test_constant_reads_integer_constants_and_nothing_else():
@@ -75,10 +84,10 @@ def test_linear_writes_a_value_as_one_term_plus_a_constant():
     assert _linear(pt.add(1, n + m)) is None
     product = n * 2
     assert _linear(product) == (product, 0)  # anything else is its own term
-    assert _linear(pt.tensor_from_scalar(pt.scalar_from_tensor(n)) + 1) == (n, 1)
+    assert _linear(_output(pt.tensor_from_scalar(pt.scalar_from_tensor(n))) + 1) == (n, 1)
     assert _linear(v.shape[0] + 2) == (("len", v), 2)
-    assert _linear(Shape_i(0)(v)) == (("len", v), 0)
-    assert _linear(pt.alloc(0.0, n + 3).shape[0]) == (n, 3)
+    assert _linear(_output(Shape_i(0)(v))) == (("len", v), 0)
+    assert _linear(_alloc(n + 3).shape[0]) == (n, 3)
     assert _linear(pt.minimum(2, pt.tensor("i", shape=(3,)).shape[0]) + n) == (n, 2)
     param: Any = NominalVariable(801, pt.lscalar().type)
     assert _linear(param) == (param, 0)
@@ -94,17 +103,17 @@ def test_minimum_of_two_constants_only():
     assert _minimum_of(pt.minimum(pt.constant(7), pt.constant(5))) == 5
     assert _minimum_of(pt.minimum(2, n)) is None
     assert _minimum_of(pt.maximum(2, 3)) is None
-    assert _minimum_of(Shape_i(0)(pt.dvector())) is None
+    assert _minimum_of(_output(Shape_i(0)(pt.dvector()))) is None
     assert _minimum_of(n) is None
 
 
 def test_shape_of_first_axis_only():
     """`_shape_of_first_axis`: ``Shape_i{0}``, ``Shape(v)[0]`` and a 0-d DimShuffle of a vector's ``Shape``, nothing else."""
     n, _, v, x = _vars()
-    assert _shape_of_first_axis(Shape_i(0)(v).owner) is v
-    assert _shape_of_first_axis(Shape_i(0)(x).owner) is x
-    assert _shape_of_first_axis(Shape_i(1)(x).owner) is None
-    assert _shape_of_first_axis(Shape_i(-1)(x).owner) is None  # the last axis
+    assert _shape_of_first_axis(_output(Shape_i(0)(v)).owner) is v
+    assert _shape_of_first_axis(_output(Shape_i(0)(x)).owner) is x
+    assert _shape_of_first_axis(_output(Shape_i(1)(x)).owner) is None
+    assert _shape_of_first_axis(_output(Shape_i(-1)(x)).owner) is None  # the last axis
     assert _shape_of_first_axis(v.shape[0].owner) is v
     assert _shape_of_first_axis(x.shape[0].owner) is x
     assert _shape_of_first_axis(x.shape[1].owner) is None
@@ -116,30 +125,30 @@ def test_shape_of_first_axis_only():
     assert _shape_of_first_axis((v * 2)[0].owner) is None
     assert _shape_of_first_axis((n * 2).owner) is None
     # a Subtensor without an index (PyTensor's own code builds none)
-    assert _shape_of_first_axis(Subtensor(())(shape(v)).owner) is None
+    assert _shape_of_first_axis(_output(Subtensor(())(shape(v))).owner) is None
 
 
 def test_length_offset_of_allocations_and_what_keeps_a_length():
     """`length_offset` through allocations (1-d, 2-d, empty), reversals, ``[::1]``, increments and ``second``, against the lengths PyTensor computes."""
     n, _, v, _ = _vars()
     init, y = pt.dvector("init"), pt.dmatrix("y")
-    alloc = pt.alloc(0.0, n + 2)
+    alloc = _alloc(n + 2)
     proved = {
         alloc: 2,
         pt.empty((n + 1,)): 1,
-        pt.alloc(0.0, n + 2, 3): 2,
+        _alloc(n + 2, 3): 2,
         alloc[::-1]: 2,
         alloc[::1]: 2,
-        pt.set_subtensor(pt.alloc(0.0, n + 3)[:2], init)[::-1]: 3,
-        pt.inc_subtensor(pt.alloc(0.0, n + 3)[-1], 1.0): 3,
-        pt.second(pt.alloc(0.0, n + 1), 0.0): 1,
+        pt.set_subtensor(_alloc(n + 3)[:2], init)[::-1]: 3,
+        pt.inc_subtensor(_alloc(n + 3)[-1], 1.0): 3,
+        pt.second(_alloc(n + 1), 0.0): 1,
         # y broadcasts the allocation along its second axis only
-        pt.second(pt.alloc(0.0, n + 1, 1), y): 1,
+        pt.second(_alloc(n + 1, 1), y): 1,
     }
     for buffer, offset in proved.items():
         assert length_offset(buffer, n) == offset
-    assert length_offset(pt.alloc(0.0, n + 5), n + 2) == 3
-    assert length_offset(pt.alloc(0.0, 7), pt.constant(4)) == 3
+    assert length_offset(_alloc(n + 5), n + 2) == 3
+    assert length_offset(_alloc(7), pt.constant(4)) == 3
     assert length_offset(v[::-1], v.shape[0]) == 0
     assert length_offset(v, v.shape[0] + 2) == -2
     lengths = pytensor.function([n, init, y], [b.shape[0] for b in proved], mode=PY)
@@ -151,18 +160,18 @@ def test_length_offset_of_allocations_and_what_keeps_a_length():
 def test_length_offset_refuses_what_it_cannot_prove():
     """None for lengths or step counts that are not one term plus a constant, other terms, slices that cut, rows, other Ops, broadcasts."""
     n, m, v, _ = _vars()
-    alloc = pt.alloc(0.0, n + 2)
-    assert length_offset(pt.alloc(0.0, n + m), n) is None
+    alloc = _alloc(n + 2)
+    assert length_offset(_alloc(n + m), n) is None
     assert length_offset(alloc, n + m) is None
     assert length_offset(alloc, m) is None
-    assert length_offset(pt.alloc(0.0, n * 2), n) is None
+    assert length_offset(_alloc(n * 2), n) is None
     for buffer in (
         alloc[1:],
         alloc[:3],
         alloc[::2],
         alloc[::-2],
-        pt.alloc(0.0, n + 1, 3)[0],
-        pt.alloc(0.0, n + 1, 3)[::-1, 0],
+        _alloc(n + 1, 3)[0],
+        _alloc(n + 1, 3)[::-1, 0],
     ):
         assert length_offset(buffer, n) is None
     for buffer in (
@@ -174,15 +183,15 @@ def test_length_offset_refuses_what_it_cannot_prove():
         assert length_offset(buffer, n) is None
     zero = pt.constant(0, dtype="int64")
     # second(x, y) is as long as y when y broadcasts x (x of one row)
-    assert length_offset(pt.second(pt.alloc(0.0, 1), pt.dvector("y")), zero) is None
+    assert length_offset(pt.second(_alloc(1), pt.dvector("y")), zero) is None
     assert (
         length_offset(
-            pt.second(pt.alloc(0.0, 1, 3), pt.tensor("w", shape=(None, 1))), zero
+            pt.second(_alloc(1, 3), pt.tensor("w", shape=(None, 1))), zero
         )
         is None
     )
     assert (
-        length_offset(pt.second(pt.alloc(0.0, 1), pt.tensor("z", shape=(1,))), zero)
+        length_offset(pt.second(_alloc(1), pt.tensor("z", shape=(1,))), zero)
         == 1
     )
 
@@ -190,7 +199,7 @@ def test_length_offset_refuses_what_it_cannot_prove():
 def test_the_walk_gives_up_after_32_ops():
     """A length kept through 31 reversals is proved; through 32 the walk stops at its bound and proves nothing."""
     n = pt.lscalar("n")
-    buffer: Any = pt.alloc(0.0, n + 1)
+    buffer: Any = _alloc(n + 1)
     for _ in range(31):
         buffer = buffer[::-1]
     assert length_offset(buffer, n) == 1
@@ -204,7 +213,7 @@ def test_bound_params_are_followed_and_every_binding_must_agree():
     steps_param: Any = NominalVariable(812, pt.lscalar().type)
     buffer = pt.inc_subtensor(buffer_param[-1], 1.0)[::-1]
     one = {buffer_param: pt.zeros(n + 1), steps_param: n}
-    two = {buffer_param: pt.alloc(0.0, m + 2), steps_param: m}
+    two = {buffer_param: _alloc(m + 2), steps_param: m}
     assert length_offset(buffer, steps_param) is None
     assert length_offset(buffer, steps_param, [one]) == 1
     assert length_offset(buffer, steps_param, [two]) == 2
@@ -272,6 +281,9 @@ def _numpy_rows(
     )
 
 
+Index = int | tuple[int | None, int | None, int | None]  # a constant index, or a slice's start, stop and step
+
+
 def test_rows_from_end_against_numpy():
     """`_rows_from_end` on constant indices and slices: NumPy's rows for every length from ``minimum`` on, or None where they change or reach too far."""
     i = pt.lscalar("i")
@@ -279,7 +291,7 @@ def test_rows_from_end_against_numpy():
     def c(value: int | None) -> Any:
         return None if value is None else pt.constant(value, dtype="int64")
 
-    cases = [  # (index, minimum, reversed_, rows, expected)
+    cases: list[tuple[Index, int, bool, int, tuple[int, ...] | int]] = [  # (index, minimum, reversed_, rows, expected)
         (-1, 1, False, 2, 0),
         (-2, 2, False, 2, 1),
         (-3, 3, False, 3, 2),
@@ -305,7 +317,7 @@ def test_rows_from_end_against_numpy():
         plain = index if isinstance(index, int) else slice(*index)
         for length in range(max(minimum, 1), max(minimum, 1) + 8):
             assert _numpy_rows(plain, length, reversed_) == expected
-    refused = [  # (index, minimum, reversed_, rows)
+    refused: list[tuple[Index, int, bool, int]] = [  # (index, minimum, reversed_, rows)
         (0, 1, False, 2),
         (-3, 1, False, 2),
         (-5, 1, False, 2),
@@ -352,7 +364,7 @@ def test_full_reversal_is_a_step_of_minus_one_only():
         v[-2:],
         x[::-1, 0],
         v.dimshuffle(0, "x"),
-        Subtensor(())(v),
+        _output(Subtensor(())(v)),
     ):
         assert not _full_reversal(other.owner)
 
@@ -360,7 +372,7 @@ def test_full_reversal_is_a_step_of_minus_one_only():
 def test_final_row_reads_through_slices_and_reversals():
     """`final_row_reads`: every read's rows (through reversals, in any order), with the default ``minimum`` of 1."""
     n = pt.lscalar("n")
-    buffer: Any = pt.alloc(0.0, n + 2)[::-1]
+    buffer: Any = _alloc(n + 2)[::-1]
     reads = [
         buffer[::-1][0],
         buffer[-1],
@@ -384,8 +396,8 @@ def test_final_row_reads_through_slices_and_reversals():
 def test_final_row_reads_refuses_other_reads():
     """None when something reads the buffer other than a one-index Subtensor, a read reaches too far, or nothing reads it."""
     n, i = pt.lscalar("n"), pt.lscalar("i")
-    buffer: Any = pt.alloc(0.0, n + 2)[::-1]
-    matrix: Any = pt.alloc(0.0, n + 2, 3)
+    buffer: Any = _alloc(n + 2)[::-1]
+    matrix: Any = _alloc(n + 2, 3)
     cases = [
         (buffer, [buffer[-1], buffer[0]]),
         (buffer, [buffer[::-1][0], buffer[0]]),
@@ -396,7 +408,7 @@ def test_final_row_reads_refuses_other_reads():
         (buffer, [buffer[::-2][0]]),
         (buffer, [buffer[i]]),
         (buffer, [buffer[-1], buffer]),
-        (buffer, [Subtensor(())(buffer)]),
+        (buffer, [_output(Subtensor(())(buffer))]),
         (matrix, [matrix[-1, 0]]),
         (matrix, [matrix[-1], matrix[-1, 0]]),
         (buffer, [pt.exp(n)]),
