@@ -319,3 +319,64 @@ def test_loops_over_other_steps_or_with_a_condition_stay_apart():
 
     fg = graph([N, A0], [stopping(0.5), stopping(0.25)])
     assert ml.merge_loops(fg) == 0 and len(scans(fg)) == 2
+
+
+def test_ordinary_merging_runs_once_a_pass(monkeypatch: pytest.MonkeyPatch):
+    """Four loops of one layout, from ``a0`` and ``a1``, two decays each: three merges (count 3), one loop of four states, NumPy's values.
+
+    Ordinary merging runs once, before the first merge: once loops are merged, a merged
+    body repeats work of another loop's body (the same decay), which MergeOptimizer would
+    share and the pass would count as a merged loop if it ran again.
+    """
+    a1 = pt.dscalar("a1")
+    decays = (0.5, 0.25)
+    fg = graph([N, A0, a1], [loop(lambda a, d=d: a * d + 1.0, start) for start in (A0, a1) for d in decays])
+    runs = [0]
+    merge = ml.merge_equal_consumers
+
+    def counted(fgraph: FunctionGraph) -> int:
+        runs[0] += 1
+        return merge(fgraph)
+
+    monkeypatch.setattr(ml, "merge_equal_consumers", counted)
+    assert ml.merge_loops(fg) == 3
+    assert runs == [1]
+    (node,) = scans(fg)
+    assert n_sit_sot(node) == 4
+    got = evaluate(fg, 3, 0.3, -0.4)
+    for out, (start, d) in zip(got, [(s, d) for s in (0.3, -0.4) for d in decays], strict=True):
+        close(out, affine(start, 3, d))
+
+
+def test_loops_inside_a_body_are_merged_with_none():
+    """Two loops over 3 steps inside a loop's body, beside two outer loops over 3 steps (one constant 3 in every scope).
+
+    Only the outer loops merge (count 1); the inner ones stay in their body, apart.
+    Grouped by key alone, the inner loops would merge and an inner one would then pair
+    with an outer one (a body reading an outer variable it has no param for).
+    """
+    three = pt.constant(3, dtype="int64")
+
+    def step(a: Variable) -> Variable:
+        return cast(Variable, loop(lambda b: b * 0.5 + a, a, n=three)[-1] + loop(lambda b: b * 0.25 + a, a, n=three)[-1])
+
+    fg = graph([A0], [loop(step, A0, n=three), loop(lambda a: a * 2.0 + 1.0, A0, n=pt.constant(3, dtype="int64"))])
+    assert len([n for n in fg.apply_nodes if isinstance(n.op, Scan)]) == 4 and len(scans(fg)) == 2
+    assert ml.merge_loops(fg) == 1
+    (node,) = scans(fg)
+    assert n_sit_sot(node) == 2
+    assert len([n for n in fg.apply_nodes if isinstance(n.op, Scan)]) == 3
+
+    def inner(a: float, d: float) -> float:
+        b = a
+        for _ in range(3):
+            b = b * d + a
+        return b
+
+    a, trace = 0.3, []
+    for _ in range(3):
+        a = inner(a, 0.5) + inner(a, 0.25)
+        trace.append(a)
+    got = evaluate(fg, 0.3)
+    close(got[0], trace)
+    close(got[1], affine(0.3, 3, 2.0))
