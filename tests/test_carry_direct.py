@@ -8,7 +8,11 @@ k)`` with rows written in) or does not, in FunctionGraphs that are never compile
 the py linker without rewrites. They call `carried_form`, `enclosing_bindings` and the
 pass `carry_cotangents`, and compare the pass's count and the slots it leaves with
 literal ones, the new slots' arguments with the graphs they should be
-(`equal_computations`), and the values after the pass with a NumPy loop.
+(`equal_computations`), and the values after the pass with a NumPy loop. Loops nested
+in a call, a conditional's branches, a for-loop's and a while loop's step are built
+from explicit params, so that their buffers and step counts are the enclosing
+consumer's params (as loop-invariant motion leaves a gradient's); taps of 300 and
+three carries reach what taps of 1 and 2 cannot tell apart.
 """
 
 from __future__ import annotations
@@ -28,7 +32,11 @@ from pytensor.scan.op import ScanInfo
 from pytensor.scan.utils import expand_empty
 
 import innergraph
+from innergraph.core.build import inner_graph
+from innergraph.core.fold import fold_function
 from innergraph.ops.call import Call
+from innergraph.ops.ifelse import IfElse
+from innergraph.ops.loop import ForiLoop, WhileLoop
 from innergraph.ops.scan import Scan
 from innergraph.protocol.conversion import lift_graph
 from innergraph.protocol.signature import Signature, Slot, consumers
@@ -36,7 +44,7 @@ from innergraph.protocol.slots import Meaning
 from innergraph.rewriting import carry
 from innergraph.rewriting.carry import carried_form, carry_cotangents, enclosing_bindings
 from innergraph.testing.rewrites import rewritten
-from typed import call
+from typed import call, ifelse
 
 PY = Mode(linker="py", optimizer="None")
 X: Any = pt.dvector("x")
@@ -50,12 +58,15 @@ WEIGHTS = (0.5, -0.25, 0.125, 0.75)
 # ---- loops built here
 
 
-def mit_mot_op(in_taps: Sequence[int], out_taps: Sequence[int], n_seqs: int = 1, n_nit_sot: int = 0, as_while: bool = False) -> NativeScan:
+def mit_mot_op(
+    in_taps: Sequence[int], out_taps: Sequence[int], n_seqs: int = 1, n_nit_sot: int = 0, as_while: bool = False, rows: int = 0
+) -> NativeScan:
     """A native Scan of one mit-mot with these taps: out tap ``j`` writes ``(j + 1) * total``, ``total`` = 0.25 + the rows
-    + ``WEIGHTS[i]`` times in tap ``i``; each nit-sot is ``total``; the loop never stops early (``as_while``)."""
+    + ``WEIGHTS[i % 4]`` times in tap ``i``; each nit-sot is ``total``; the loop never stops early (``as_while``). Its
+    buffer is a vector, or a matrix of rows of ``rows`` elements."""
     seqs = [pt.dscalar(f"s{i}") for i in range(n_seqs)]
-    taps = [pt.dscalar(f"m{t}") for t in in_taps]
-    total = pt.add(pt.constant(0.25), *seqs, *(tap * WEIGHTS[i] for i, tap in enumerate(taps)))
+    taps = [pt.tensor(f"m{t}", shape=(None,) if rows else (), dtype="float64") for t in in_taps]
+    total = pt.add(pt.constant(0.25), *seqs, *(tap * WEIGHTS[i % 4] for i, tap in enumerate(taps)))
     outputs = [total * (j + 1) for j in range(len(out_taps))] + [total + 0.0 for _ in range(n_nit_sot)]
     outputs += [pt.gt(total, np.inf)] if as_while else []
     info = ScanInfo(
@@ -74,12 +85,12 @@ def mit_mot_op(in_taps: Sequence[int], out_taps: Sequence[int], n_seqs: int = 1,
 
 def numpy_loop(
     in_taps: Sequence[int], out_taps: Sequence[int], rows: Sequence[np.ndarray], buffer: np.ndarray, steps: int | None = None
-) -> tuple[np.ndarray, list[float]]:
+) -> tuple[np.ndarray, list[Any]]:
     """`mit_mot_op`'s loop in NumPy (``steps``: the rows' length by default): the buffer after it, and the totals (its nit-sot)."""
     buffer = np.array(buffer, dtype="float64")
-    low, totals = min(in_taps), []
+    low, totals = min(in_taps), []  # totals: floats, or rows
     for t in range(len(rows[0]) if steps is None else steps):
-        total = 0.25 + sum(float(r[t]) for r in rows) + sum(WEIGHTS[i] * buffer[t + tap - low] for i, tap in enumerate(in_taps))
+        total = 0.25 + sum(float(r[t]) for r in rows) + sum(WEIGHTS[i % 4] * buffer[t + tap - low] for i, tap in enumerate(in_taps))
         for j, tap in enumerate(out_taps):
             buffer[t + tap - low] = (j + 1) * total
         totals.append(total)
@@ -99,9 +110,10 @@ def written(offset: int) -> Any:
     return pt.inc_subtensor(pt.set_subtensor(zeros[1:], B[: N + offset - 1])[0], 0.5)
 
 
-def written_value(offset: int) -> np.ndarray:
+def written_value(offset: int, b: np.ndarray = BV) -> np.ndarray:
+    """`written`'s buffer for ``XV`` and ``b``."""
     buffer = np.zeros(len(XV) + offset)
-    buffer[1:] = BV[: len(XV) + offset - 1]
+    buffer[1:] = b[: len(XV) + offset - 1]
     buffer[0] += 0.5
     return buffer
 
@@ -155,6 +167,18 @@ def test_a_sit_sots_gradient_form_is_one_carry_and_one_sequence():
     (result,) = state.results
     assert result is not mit_mot.results[0] and result.owner is None and result.type == state.args[0].type
     assert (state.in_taps, state.out_taps, rest.results) == ((), (), ())
+
+
+def test_each_input_tap_from_the_output_tap_up_is_a_sequence():
+    """Taps (0, 1, 2) -> (1,): a carry over row 0, then the rows from 1 and the rows from 2, each a sequence."""
+    _, sig = one_signature(loop((0, 1, 2), (1,), written(2)))
+    mit_mot = sig.slots[1]
+    got = carried_form(sig, mit_mot, sig.header[0])
+    assert got is not None
+    assert [s.kind for s in got] == ["untraced", "seq", "seq"]
+    buffer = buffer_of(mit_mot)
+    assert equal_computations([s.args[0] for s in got], [buffer[0], buffer[1:], buffer[2:]])
+    assert [s.params for s in got] == [(p,) for p in mit_mot.params]
 
 
 def test_taps_are_shifted_to_start_at_zero():
@@ -244,6 +268,17 @@ def test_a_buffer_read_at_its_final_position_becomes_a_carry():
         close(got, [want[-1], want[-1] * 2.0])
 
 
+def test_a_carry_with_two_contributions_per_step():
+    """Taps (0, 1, 2) -> (1,) over ``n + 2`` rows, read at its last row: the numbers NumPy's, for 0 to 5 steps."""
+    buffer = loop((0, 1, 2), (1,), written(2), n_nit_sot=1)
+    fgraph, changed = carried([buffer[1]])
+    assert changed == 1
+    assert slot_kinds(fgraph) == [["seq", "seq", "seq", "untraced", "nit_sot"]]
+    for steps in range(6):
+        _, want = numpy_loop((0, 1, 2), (1,), [XV[:steps]], written_value(2)[: steps + 2])
+        close(evaluate(fgraph, XV[:steps], BV)[0], want)
+
+
 def test_two_carries_read_at_their_final_rows():
     """Taps (0, 1, 2) -> (1, 2): the last row is output tap 2's final value, the one before output tap 1's; single rows and
     slices of both (stacked), for 0 to 5 steps."""
@@ -257,6 +292,53 @@ def test_two_carries_read_at_their_final_rows():
         got = evaluate(fgraph, XV[:steps], BV)
         for g, w in zip(got, [want[-1], want[-2], want[-2:], want[::-1][:2], want[:-3:-1]], strict=True):
             close(g, w)
+
+
+def test_three_carries_read_at_their_final_rows():
+    """Taps (0, 1, 2, 3) -> (1, 2, 3), a mit-sot of taps -3, -2, -1's gradient: carries over rows 0, 1 and 2, read at the
+    last three rows (output taps 3, 2 and 1), alone and as one slice; the numbers NumPy's, for 0 to 4 steps."""
+    in_taps, out_taps = (0, 1, 2, 3), (1, 2, 3)
+    _, sig = one_signature(loop(in_taps, out_taps, written(3)))
+    got = carried_form(sig, sig.slots[1], sig.header[0])
+    assert got is not None
+    buffer = buffer_of(sig.slots[1])
+    assert equal_computations([s.args[0] for s in got], [buffer[0], buffer[1], buffer[2], buffer[3:]])
+    assert [s.params for s in got] == [(p,) for p in sig.slots[1].params]
+    out = loop(in_taps, out_taps, written(3))[0]
+    fgraph, changed = carried([out[-1], out[-2], out[-3], out[-3:]])
+    assert changed == 1
+    assert slot_kinds(fgraph) == [["seq", "seq", "untraced", "untraced", "untraced"]]
+    for steps in range(5):
+        want, _ = numpy_loop(in_taps, out_taps, [XV[:steps]], written_value(3)[: steps + 3])
+        got_values = evaluate(fgraph, XV[:steps], BV)
+        for g, w in zip(got_values, [want[-1], want[-2], want[-3], want[-3:]], strict=True):
+            close(g, w)
+
+
+def test_taps_beyond_the_small_ints():
+    """Taps (0, 300) -> (300,) over ``n + 300`` rows: a trace (taps (-300,)) read whole. The offset proved and the
+    output tap are equal ints, not one cached object."""
+    buffer = pt.inc_subtensor(pt.zeros((N + 300,))[:2], B[:2])
+    out = loop((0, 300), (300,), buffer)[0]
+    fgraph, changed = carried([out])
+    assert changed == 1
+    assert slot_kinds(fgraph) == [["seq", "seq", "mit_sot"]]
+    start = np.zeros(len(XV) + 300)
+    start[:2] = BV[:2]
+    want, _ = numpy_loop((0, 300), (300,), [XV], start)
+    close(evaluate(fgraph, XV, BV)[0], want)
+
+
+def test_a_constant_matrix_buffers_carry_is_not_inlined():
+    """Over a constant matrix of zeros only the contributions are inlined: the carry's initial row is a constant with
+    equal elements too, but its param changes each step."""
+    buffer = pt.constant(np.zeros((len(XV) + 1, 3)))
+    totals = loop((0, 1), (1,), buffer, n_nit_sot=1, rows=3)[1]
+    fgraph, changed = carried([totals])
+    assert changed == 1
+    assert slot_kinds(fgraph) == [["seq", "untraced", "nit_sot"]]
+    _, want = numpy_loop((0, 1), (1,), [XV], np.zeros((len(XV) + 1, 3)))
+    close(evaluate(fgraph, XV, BV)[0], np.array(want))
 
 
 def test_a_trace_is_read_whole():
@@ -379,6 +461,73 @@ def test_enclosing_bindings_are_each_bodys_invariant_arguments():
     ((bound,),) = [enclosing_bindings(scopes, inner_loop.node)]
     assert set(bound.values()) == {s.args[0] for s in outer_loop.slots if outer_loop.meaning(s) is Meaning.INVARIANT}
     assert len(bound) == 2
+
+
+def test_a_loops_carried_state_binds_nothing():
+    """In a counted loop's body, a nested loop whose step count is the loop's carried state (counting down from ``n``,
+    over a buffer of ``n + 1`` rows) is left: the state's initial value ``n`` proves nothing about its later values. With
+    the count a loop-invariant argument instead, the nested loop is carried."""
+    row, acc, steps, buffer = pt.dscalar("row"), pt.dscalar("acc"), pt.lscalar("steps"), pt.dvector("buffer")
+    step = inner_graph([acc + row * nested_loop(buffer, steps), steps - 1], [row, acc, steps, buffer], capture="leaves")
+    acc_final, _ = cast(list[Any], ForiLoop(1, 2)(fold_function(step.function), N, X, pt.constant(0.0, dtype="float64"), N, written(1)))
+    fgraph, changed = carried([acc_final])
+    assert changed == 0
+    (outer,) = [s for s in consumers(fgraph) if isinstance(s.node.op, ForiLoop)]
+    assert [s.kind for s in outer.slots] == ["seq", "carry", "carry", "arg"]
+    assert [s.kind for s in next(consumers(fgraph)).slots] == ["mit_mot"]
+    want = 0.0
+    for t in range(len(XV)):
+        last, _ = numpy_loop((0, 1), (1,), [], written_value(1), len(XV) - t)
+        want += XV[t] * last[-1]
+    close(evaluate(fgraph, XV, BV)[0], want)
+
+    fixed = inner_graph([acc + row * nested_loop(buffer, steps)], [row, acc, steps, buffer], capture="leaves")
+    out = ForiLoop(1, 1)(fold_function(fixed.function), N, X, pt.constant(0.0, dtype="float64"), N, written(1))
+    fgraph, changed = carried([out])
+    assert changed == 1
+    last, _ = numpy_loop((0, 1), (1,), [], written_value(1), len(XV))
+    close(evaluate(fgraph, XV, BV)[0], XV.sum() * last[-1])
+
+
+def test_each_branchs_loop_is_proved_through_its_own_arguments():
+    """A conditional's two bodies have params of one index and type, which are one variable: the then branch's loop
+    over ``n + 1`` rows is carried, the else branch's over ``n + 2`` rows is not; each reads its own arguments."""
+    buffer, steps = pt.dvector("buffer"), pt.lscalar("steps")
+    then_c = inner_graph([nested_loop(buffer, steps)], [buffer, steps], capture="leaves")
+    else_c = inner_graph([nested_loop(buffer, steps) * 2.0], [buffer, steps], capture="leaves")
+    functions = [fold_function(then_c.function), fold_function(else_c.function)]
+    out = IfElse(2)(pt.lt(B[0], 0.0), *functions, written(1), N, written(2), N)
+    fgraph, changed = carried([out])
+    assert changed == 1
+    (branch,) = [s for s in consumers(fgraph) if isinstance(s.node.op, IfElse)]
+    assert [s.kind for s in branch.slots] == ["then_arg", "then_arg", "else_arg", "else_arg", "out"]
+    assert [s.param(0) for s in branch.slots[:2]] == [s.param(1) for s in branch.slots[2:4]]  # the premise: one variable
+    loops = [[s.kind for s in sig.slots] for sig in consumers(fgraph) if isinstance(sig.node.op, Scan)]
+    assert sorted(loops) == [["mit_mot"], ["seq", "untraced"]]  # the values say which
+    for b0 in (-1.0, 1.0):
+        values = np.r_[b0, BV[1:]]
+        last, _ = numpy_loop((0, 1), (1,), [], written_value(1 if b0 < 0 else 2, values), len(XV))
+        close(evaluate(fgraph, XV, values)[0], last[-1] * (1.0 if b0 < 0 else 2.0))
+
+
+def test_a_while_loops_step_body_reads_its_own_arguments():
+    """A while loop's condition body reads a shared argument (``n + 2`` rows) at the index where its step body reads a
+    step argument (the buffer, ``n + 1`` rows) of the same type, one variable: the loop in the step body is carried."""
+    i, acc, buffer, steps, other = pt.lscalar("i"), pt.dscalar("acc"), pt.dvector("buffer"), pt.lscalar("steps"), pt.dvector("other")
+    cond = inner_graph([pt.lt(i + pt.cast(other[0] * 0.0, "int64"), 2)], [i, acc, other], capture="leaves")
+    following = [i + 1, acc + nested_loop(buffer, steps) + other[0]]
+    step = inner_graph([*following, pt.lt(following[0], 2)], [i, acc, buffer, steps, other], capture="leaves")
+    init = [pt.constant(0, dtype="int64"), pt.constant(0.0, dtype="float64")]
+    _, acc_final = cast(list[Any], WhileLoop(2, 0, 2)(fold_function(cond.function), fold_function(step.function), *init, written(1), N, written(2)))
+    fgraph, changed = carried([acc_final])
+    assert changed == 1
+    (loop_sig,) = [s for s in consumers(fgraph) if isinstance(s.node.op, WhileLoop)]
+    assert [s.kind for s in loop_sig.slots] == ["carry", "carry", "step_arg", "step_arg", "arg", "cond", "post"]
+    assert loop_sig.slots[2].param(1) is loop_sig.slots[4].param(0)  # the premise: one variable
+    (inner,) = [s for s in consumers(fgraph) if isinstance(s.node.op, Scan)]
+    assert [s.kind for s in inner.slots] == ["seq", "untraced"]
+    last, _ = numpy_loop((0, 1), (1,), [], written_value(1), len(XV))
+    close(evaluate(fgraph, XV, BV)[0], 2 * (last[-1] + written_value(2)[0]))
 
 
 def test_a_body_read_by_a_consumer_not_seen_proves_nothing():
