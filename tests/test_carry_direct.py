@@ -223,8 +223,11 @@ def test_taps_below_the_output_tap_that_skip_one_make_a_trace():
 
 
 def test_forms_that_are_not_carried():
-    """No input tap below the output tap (a per-step output), two output taps not one above an input tap each: None."""
-    for in_taps, out_taps in (((0,), (0,)), ((1,), (0,)), ((0, 1), (1, 2)), ((0, 2, 3), (1, 3)), ((0, 1, 2), (0, 2))):
+    """No input tap below the output tap (a per-step output), two output taps not one above an input tap each, output
+    taps that write back the rows read (PyTensor's gradient's (-1, 0) -> (-1, 0), here (0, 1) -> (0, 1), whose
+    output tap 0 has no input tap below it): None."""
+    cases = (((0,), (0,)), ((1,), (0,)), ((0, 1), (1, 2)), ((0, 2, 3), (1, 3)), ((0, 1, 2), (0, 2)), ((0, 1), (0, 1)))
+    for in_taps, out_taps in cases:
         _, sig = one_signature(loop(in_taps, out_taps, written(3)))
         assert carried_form(sig, sig.slots[1], sig.header[0]) is None, (in_taps, out_taps)
 
