@@ -76,6 +76,7 @@ MODULES: dict[str, dict[str, object]] = {
     "innergraph/rewriting/licm.py": _one_file("tests/test_rewrites.py", "-k", "invariant or branch_only or hoisting"),  # about 8 s a mutant at load 3-4
     "innergraph/rewriting/lift_ofg.py": _one_file("tests/test_lift_ofg.py"),  # about 3 s a mutant at load 2-3
     "innergraph/rewriting/link_arguments.py": _one_file("tests/test_link_arguments.py"),  # about 7 s a mutant on one core
+    "innergraph/rewriting/merge_loops.py": _one_file("tests/test_merge_loops_direct.py"),  # about 2 s a mutant at load 2-3
     "innergraph/rewriting/ofg_outputs.py": _one_file("tests/test_ofg_dead_outputs.py"),  # about 4 s a mutant on one core
     "innergraph/rewriting/push_out_cost.py": _one_file("tests/test_push_out_cost.py"),  # about 5 s a mutant on one core
     "innergraph/rewriting/read_back.py": _one_file("tests/test_read_back.py"),  # about 3.5 s a mutant on one core
