@@ -58,6 +58,7 @@ MODULES: dict[str, dict[str, object]] = {
         "tests": [["tests/test_batch_loops_direct.py"], ["tests/test_batch_loops.py", "-k", "beyond_the_small_ints"]],
         "sample": 12,
     },
+    "innergraph/rewriting/carry.py": _one_file("tests/test_carry_direct.py"),  # about 3.5 s a mutant at load 1-3
     "innergraph/rewriting/carry_from_zero.py": _one_file("tests/test_carry_from_zero.py"),  # about 3.5 s a killed mutant, 7 s a survivor
     "innergraph/rewriting/dce.py": {
         "tests": [["tests/test_rewrites.py", "-k", "dead or keeps or pruned or live_slots"], ["tests/test_opfromgraph.py", "-k", "dead"]],
