@@ -86,3 +86,23 @@ def test_the_default_scan_is_still_rewritten_with_the_outer_graph():
     fn = pytensor.function(*program(None), mode=Mode(linker="numba", optimizer="fast_run"))
     assert any("softplus" in name for name in inner_op_names(fn))
     assert np.isfinite(fn(X))
+
+
+def test_a_call_compiled_without_rewriting_runs_the_loop_in_its_body():
+    """An in-graph call holding a loop under ``Mode(optimizer=None)``: its body is compiled when it first runs.
+
+    That compilation rewrites the body with the default mode's rewriter, queried once (a
+    rewriter object, no query); the loop lowered there cannot carry that mode less the
+    passes the body went through, so it rewrites its own inner graph, as under a debugging
+    mode. Lowering it raised AttributeError (``excluding``), logged unless rewrite errors
+    raise.
+    """
+    x = pt.dvector("x")
+
+    def body(v):
+        total = pytensor.scan(lambda a, acc: acc + pt.exp(a), sequences=[v], outputs_info=[pt.zeros(())], return_updates=False)
+        return total[-1] * 2.0
+
+    with pytensor.config.change_flags(on_opt_error="raise"):
+        fn = pytensor.function([x], innergraph.call(body, x), mode=Mode(linker="py", optimizer=None))  # type: ignore[arg-type]  # None: no rewriting
+        np.testing.assert_allclose(fn(X[:2]), 2.0 * np.exp(X[:2]).sum(), rtol=1e-12)

@@ -177,8 +177,10 @@ def _lower_scan(op: Any, inputs: Sequence[Variable]) -> list[Variable]:
     if mode in (None, "FAST_RUN"):
         compiling = compiling_mode()
         # a plain Mode: the lowered Scan carries it without the passes the body went through; a
-        # debugging mode (DebugMode) rewrites the inner graph itself, as it does vanilla's
-        mode = already_rewritten(compiling, refold=has_hidden_fold(body)) if type(compiling) is Mode else None
+        # debugging mode (DebugMode) rewrites the inner graph itself, as it does vanilla's, and so
+        # does a mode whose rewriter is no query (it cannot leave passes out: `_excludes`)
+        plain = type(compiling) is Mode and _excludes(compiling)
+        mode = already_rewritten(compiling, refold=has_hidden_fold(body)) if plain else None
     else:
         mode = already_rewritten(mode, refold=has_hidden_fold(body))
     lowered = Scan(consumer.layout, **{**consumer.flags(), "mode": mode})
@@ -189,6 +191,17 @@ _already_rewritten: dict[Any, tuple[Any, Any]] = {}
 
 #: innergraph's passes that lift, rewrite and lower loops: a lowered body's nested loops went through them already.
 _ROUND_TRIP = ("innergraph_lift", "innergraph_branch", "innergraph_simplify", "innergraph_lower")
+
+
+def _excludes(mode: Any) -> bool:
+    """Whether ``mode``'s rewriter can leave passes out (a query), as `already_rewritten` asks of it.
+
+    A rewriter object is not: an in-graph call's body compiled at run time under the
+    ``py`` linker (`innergraph.protocol.runtime`) is rewritten by the default mode's
+    rewriter, queried once.
+    """
+    _, rewriter = mode.get_linker_optimizer(mode.provided_linker, mode.provided_optimizer)
+    return hasattr(rewriter, "excluding")
 
 
 def already_rewritten(mode: Any, *, refold: bool = False) -> Any:
