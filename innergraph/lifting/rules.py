@@ -200,7 +200,11 @@ def _excludes(mode: Any) -> bool:
     ``py`` linker (`innergraph.protocol.runtime`) is rewritten by the default mode's
     rewriter, queried once.
     """
-    _, rewriter = mode.get_linker_optimizer(mode.provided_linker, mode.provided_optimizer)
+    from pytensor.compile.mode import predefined_optimizers
+
+    rewriter = mode.provided_optimizer
+    if isinstance(rewriter, str) or rewriter is None:  # a name, as `Mode.excluding` reads it
+        rewriter = predefined_optimizers.get(rewriter)
     return hasattr(rewriter, "excluding")
 
 
