@@ -41,6 +41,7 @@ from innergraph.protocol.signature import consumers, sharing_rebuilt_functions
 from innergraph.protocol.slots import Meaning
 from innergraph.rewriting import batch_loops as bl
 from innergraph.rewriting.untrace import untrace_final_states
+from typed import one_tensor
 
 PY = Mode(linker="py", optimizer=None)  # type: ignore[arg-type]  # Mode takes None (no rewriting); its annotation leaves None out
 
@@ -61,12 +62,6 @@ def ops(outputs, inputs=None):
     """The Op classes' names of the nodes between ``inputs`` (default: the graph's inputs) and ``outputs``."""
     roots = list(graph_inputs(outputs)) if inputs is None else list(inputs)
     return sorted(type(n.op).__name__ for n in applys_between(roots, outputs))
-
-
-def output(result: Variable | list[Variable]) -> TensorVariable:
-    """The one tensor an Op call returned (PyTensor annotates `Op.__call__` as a variable or a list)."""
-    assert isinstance(result, TensorVariable), f"expected one tensor, got {result!r}"
-    return result
 
 
 def must_lift(args: list[Variable], depth: int) -> tuple[Any, bool]:
@@ -303,7 +298,7 @@ def test_an_op_that_vectorises_only_as_a_blockwise_is_refused():
     x = pt.tensor("x", shape=(3, 4), dtype="float64")
     assert bl._lifted([pt.sort(x[:, i]) for i in range(4)], depth=3) is None
     m = pt.tensor("m", shape=(2, 3, 3), dtype="float64")
-    got, batched = must_lift([output(pt.linalg.det(m[i])) for i in range(2)], depth=3)
+    got, batched = must_lift([one_tensor(pt.linalg.det(m[i])) for i in range(2)], depth=3)
     assert batched
     mats = RNG.normal(size=(2, 3, 3))
     np.testing.assert_allclose(
@@ -1142,7 +1137,7 @@ def test_ops_whose_batched_form_raises_are_not_lifted():
     """``Twice`` over K columns raising TypeError, ValueError or NotImplementedError when vectorised: None, each."""
     x = pt.tensor("x", shape=(3, 4), dtype="float64")
     for error in ERRORS:
-        assert bl._lifted([output(Twice(error)(x[:, i])) for i in range(4)], depth=3) is None
+        assert bl._lifted([one_tensor(Twice(error)(x[:, i])) for i in range(4)], depth=3) is None
 
 
 def test_loops_whose_step_raises_when_batched_are_left_apart():
@@ -1263,7 +1258,7 @@ def test_readers_after_readers_that_do_not_batch_are_still_batched():
     slices = [v[i] for i in range(3)]
     twice = Twice("type")
     fg = FunctionGraph(
-        [v], [*(output(twice(x)) for x in slices), *(pt.exp(x) for x in slices)], clone=False
+        [v], [*(one_tensor(twice(x)) for x in slices), *(pt.exp(x) for x in slices)], clone=False
     )
     bl._sink(fg, [slices])
     assert names(fg).count("Twice") == 3 and names(fg).count("Elemwise") == 1

@@ -19,7 +19,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.mode import Mode
-from pytensor.graph.basic import NominalVariable, Variable
+from pytensor.graph.basic import NominalVariable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.tensor.shape import Shape_i, shape
 from pytensor.tensor.subtensor import Subtensor
@@ -39,6 +39,7 @@ from innergraph.rewriting.lengths import (
     final_row_reads,
     length_offset,
 )
+from typed import one_tensor
 
 PY = Mode(linker="py", optimizer=None)  # type: ignore[arg-type]  # Mode takes None (no rewriting); its annotation leaves None out
 
@@ -47,15 +48,9 @@ def _vars() -> tuple[TensorVariable, TensorVariable, TensorVariable, TensorVaria
     return pt.lscalar("n"), pt.lscalar("m"), pt.dvector("v"), pt.dmatrix("x")
 
 
-def _output(result: Variable | list[Variable]) -> TensorVariable:
-    """The one tensor an Op call returned (PyTensor annotates `Op.__call__` as a variable or a list)."""
-    assert isinstance(result, TensorVariable), f"expected one tensor, got {result!r}"
-    return result
-
-
 def _alloc(*shape: Any) -> TensorVariable:
     """``pt.alloc(0.0, *shape)``: a buffer of zeros of that shape."""
-    return _output(pt.alloc(0.0, *shape))
+    return one_tensor(pt.alloc(0.0, *shape))
 
 
 def test_constant_reads_integer_constants_and_nothing_else():
@@ -84,9 +79,9 @@ def test_linear_writes_a_value_as_one_term_plus_a_constant():
     assert _linear(pt.add(1, n + m)) is None
     product = n * 2
     assert _linear(product) == (product, 0)  # anything else is its own term
-    assert _linear(_output(pt.tensor_from_scalar(pt.scalar_from_tensor(n))) + 1) == (n, 1)
+    assert _linear(one_tensor(pt.tensor_from_scalar(pt.scalar_from_tensor(n))) + 1) == (n, 1)
     assert _linear(v.shape[0] + 2) == (("len", v), 2)
-    assert _linear(_output(Shape_i(0)(v))) == (("len", v), 0)
+    assert _linear(one_tensor(Shape_i(0)(v))) == (("len", v), 0)
     assert _linear(_alloc(n + 3).shape[0]) == (n, 3)
     assert _linear(pt.minimum(2, pt.tensor("i", shape=(3,)).shape[0]) + n) == (n, 2)
     param: Any = NominalVariable(801, pt.lscalar().type)
@@ -103,17 +98,17 @@ def test_minimum_of_two_constants_only():
     assert _minimum_of(pt.minimum(pt.constant(7), pt.constant(5))) == 5
     assert _minimum_of(pt.minimum(2, n)) is None
     assert _minimum_of(pt.maximum(2, 3)) is None
-    assert _minimum_of(_output(Shape_i(0)(pt.dvector()))) is None
+    assert _minimum_of(one_tensor(Shape_i(0)(pt.dvector()))) is None
     assert _minimum_of(n) is None
 
 
 def test_shape_of_first_axis_only():
     """`_shape_of_first_axis`: ``Shape_i{0}``, ``Shape(v)[0]`` and a 0-d DimShuffle of a vector's ``Shape``, nothing else."""
     n, _, v, x = _vars()
-    assert _shape_of_first_axis(_output(Shape_i(0)(v)).owner) is v
-    assert _shape_of_first_axis(_output(Shape_i(0)(x)).owner) is x
-    assert _shape_of_first_axis(_output(Shape_i(1)(x)).owner) is None
-    assert _shape_of_first_axis(_output(Shape_i(-1)(x)).owner) is None  # the last axis
+    assert _shape_of_first_axis(one_tensor(Shape_i(0)(v)).owner) is v
+    assert _shape_of_first_axis(one_tensor(Shape_i(0)(x)).owner) is x
+    assert _shape_of_first_axis(one_tensor(Shape_i(1)(x)).owner) is None
+    assert _shape_of_first_axis(one_tensor(Shape_i(-1)(x)).owner) is None  # the last axis
     assert _shape_of_first_axis(v.shape[0].owner) is v
     assert _shape_of_first_axis(x.shape[0].owner) is x
     assert _shape_of_first_axis(x.shape[1].owner) is None
@@ -125,7 +120,7 @@ def test_shape_of_first_axis_only():
     assert _shape_of_first_axis((v * 2)[0].owner) is None
     assert _shape_of_first_axis((n * 2).owner) is None
     # a Subtensor without an index (PyTensor's own code builds none)
-    assert _shape_of_first_axis(_output(Subtensor(())(shape(v))).owner) is None
+    assert _shape_of_first_axis(one_tensor(Subtensor(())(shape(v))).owner) is None
 
 
 def test_length_offset_of_allocations_and_what_keeps_a_length():
@@ -364,7 +359,7 @@ def test_full_reversal_is_a_step_of_minus_one_only():
         v[-2:],
         x[::-1, 0],
         v.dimshuffle(0, "x"),
-        _output(Subtensor(())(v)),
+        one_tensor(Subtensor(())(v)),
     ):
         assert not _full_reversal(other.owner)
 
@@ -408,7 +403,7 @@ def test_final_row_reads_refuses_other_reads():
         (buffer, [buffer[::-2][0]]),
         (buffer, [buffer[i]]),
         (buffer, [buffer[-1], buffer]),
-        (buffer, [_output(Subtensor(())(buffer))]),
+        (buffer, [one_tensor(Subtensor(())(buffer))]),
         (matrix, [matrix[-1, 0]]),
         (matrix, [matrix[-1], matrix[-1, 0]]),
         (buffer, [pt.exp(n)]),

@@ -11,6 +11,9 @@ functions themselves.
 
 from typing import TYPE_CHECKING, Any
 
+from pytensor.graph.basic import Variable
+from pytensor.tensor.variable import TensorVariable
+
 if TYPE_CHECKING:
 
     def grad(cost: Any, wrt: Any, *args: Any, **kwargs: Any) -> Any: ...
@@ -28,7 +31,13 @@ else:
 
     from innergraph import call, ifelse, param
 
-__all__ = ["call", "grad", "ifelse", "param", "pushforward", "recording"]
+__all__ = ["call", "grad", "ifelse", "one_tensor", "param", "pushforward", "recording"]
+
+
+def one_tensor(result: Variable | list[Variable]) -> TensorVariable:
+    """The one tensor an Op call returned (PyTensor annotates `Op.__call__` as a variable or a list)."""
+    assert isinstance(result, TensorVariable), f"expected one tensor, got {result!r}"
+    return result
 
 
 def recording(calls: list[Any], function: Any, whole: bool = False) -> Any:
