@@ -156,15 +156,13 @@ def _rewritten_by_its_own_mode(native: NativeScan) -> bool:
 
 def _rewriter_query(mode: Any) -> tuple[Any, ...] | None:
     """What ``mode``'s rewriter query includes, requires and excludes, and its cutoff; None for a rewriter that is not a query."""
-    from pytensor.compile.mode import get_mode, predefined_optimizers
+    from pytensor.compile.mode import get_mode
     from pytensor.graph.rewriting.db import RewriteDatabaseQuery
 
     try:
-        optimizer = get_mode(mode).provided_optimizer
+        optimizer = _rewriter_of(get_mode(mode))
     except Exception:  # an unknown mode name
         return None
-    if isinstance(optimizer, str) or optimizer is None:
-        optimizer = predefined_optimizers.get(optimizer)
     if not isinstance(optimizer, RewriteDatabaseQuery) or optimizer.subquery or optimizer.extra_rewrites:
         return None
     return frozenset(optimizer.include), frozenset(optimizer.require), frozenset(optimizer.exclude), optimizer.position_cutoff
@@ -193,6 +191,16 @@ _already_rewritten: dict[Any, tuple[Any, Any]] = {}
 _ROUND_TRIP = ("innergraph_lift", "innergraph_branch", "innergraph_simplify", "innergraph_lower")
 
 
+def _rewriter_of(mode: Any) -> Any:
+    """``mode``'s rewriter as given: a query, a rewriter object, or the predefined one a name (or None) stands for."""
+    from pytensor.compile.mode import predefined_optimizers
+
+    optimizer = mode.provided_optimizer
+    if isinstance(optimizer, str) or optimizer is None:  # a name, as `Mode.excluding` reads it
+        optimizer = predefined_optimizers.get(optimizer)
+    return optimizer
+
+
 def _excludes(mode: Any) -> bool:
     """Whether ``mode``'s rewriter can leave passes out (a query), as `already_rewritten` asks of it.
 
@@ -200,12 +208,7 @@ def _excludes(mode: Any) -> bool:
     ``py`` linker (`innergraph.protocol.runtime`) is rewritten by the default mode's
     rewriter, queried once.
     """
-    from pytensor.compile.mode import predefined_optimizers
-
-    rewriter = mode.provided_optimizer
-    if isinstance(rewriter, str) or rewriter is None:  # a name, as `Mode.excluding` reads it
-        rewriter = predefined_optimizers.get(rewriter)
-    return hasattr(rewriter, "excluding")
+    return hasattr(_rewriter_of(mode), "excluding")
 
 
 def already_rewritten(mode: Any, *, refold: bool = False) -> Any:
