@@ -144,7 +144,7 @@ Review first: core/graph.py (InnerGraph, closed bodies) and core/fold.py
 _HOOKS = PatchSpec(
     slug="innergraph-hooks",
     subject="Call innergraph's hooks from the linker, printing, pickling, DebugMode, Scan's gradient and JAX's dispatch",
-    message=f"""Six places of PyTensor need to know about function variables. Each
+    message=f"""Seven places of PyTensor need to know about function variables. Each
 calls one function of pytensor.innergraph.patching through
 pytensor.innergraph.core.hooks.call_hook, which imports it only while
 innergraph is enabled (the last patch does that) and otherwise returns
@@ -164,7 +164,13 @@ what PyTensor computed before:
 - Scan.pullback: checkpointed gradients when a checkpoint policy applies.
 - pytensor.link.jax.dispatch: dispatch_loaded loads innergraph's JAX
   conversions with the dispatch, so a graph converted by jax_funcify
-  without a linker (PyMC's get_jaxified_graph) finds them.
+  without a linker (PyMC's get_jaxified_graph) finds them;
+- FunctionMaker.prepare_fgraph: delegates to prepare_fgraph of
+  pytensor.innergraph.patching.rewritten, which rewrites a graph once per
+  machine: it keys the graph before rewriting (the graph, its specs, the
+  mode, the rewrite database, the code, the configuration) and takes the
+  rewritten graph from a store in the compile directory when another
+  process has rewritten the same graph before.
 
 The library that carries this change for released PyTensor installs the
 same functions as monkey-patches; these edits are their upstream form.
@@ -221,6 +227,14 @@ same functions as monkey-patches; these edits are their upstream form.
             "\nfrom pytensor.innergraph.core.hooks import call_hook  # noqa: E402\n\n"
             'call_hook("pytensor.innergraph.patching.on_import", "dispatch_loaded", None, __name__)\n',
             replaces="sys.meta_path[ImportHook]",
+        ),
+        Delegate(
+            "pytensor/compile/maker.py",
+            "prepare_fgraph",
+            "pytensor.innergraph.patching.rewritten",
+            "prepare_fgraph",
+            cls="FunctionMaker",
+            replaces="FunctionMaker.prepare_fgraph",
         ),
     ),
 )

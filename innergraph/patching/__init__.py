@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from innergraph.core import dispatch, hooks
 from innergraph.core.hooks import form, installed, patched_pytensor
 from innergraph.core.interning import clear_body_cache, table_kept
-from innergraph.patching import gradient, linker, pickling, printing
+from innergraph.patching import gradient, linker, pickling, printing, rewritten
 from innergraph.patching.on_import import load_imported
 from innergraph.rewriting import db
 
@@ -60,7 +60,7 @@ def install() -> None:
         db.register_all()
         load_imported()  # a dispatch module imported while innergraph was off (`dispatch_loaded`)
         return
-    for module in (linker, printing, pickling, gradient):
+    for module in (linker, printing, pickling, gradient, rewritten):
         for patch in module.patches():
             hooks.apply(patch)
     hooks.apply_pending()

@@ -59,6 +59,9 @@ SHIPPED: dict[str, tuple[str, ...]] = {
         "patching/pickles.py",
         "patching/pickling.py",
         "patching/printing.py",
+        "patching/rewritten.py",
+        "patching/rewritten_key.py",
+        "patching/rewritten_store.py",
     ),
     "innergraph-consumers": (
         "builders.py",

@@ -1,0 +1,229 @@
+"""Rewriting done once per machine: `FunctionMaker.prepare_fgraph` through a cache of rewritten graphs.
+
+PyTensor rewrites every graph it compiles, in every process: on a PyMC model whose
+compiled code is all in Numba's cache, rewriting is 80-90% of compiling the NUTS
+function again (``design/benchmarks.md``, "The GARCH models' reruns: where the last
+second goes"). While innergraph is installed, `prepare_fgraph` first computes the
+graph's key (`innergraph.patching.rewritten_key`: the graph, its specs, the mode, the
+rewrite database, the code and the configuration) and looks it up in the store
+(`innergraph.patching.rewritten_store`):
+
+hit
+    The stored graph, after rewriting and the outputs' deep copies, takes the place of
+    the graph's outputs (`FunctionGraph.change_node_input` on each output, so the
+    `FunctionGraph`, its inputs and its specs stay the caller's), and the features the
+    rewriting had attached are attached anew (`DestroyHandler`, ...). The linker then
+    sees what it would have seen, and finds the same entries in Numba's cache.
+miss
+    PyTensor's own `prepare_fgraph` runs; if it showed no warning and logged nothing at
+    WARNING or above (rewriting that warns or reports an error is done again next time,
+    so the message is not lost), the result is stored.
+
+Not cached: a mode that is not exactly `Mode` (DebugMode checks each rewrite), a
+rewriter that is no query of the database, profiling, ``optimizer_verbose``, test
+values, and anything `rewritten_key` cannot describe the same way in every process. A
+process never reads an entry it wrote itself: what changed in it since (a class's method
+replaced at run time, which no key sees) cannot come back through the store.
+
+Terms
+-----
+payload
+    The pickled pair (rewritten outputs, classes of the features rewriting added), the
+    graph's inputs pickled as their positions (the caller's own variables are put back
+    when it loads).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import pickle
+import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from pytensor import config
+from pytensor.compile.debug import profiling as compile_profiling
+from pytensor.compile.maker import FunctionMaker
+from pytensor.compile.mode import Mode
+from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.traversal import graph_inputs
+from pytensor.graph.features import Feature
+from pytensor.graph.fg import FunctionGraph, Output
+
+from innergraph.core.hooks import Patch, original
+from innergraph.patching import rewritten_key, rewritten_store
+
+__all__ = ["patches", "prepare_fgraph", "stats"]
+
+_prepare_base = original(FunctionMaker, "prepare_fgraph")
+
+#: Keys this process wrote: never read back here (module docstring).
+_written_here: set[str] = set()
+
+#: Counts since the process started: ``hit``, ``miss``, ``stored``, ``uncached`` (no key or not cacheable).
+stats: dict[str, int] = {"hit": 0, "miss": 0, "stored": 0, "uncached": 0}
+
+_WATCHED_LOGGERS = ("pytensor", "innergraph")
+
+
+def prepare_fgraph(
+    inputs: list[Any], outputs: list[Any], additional_outputs: list[Any], fgraph: FunctionGraph, mode: Any, profile: Any
+) -> None:
+    """`FunctionMaker.prepare_fgraph`, through the store of rewritten graphs (module docstring)."""
+    key = rewritten_key.graph_key(fgraph, inputs, outputs, additional_outputs, mode) if _cacheable(mode, profile) else None
+    if key is None:
+        stats["uncached"] += 1
+        return _prepare_base(inputs, outputs, additional_outputs, fgraph, mode, profile)
+    if key not in _written_here:
+        start = time.perf_counter()
+        payload = rewritten_store.read(key)
+        if payload is not None and _transplant(fgraph, payload, key):
+            compile_profiling.total_graph_rewrite_time += time.perf_counter() - start
+            stats["hit"] += 1
+            return None
+    stats["miss"] += 1
+    before = list(fgraph._features)
+    with _watched() as shown:
+        _prepare_base(inputs, outputs, additional_outputs, fgraph, mode, profile)
+    if not shown and key not in _written_here:
+        payload = _payload(fgraph, before)
+        if payload is not None and rewritten_store.write(key, payload):
+            _written_here.add(key)
+            stats["stored"] += 1
+    return None
+
+
+def _cacheable(mode: Any, profile: Any) -> bool:
+    return (
+        type(mode) is Mode
+        and not profile
+        and not config.profile
+        and not config.profile_optimizer
+        and not config.optimizer_verbose
+        and getattr(config, "compute_test_value", "off") == "off"
+        and rewritten_store.folder() is not None
+    )
+
+
+class _Counter(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += 1
+
+
+@contextmanager
+def _watched() -> Iterator[list[int]]:
+    """Counts what the block showed: warnings shown or recorded, log records at WARNING or above (``shown`` is truthy after)."""
+    shown: list[int] = []
+    counter = _Counter()
+    loggers = [logging.getLogger(name) for name in _WATCHED_LOGGERS]
+    show = warnings._showwarnmsg  # type: ignore[attr-defined]  # what every shown or recorded warning goes through
+
+    def counting(msg: Any) -> None:
+        shown.append(1)
+        show(msg)
+
+    warnings._showwarnmsg = counting  # type: ignore[attr-defined]
+    for logger in loggers:
+        logger.addHandler(counter)
+    try:
+        yield shown
+    finally:
+        warnings._showwarnmsg = show  # type: ignore[attr-defined]
+        for logger in loggers:
+            logger.removeHandler(counter)
+        if counter.count:
+            shown.append(counter.count)
+
+
+def _payload(fgraph: FunctionGraph, before: list[Feature]) -> bytes | None:
+    """The rewritten graph's payload, or None if it cannot be stored (a feature removed or not rebuildable, unpicklable)."""
+    if any(f not in fgraph._features for f in before):
+        return None
+    added = []
+    for feature in fgraph._features:
+        if any(feature is f for f in before):
+            continue
+        cls = type(feature)
+        try:
+            rewritten_key._named(cls)
+            cls()
+        except Exception:  # a feature that needs arguments, or cannot be found again by name
+            return None
+        added.append((cls.__module__, cls.__qualname__))
+    where = {id(v): k for k, v in enumerate(fgraph.inputs)}
+
+    class _Pickler(pickle.Pickler):
+        def persistent_id(self, obj: Any) -> Any:
+            return where.get(id(obj)) if isinstance(obj, Variable) else None
+
+    buffer = io.BytesIO()
+    try:
+        _Pickler(buffer, protocol=5).dump((list(fgraph.outputs), added))
+    except Exception:  # an Op or a tag that does not pickle
+        return None
+    return buffer.getvalue()
+
+
+def _transplant(fgraph: FunctionGraph, payload: bytes, key: str) -> bool:
+    """Put the stored graph in place of ``fgraph``'s outputs and attach its features; False (entry removed) if it does not fit."""
+    inputs = fgraph.inputs
+
+    class _Unpickler(pickle.Unpickler):
+        def persistent_load(self, pid: Any) -> Any:
+            return inputs[pid]
+
+    try:
+        new_outputs, added = _Unpickler(io.BytesIO(payload)).load()
+        features = [_feature(module, qualname) for module, qualname in added]
+    except Exception as exc:  # a class gone, an Op whose pickle changed: whatever loading raises
+        rewritten_store.discard(key, f"it could not be loaded: {exc!r}")
+        return False
+    old = list(fgraph.outputs)
+    if len(new_outputs) != len(old) or any(not o.type.is_super(n.type) for o, n in zip(old, new_outputs)):
+        rewritten_store.discard(key, "its outputs do not fit the graph's")
+        return False
+    if not _rooted_in(new_outputs, inputs):
+        rewritten_store.discard(key, "its graph reads a variable that is not one of the graph's inputs")
+        return False
+    nodes = [_output_node(fgraph, k) for k in range(len(old))]
+    for node, new in zip(nodes, new_outputs):
+        fgraph.change_node_input(node, 0, new, reason="innergraph.rewritten")
+    for feature in features:
+        fgraph.attach_feature(feature)
+    return True
+
+
+def _rooted_in(outputs: list[Variable], inputs: list[Variable]) -> bool:
+    """Whether every variable ``outputs`` are computed from is one of ``inputs`` or a constant."""
+    allowed = {id(v) for v in inputs}
+    return all(
+        id(v) in allowed or isinstance(v, Constant) for v in graph_inputs(outputs, blockers=inputs)
+    )
+
+
+def _feature(module: str, qualname: str) -> Feature:
+    found: Any = __import__(module, fromlist=["_"])
+    for part in qualname.split("."):
+        found = getattr(found, part)
+    feature = found()
+    if not isinstance(feature, Feature):
+        raise TypeError(f"{module}.{qualname} is not a Feature")
+    return feature
+
+
+def _output_node(fgraph: FunctionGraph, k: int) -> Any:
+    for node, _ in fgraph.clients[fgraph.outputs[k]]:
+        if isinstance(node.op, Output) and node.op.idx == k:
+            return node
+    raise RuntimeError(f"output {k} of the graph has no output node")
+
+
+def patches() -> list[Patch]:
+    return [Patch(FunctionMaker, "prepare_fgraph", staticmethod(prepare_fgraph))]

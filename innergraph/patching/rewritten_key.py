@@ -1,0 +1,352 @@
+"""The key of a graph before rewriting: everything that decides what PyTensor's rewriting makes of it.
+
+`FunctionMaker.prepare_fgraph` rewrites a `FunctionGraph` with the mode's rewriter and
+then protects its outputs with deep copies. What comes out depends on the graph and on
+what the rewrites read while they run. `graph_key` digests all of that, so that two
+compilations with equal keys rewrite to equal graphs and the second can take the
+first's result (`innergraph.patching.rewritten`).
+
+Terms
+-----
+key
+    A SHA-256 digest (hex) of:
+
+    * the graph: its nodes in PyTensor's deterministic topological order, each Op by
+      its class and ``__props__`` (an Op without props by its class and attributes),
+      each type by its class and props, each constant by its type and data, each
+      variable's name, inputs by position; inner graphs (Scan's, `OpFromGraph`'s,
+      `Composite`'s) the same way;
+    * the specs: per input ``mutable``, ``borrow`` and whether it is updated, per
+      output ``borrow``;
+    * the mode: its linker's class and settings and its rewriter query;
+    * the rewrite database: every registration's name, position and tags and the
+      class of what is registered;
+    * the code: per package that defined a registered rewrite or an Op of the graph,
+      the path, size and modification time of each of its Python files; the versions
+      of Python, NumPy, SciPy, Numba and PyTensor;
+    * PyTensor's configuration (each flag's value, or for a flag not read yet the
+      value it would take), ``PYTENSOR_FLAGS`` and innergraph's environment
+      variables (``INNERGRAPH_*``);
+    * the state of innergraph's and PyTensor's loaded modules: each module-level
+      constant's value and each module-level function's defining module and name,
+      so a knob or a function replaced at run time (a test's ``monkeypatch``)
+      changes the key.
+unstable
+    Something the key cannot describe the same way in every process (an object
+    whose only description is its address, a function without a module-level
+    name, code without a file): `graph_key` returns None and the graph is rewritten
+    as without the cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import os
+import pickle
+import platform
+import sys
+import types
+from collections.abc import Iterable, Mapping, Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pytensor import config
+from pytensor.compile.mode import Mode
+from pytensor.graph.basic import Apply, Constant, Variable
+from pytensor.graph.fg import AbstractFunctionGraph, FunctionGraph
+from pytensor.graph.op import Op
+from pytensor.graph.rewriting.db import RewriteDatabase, RewriteDatabaseQuery, SequenceDB
+from pytensor.graph.type import Type
+from pytensor.link.basic import Linker
+from pytensor.misc.ordered_set import OrderedSet
+
+__all__ = ["Unstable", "code_fingerprint", "graph_key"]
+
+#: Raised to the next version when what a key covers changes, so older entries are never read.
+FORMAT = 1
+
+#: The packages whose loaded modules' state (`module_state`) the key covers.
+_WATCHED = ("pytensor", "innergraph")
+
+Encoded = Any  # nested tuples of None, bool, int, float, str and bytes
+
+
+class Unstable(Exception):
+    """Something in the graph or its context has no description that is the same in every process."""
+
+
+def graph_key(
+    fgraph: FunctionGraph,
+    inputs: Sequence[Any],
+    outputs: Sequence[Any],
+    additional_outputs: Sequence[Any],
+    mode: Mode,
+) -> str | None:
+    """The key of rewriting ``fgraph`` for ``mode`` (see the module docstring), or None if unstable.
+
+    ``inputs``, ``outputs`` and ``additional_outputs`` are `FunctionMaker.prepare_fgraph`'s
+    specs (`SymbolicInput`, `SymbolicOutput`).
+    """
+    try:
+        encoder = _Encoder()
+        graph = encoder.graph(fgraph.inputs, fgraph.outputs)
+        specs = (
+            tuple((bool(i.mutable), bool(i.borrow), i.update is not None) for i in inputs),
+            tuple(bool(o.borrow) for o in (*outputs, *additional_outputs)),
+        )
+        db: RewriteDatabase = getattr(mode, "optdb")  # set in Mode.__setstate__, untyped
+        context = (mode_description(mode), database_description(db))
+        code = code_fingerprint(encoder.modules | database_modules(db))
+        state = (configuration(), module_state())
+    except Unstable:
+        return None
+    payload = pickle.dumps((FORMAT, graph, specs, context, code, state), protocol=5)
+    return hashlib.sha256(payload).hexdigest()
+
+
+class _Encoder:
+    """Encodes graphs and the values their Ops and types hold; records the modules of the classes it met."""
+
+    def __init__(self) -> None:
+        self.modules: set[str] = set()
+        self._ops: dict[int, Encoded] = {}
+
+    def graph(self, inputs: Sequence[Variable], outputs: Sequence[Variable]) -> Encoded:
+        from pytensor.graph.traversal import io_toposort
+
+        nodes: list[Apply] = io_toposort(list(inputs), list(outputs))
+        where: dict[Variable, Encoded] = {v: ("i", k) for k, v in enumerate(inputs)}
+        for k, node in enumerate(nodes):
+            for j, out in enumerate(node.outputs):
+                where[out] = ("n", k, j)
+
+        def ref(var: Variable) -> Encoded:
+            found = where.get(var)
+            if found is not None:
+                return found
+            if isinstance(var, Constant):
+                return ("c", self.tensor_type(var.type), self.value(var.data), var.name)
+            raise Unstable(f"{var} is neither an input, a constant nor computed in the graph")
+
+        return (
+            tuple((self.tensor_type(v.type), v.name) for v in inputs),
+            tuple(
+                (self.op(node.op), tuple(ref(v) for v in node.inputs), tuple((self.tensor_type(o.type), o.name) for o in node.outputs))
+                for node in nodes
+            ),
+            tuple(ref(o) for o in outputs),
+        )
+
+    def op(self, op: Op) -> Encoded:
+        found = self._ops.get(id(op))
+        if found is None:
+            self._ops[id(op)] = ("cycle",)
+            found = self._ops[id(op)] = ("op", self.cls(type(op)), self.attributes(op))
+        return found
+
+    def tensor_type(self, t: Type) -> Encoded:
+        return ("type", self.cls(type(t)), self.attributes(t))
+
+    def attributes(self, obj: Any) -> Encoded:
+        """An Op's or type's description: its props if it declares them, else all of its attributes."""
+        props = getattr(type(obj), "__props__", None)
+        if props is not None:
+            return tuple((p, self.value(getattr(obj, p))) for p in props)
+        return tuple(sorted(((k, self.value(v)) for k, v in vars(obj).items() if not _is_cache(k)), key=lambda kv: kv[0]))
+
+    def cls(self, cls: type) -> Encoded:
+        self.modules.add(cls.__module__)
+        return (cls.__module__, cls.__qualname__)
+
+    def value(self, v: Any) -> Encoded:
+        if v is None or v is Ellipsis or isinstance(v, (bool, int, float, complex, str, bytes)):
+            return (type(v).__name__, v)
+        if isinstance(v, slice):
+            return ("slice", self.value(v.start), self.value(v.stop), self.value(v.step))
+        if isinstance(v, (tuple, list)):
+            return (type(v).__name__, tuple(self.value(x) for x in v))
+        if isinstance(v, (set, frozenset)):
+            return ("set", tuple(sorted((self.value(x) for x in v), key=repr)))
+        if isinstance(v, OrderedSet):
+            return ("ordered", tuple(self.value(x) for x in v))
+        if isinstance(v, Mapping):
+            return ("dict", tuple(sorted(((self.value(k), self.value(x)) for k, x in v.items()), key=repr)))
+        if isinstance(v, np.ndarray):
+            if v.dtype.hasobject:
+                raise Unstable("an array of Python objects")
+            return ("nd", v.dtype.str, v.shape, hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest())
+        if isinstance(v, np.generic):
+            return ("np", v.dtype.str, v.tobytes())
+        if isinstance(v, np.dtype):
+            return ("dtype", v.str)
+        if isinstance(v, Op):
+            return self.op(v)
+        if isinstance(v, Type):
+            return self.tensor_type(v)
+        if isinstance(v, AbstractFunctionGraph):  # a FunctionGraph, or PyTensor's frozen form of one
+            return ("fgraph", type(v).__qualname__, self.graph(v.inputs, v.outputs))
+        if isinstance(v, Variable):
+            raise Unstable(f"a variable held by an Op or type: {v}")
+        if isinstance(v, Mode):
+            return mode_description(v)
+        if isinstance(v, enum.Enum):
+            return ("enum", self.cls(type(v)), v.name)
+        if isinstance(v, (types.FunctionType, types.BuiltinFunctionType, type)):
+            return ("named", *_named(v))
+        if dataclasses.is_dataclass(v):
+            return ("dataclass", self.cls(type(v)), tuple((f.name, self.value(getattr(v, f.name))) for f in dataclasses.fields(v)))
+        if type(v).__repr__ is object.__repr__ and hasattr(v, "__dict__"):
+            return ("object", self.cls(type(v)), self.attributes(v))
+        raise Unstable(f"no stable description of {type(v).__qualname__}")
+
+
+def _is_cache(name: str) -> bool:
+    """Attributes an Op fills when it is compiled or run, which never decide how it is rewritten."""
+    return name.startswith("_") and name not in ("_props_dict",)
+
+
+def _named(obj: Any) -> tuple[str, str]:
+    """A function's or class's module and qualified name, if that name finds it again."""
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", "")
+    found: Any = sys.modules.get(module or "")
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    if module is None or found is not obj:
+        raise Unstable(f"{obj!r} cannot be found again by its name")
+    return module, qualname
+
+
+def mode_description(mode: Mode) -> Encoded:
+    """A mode's linker (class and settings) and rewriter query; unstable for a rewriter that is no query."""
+    linker = mode.linker
+    query = getattr(mode, "_optimizer", None)
+    if not isinstance(linker, Linker) or not isinstance(query, RewriteDatabaseQuery):
+        raise Unstable("a mode whose rewriter is no query of the rewrite database")
+    settings = tuple(
+        sorted((k, v if v is None or isinstance(v, (bool, int, float, str)) else type(v).__qualname__) for k, v in vars(linker).items())
+    )
+    return ("mode", type(mode).__qualname__, (type(linker).__module__, type(linker).__qualname__), settings, _query(query))
+
+
+def _query(query: RewriteDatabaseQuery) -> Encoded:
+    extra = tuple(sorted((type(r).__qualname__, getattr(r, "name", None) or "", p) for r, p in query.extra_rewrites))
+    if any(not name for _, name, _ in extra):
+        raise Unstable("a query with an unnamed extra rewrite")
+    subquery = tuple(sorted((k, _query(v)) for k, v in query.subquery.items()))
+    return (
+        tuple(sorted(query.include)), tuple(sorted(query.require)), tuple(sorted(query.exclude)),
+        subquery, float(query.position_cutoff), extra,
+    )
+
+
+def database_description(db: RewriteDatabase) -> Encoded:
+    """Every registration of ``db`` and its sub-databases: name, position, tags, the registered object's class."""
+    entries = []
+    registered: dict[str, Any] = {name: next(iter(db.__db__[name])) for name in db._names if db.__db__.get(name)}
+    memberships: dict[int, list[str]] = {}
+    for tag, objs in db.__db__.items():
+        for obj in objs:
+            memberships.setdefault(id(obj), []).append(tag)
+    positions = getattr(db, "__position__", {}) if isinstance(db, SequenceDB) else {}
+    for name in sorted(registered):
+        obj = registered[name]
+        what = database_description(obj) if isinstance(obj, RewriteDatabase) else (type(obj).__module__, type(obj).__qualname__)
+        entries.append((name, float(positions.get(name, 0.0)), tuple(sorted(memberships.get(id(obj), []))), what))
+    settings = tuple(sorted((k, v) for k, v in vars(db).items() if isinstance(v, (bool, int, float, str))))
+    return (type(db).__qualname__, settings, tuple(entries))
+
+
+def database_modules(db: RewriteDatabase) -> set[str]:
+    """The modules that define what ``db`` holds: classes, and the functions rewriters wrap."""
+    found: set[str] = set()
+    seen: set[int] = set()
+
+    def visit(db: RewriteDatabase) -> None:
+        for objs in db.__db__.values():
+            for obj in objs:
+                if id(obj) in seen:
+                    continue
+                seen.add(id(obj))
+                if isinstance(obj, RewriteDatabase):
+                    visit(obj)
+                    continue
+                found.add(type(obj).__module__)
+                for attr in ("fn", "transform", "rewriter", "node_rewriter"):
+                    held = getattr(obj, attr, None)
+                    module = getattr(held, "__module__", None)
+                    if isinstance(module, str):
+                        found.add(module)
+
+    visit(db)
+    return found
+
+
+def code_fingerprint(modules: Iterable[str]) -> Encoded:
+    """Per top-level package of ``modules``: its files' paths, sizes and modification times; and the versions."""
+    tops = sorted({m.partition(".")[0] for m in modules})
+    return (
+        sys.version, platform.machine(), np.__version__, _version("scipy"), _version("numba"), _version("pytensor"),
+        tuple((top, _package_files(top)) for top in tops),
+    )
+
+
+def _version(name: str) -> str:
+    module = sys.modules.get(name)
+    return str(getattr(module, "__version__", "")) if module is not None else ""
+
+
+@cache
+def _package_files(top: str) -> Encoded:
+    """The state of a package's Python files (once per process: a package's files do not change under it)."""
+    module = sys.modules.get(top)
+    if module is None:
+        raise Unstable(f"module {top} is not loaded")
+    folders = list(getattr(module, "__path__", []) or [])
+    if not folders:
+        file = getattr(module, "__file__", None)
+        if not file:
+            raise Unstable(f"module {top} has no file")
+        stat = os.stat(file)
+        return ((file, stat.st_size, stat.st_mtime_ns),)
+    files = []
+    for folder in folders:
+        for path in sorted(Path(folder).rglob("*.py")):
+            stat = path.stat()
+            files.append((str(path), stat.st_size, stat.st_mtime_ns))
+    return tuple(files)
+
+
+def configuration() -> Encoded:
+    """PyTensor's flags (a flag not read yet: the value it would take, unless computed) and the environment that sets them."""
+    flags = []
+    for name, param in sorted(config._config_var_dict.items()):
+        if hasattr(param, "val"):
+            value = param.val
+        else:
+            try:
+                value = config.fetch_val_for_key(name)
+            except KeyError:
+                value = ("computed",) if callable(param.default) else param.default
+        flags.append((name, repr(value)))
+    env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(("INNERGRAPH_", "PYTENSOR"))))
+    return (tuple(flags), env)
+
+
+def module_state() -> Encoded:
+    """Module-level constants and functions of the loaded modules of `_WATCHED` packages (see the module docstring)."""
+    state = []
+    for name, module in sorted(sys.modules.items()):
+        if module is None or name.partition(".")[0] not in _WATCHED:
+            continue
+        entries: list[tuple[Any, ...]] = []
+        for attr, value in vars(module).items():
+            if attr.isupper() and (value is None or isinstance(value, (bool, int, float, str))):
+                entries.append((attr, value))
+            elif isinstance(value, types.FunctionType):
+                entries.append((attr, value.__module__, value.__qualname__))
+        state.append((name, tuple(entries)))
+    return tuple(state)

@@ -1,0 +1,328 @@
+"""The store of rewritten graphs (`innergraph.patching.rewritten`): what it serves is what rewriting makes, and nothing stale.
+
+Most tests compile twice in this process and let the second compilation read what
+the first stored (`another_process` forgets which keys this process wrote, which it
+otherwise never reads back). The tests of concurrency and of Numba's cache run fresh
+processes on one store.
+"""
+
+import hashlib
+import os
+import textwrap
+import warnings
+from collections.abc import Iterator
+from typing import Any
+from pathlib import Path
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from pytensor.compile.executor import Function
+from pytensor.compile.maker import FunctionMaker
+from pytensor.compile.mode import Mode, optdb
+from pytensor.compile.sharedvalue import SharedVariable
+from pytensor.graph.basic import Apply, equal_computations
+from pytensor.graph.op import Op
+from pytensor.graph.rewriting.basic import GraphRewriter, in2out, node_rewriter
+
+from children import result, spawn
+
+import innergraph
+from innergraph.core.hooks import original
+from innergraph.patching import rewritten, rewritten_store
+from innergraph.rewriting.db import unregister
+
+FAST_RUN_PY = Mode(linker="py", optimizer="fast_run")
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """An empty store of this test's own, and counts from zero."""
+    monkeypatch.setenv(rewritten_store.ENV, str(tmp_path))
+    monkeypatch.setattr(rewritten, "_written_here", set())
+    monkeypatch.setattr(rewritten, "stats", dict.fromkeys(rewritten.stats, 0))
+    yield tmp_path
+
+
+def another_process() -> None:
+    """Let this process read what it stored, as any other process would."""
+    rewritten._written_here.clear()
+
+
+def loop_graph(body_scale: float | np.number = 2.0, square: bool = True) -> tuple[pt.TensorVariable, pt.TensorVariable]:
+    """A vector, and the sum of a loop over it whose step reads a constant (``body_scale``)."""
+    xs = pt.dvector("xs")
+
+    def step(x: pt.TensorVariable, acc: pt.TensorVariable) -> pt.TensorVariable:
+        return acc + (x * x if square else x + x) * body_scale
+
+    ys = pytensor.scan(step, sequences=[xs], outputs_info=[pt.constant(np.float64(0.0))], return_updates=False)
+    return xs, pt.log1p(ys[-1] ** 2) + pt.exp(xs).sum() * 3.0
+
+
+def compiled(graph: tuple[pt.TensorVariable, pt.TensorVariable], mode: Mode = FAST_RUN_PY) -> Function:
+    xs, out = graph
+    return pytensor.function([xs], out, mode=mode)
+
+
+def entries(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.graph"))
+
+
+VALUES = np.linspace(-0.5, 0.7, 6)
+
+
+def test_a_second_compilation_takes_the_stored_graph_and_computes_the_same(store: Path) -> None:
+    first = compiled(loop_graph())
+    assert rewritten.stats["stored"] == 1 and len(entries(store)) == 1
+    another_process()
+    second = compiled(loop_graph())
+    assert rewritten.stats["hit"] == 1
+    assert equal_computations(
+        second.maker.fgraph.outputs, first.maker.fgraph.outputs, in_xs=second.maker.fgraph.inputs, in_ys=first.maker.fgraph.inputs
+    )
+    assert [str(n.op) for n in second.maker.fgraph.toposort()] == [str(n.op) for n in first.maker.fgraph.toposort()]
+    assert second(VALUES) == first(VALUES)
+    with innergraph.uninstalled():
+        reference = compiled(loop_graph())
+    np.testing.assert_allclose(second(VALUES), reference(VALUES), rtol=1e-13)
+
+
+def test_the_stored_graph_is_put_into_the_callers_function_graph(store: Path) -> None:
+    compiled(loop_graph())
+    another_process()
+    xs, out = loop_graph()
+    fn = pytensor.function([xs], out, mode=FAST_RUN_PY)
+    assert rewritten.stats["hit"] == 1
+    assert fn.maker.fgraph.inputs[0] is xs
+    features = {type(f).__name__ for f in fn.maker.fgraph._features}
+    assert "DestroyHandler" in features  # what the rewriting attached, attached again
+
+
+def test_a_function_with_updates_and_shared_variables_runs_from_the_store(store: Path) -> None:
+    def build() -> tuple[Function, SharedVariable]:
+        state = pytensor.shared(np.ones(3), name="state")
+        x = pt.dvector("x")
+        return pytensor.function([x], (state * x).sum(), updates={state: state * 2 + x}, mode=FAST_RUN_PY), state
+
+    first, state_1 = build()
+    another_process()
+    second, state_2 = build()
+    assert rewritten.stats["hit"] == 1
+    for _ in range(3):
+        assert first(VALUES[:3]) == second(VALUES[:3])
+    np.testing.assert_array_equal(state_1.get_value(), state_2.get_value())
+
+
+@pytest.mark.parametrize(
+    "edit",
+    ["constant value", "constant dtype", "loop body", "config flag", "mode", "numba version", "pytensor version", "module knob"],
+)
+def test_anything_that_decides_the_rewriting_changes_the_key(store: Path, monkeypatch: pytest.MonkeyPatch, edit: str) -> None:
+    compiled(loop_graph())
+    another_process()
+    graph = loop_graph()
+    mode = FAST_RUN_PY
+    if edit == "constant value":
+        graph = loop_graph(body_scale=2.5)
+    elif edit == "constant dtype":
+        graph = loop_graph(body_scale=np.int8(2))  # equal value, other dtype
+    elif edit == "loop body":
+        graph = loop_graph(square=False)  # x + x instead of x * x: the same types
+    elif edit == "config flag":
+        monkeypatch.setattr(pytensor.config, "optdb__max_use_ratio", 9.0)
+    elif edit == "mode":
+        mode = Mode(linker="vm", optimizer="fast_run")
+    elif edit == "numba version":
+        import numba
+
+        monkeypatch.setattr(numba, "__version__", numba.__version__ + ".other")
+    elif edit == "pytensor version":
+        monkeypatch.setattr(pytensor, "__version__", pytensor.__version__ + ".other")
+    else:
+        from innergraph.rewriting import until_while
+
+        monkeypatch.setattr(until_while, "ENV_FLAG", until_while.ENV_FLAG + "_OTHER")
+    fn = compiled(graph, mode)
+    assert rewritten.stats["hit"] == 0 and rewritten.stats["miss"] == 2
+    with innergraph.uninstalled():
+        reference = compiled(graph, mode)
+    np.testing.assert_allclose(fn(VALUES), reference(VALUES), rtol=1e-13)
+
+
+def test_a_rewrite_registered_later_is_applied_and_not_served_around(store: Path) -> None:
+    """A new rewrite in the database changes the key; removed again, the first entry is served."""
+    compiled(loop_graph())
+
+    @node_rewriter([pt.exp])
+    def exp_as_sinh_plus_cosh(fgraph: Any, node: Apply) -> list[Any]:
+        return [pt.sinh(node.inputs[0]) + pt.cosh(node.inputs[0])]
+
+    rewriter = in2out(exp_as_sinh_plus_cosh)
+    optdb.register("test_rewritten_cache_exp", rewriter, "fast_run", position=0.5)
+    try:
+        another_process()
+        fn = compiled(loop_graph())
+        assert rewritten.stats["hit"] == 0
+        assert "sinh" in pytensor.dprint(fn, file="str")
+    finally:
+        unregister(optdb, "test_rewritten_cache_exp", rewriter)
+    another_process()
+    fn = compiled(loop_graph())
+    assert rewritten.stats["hit"] == 1
+    assert "sinh" not in pytensor.dprint(fn, file="str")
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "payload that does not load", "a constant changed"])
+def test_a_corrupted_entry_is_removed_with_one_warning_and_the_graph_rewritten(store: Path, damage: str) -> None:
+    first = compiled(loop_graph())
+    (entry,) = entries(store)
+    data = entry.read_bytes()
+    if damage == "truncated":
+        entry.write_bytes(data[: len(data) // 2])
+    elif damage == "garbage":
+        entry.write_bytes(b"\x00" * 100)
+    elif damage == "payload that does not load":
+        payload = b"\x80\x05not a pickle"
+        entry.write_bytes(rewritten_store.MAGIC + hashlib.sha256(payload).digest() + payload)
+    else:  # a valid pickle of another graph: 3.0 became 4.0, the digest is the old one
+        three, four = np.float64(3.0).tobytes(), np.float64(4.0).tobytes()
+        assert data.count(three) >= 1
+        entry.write_bytes(data.replace(three, four))
+    another_process()
+    with pytest.warns(RuntimeWarning, match="removed the rewritten-graph cache entry") as caught:
+        fn = compiled(loop_graph())
+    assert len([w for w in caught if "rewritten-graph" in str(w.message)]) == 1
+    assert rewritten.stats["hit"] == 0
+    assert fn(VALUES) == first(VALUES)
+    (rewritten_entry,) = entries(store)  # written anew, whole
+    assert rewritten_store.read(rewritten_entry.stem) is not None
+
+
+def test_rewriting_that_warns_is_not_stored_so_the_warning_is_shown_again(store: Path) -> None:
+    @node_rewriter([pt.exp])
+    def warns(fgraph: Any, node: Apply) -> None:
+        warnings.warn("test_rewritten_cache: a rewrite's warning", UserWarning)
+        return None
+
+    rewriter = in2out(warns)
+    optdb.register("test_rewritten_cache_warns", rewriter, "fast_run", position=0.5)
+    try:
+        for _ in range(2):
+            another_process()
+            with pytest.warns(UserWarning, match="a rewrite's warning"):
+                compiled(loop_graph())
+    finally:
+        unregister(optdb, "test_rewritten_cache_warns", rewriter)
+    assert rewritten.stats["stored"] == 0 and entries(store) == []
+
+
+class Applied(Op):
+    """``fn`` applied to a vector: an Op whose prop is a lambda, which no name finds again."""
+
+    __props__ = ("fn",)
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+
+    def make_node(self, *inputs: Any) -> Apply:
+        x = pt.as_tensor_variable(inputs[0])
+        return Apply(self, [x], [x.type()])
+
+    def perform(self, node: Apply, inputs: Any, outputs: Any) -> None:
+        outputs[0][0] = self.fn(inputs[0])
+
+
+def test_an_op_without_a_stable_description_is_rewritten_as_without_the_store(store: Path) -> None:
+    xs, out = loop_graph()
+    applied = Applied(lambda v: v * 2.0).make_node(pt.exp(xs)).outputs[0]
+    fn = pytensor.function([xs], pt.sum(applied) + out, mode=FAST_RUN_PY)
+    assert rewritten.stats == {"hit": 0, "miss": 0, "stored": 0, "uncached": 1}
+    assert entries(store) == []
+    np.testing.assert_allclose(fn(VALUES), 2 * np.exp(VALUES).sum() + compiled(loop_graph())(VALUES), rtol=1e-13)
+
+
+def test_uninstall_gives_pytensor_its_own_prepare_fgraph_and_leaves_the_store_alone(store: Path) -> None:
+    compiled(loop_graph())
+    before = {p: p.read_bytes() for p in entries(store)}
+    with innergraph.uninstalled():
+        assert FunctionMaker.__dict__["prepare_fgraph"] is original(FunctionMaker, "prepare_fgraph")
+        compiled(loop_graph(body_scale=7.0))
+    assert {p: p.read_bytes() for p in entries(store)} == before
+    assert rewritten.stats["miss"] == 1
+
+
+class Doubling(GraphRewriter):
+    """Doubles every output: what it does is its class's method, which a key does not read."""
+
+    def apply(self, fgraph: Any) -> None:
+        for k, out in enumerate(list(fgraph.outputs)):
+            fgraph.replace(out, out * 2.0, reason="doubling")
+
+
+def test_a_process_never_reads_what_it_stored(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A method replaced at run time changes no key; the process that stored before it still rewrites anew."""
+    rewriter = Doubling()
+    optdb.register("test_rewritten_cache_doubling", rewriter, "fast_run", position=100)
+    try:
+        once = compiled(loop_graph())
+        monkeypatch.setattr(Doubling, "apply", lambda self, fgraph: None)
+        plain = compiled(loop_graph())
+    finally:
+        unregister(optdb, "test_rewritten_cache_doubling", rewriter)
+    assert rewritten.stats["hit"] == 0
+    np.testing.assert_allclose(once(VALUES), 2 * plain(VALUES), rtol=1e-13)
+
+
+_CHILD = textwrap.dedent(
+    """
+    import json, sys, time
+    import numpy as np
+    import innergraph
+    import pytensor, pytensor.tensor as pt
+    from numba.core import event
+    from innergraph.patching import rewritten
+
+    compiled = []
+
+    class Count(event.Listener):
+        def on_start(self, ev):
+            pass
+
+        def on_end(self, ev):
+            compiled.append(ev.data["dispatcher"].py_func.__name__)
+
+    event.register("numba:compile", Count())
+    start = float(sys.argv[1])
+    while time.time() < start:  # both children compile at once
+        time.sleep(0.001)
+    xs = pt.dvector("xs")
+    ys = pytensor.scan(lambda x, acc: acc + x * x * 2.0, sequences=[xs], outputs_info=[pt.constant(np.float64(0.0))], return_updates=False)
+    fn = pytensor.function([xs], pt.log1p(ys[-1] ** 2) + pt.exp(xs).sum() * 3.0, mode="NUMBA")
+    compiled.clear()
+    value = float(fn(np.linspace(-0.5, 0.7, 6)))
+    print(json.dumps({"value": value, "stats": rewritten.stats, "compiled": compiled}))
+    """
+)
+
+
+def test_processes_share_the_store_and_numbas_cache(tmp_path: Path) -> None:
+    """Two processes compile at once (both succeed, one whole entry); a third takes it and compiles no Numba code."""
+    import time
+
+    env_store = tmp_path / "store"
+    os.environ[rewritten_store.ENV] = str(env_store)
+    try:
+        start = str(time.time() + 3.0)
+        racing = [spawn(_CHILD, tmp_path / "compiledir", start, wait=False) for _ in range(2)]
+        first, second = (result(p) for p in racing)
+        third = spawn(_CHILD, tmp_path / "compiledir", "0")
+        (entry,) = entries(env_store)
+        assert rewritten_store.read(entry.stem) is not None
+    finally:
+        del os.environ[rewritten_store.ENV]
+    assert first["stats"]["stored"] + second["stats"]["stored"] >= 1
+    assert third["stats"]["hit"] == 1 and third["stats"]["miss"] == 0
+    assert third["compiled"] == []
+    assert first["value"] == second["value"] == third["value"]
