@@ -30,7 +30,7 @@ from children import result, spawn
 
 import innergraph
 from innergraph.core.hooks import original, patched_pytensor
-from innergraph.patching import rewritten, rewritten_store
+from innergraph.patching import rewritten, rewritten_key, rewritten_store
 from innergraph.rewriting.db import unregister
 
 FAST_RUN_PY = Mode(linker="py", optimizer="fast_run")
@@ -252,6 +252,25 @@ def test_uninstall_gives_pytensor_its_own_prepare_fgraph_and_leaves_the_store_al
         compiled(loop_graph(body_scale=7.0))
     assert {p: p.read_bytes() for p in entries(store)} == before
     assert rewritten.stats["miss"] == 1
+
+
+def test_the_key_does_not_depend_on_which_flags_the_process_has_computed_yet(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flags computed once from the machine (``compile__timeout``, ``compiledir``) count the same read or not.
+
+    A process that had linked a function had computed ``compile__timeout``, one that had loaded
+    everything from Numba's cache had not: the key of its next graph differed, and a rerun of a
+    PyMC model missed the store (found on the GARCH model with a mean, 2026-12-01).
+    """
+    fn = compiled(loop_graph())
+    specs: tuple[Any, Any, list[Any]] = (fn.maker.inputs, fn.maker.outputs, [])
+    computed = [p for p in pytensor.config._config_var_dict.values() if callable(p.default) and not p.mutable]
+    assert {p.name for p in computed} >= {"compile__timeout", "compiledir"}
+    for param in computed:
+        getattr(pytensor.config, param.name)  # computed now, if not before
+    read = rewritten_key.graph_key(fn.maker.fgraph, *specs, FAST_RUN_PY)
+    for param in computed:
+        monkeypatch.delattr(param, "val")  # as in a process that has not computed them
+    assert rewritten_key.graph_key(fn.maker.fgraph, *specs, FAST_RUN_PY) == read is not None
 
 
 class Doubling(GraphRewriter):

@@ -25,8 +25,9 @@ key
       the path, size and modification time of each of its Python files; the versions
       of Python, NumPy, SciPy, Numba and PyTensor;
     * PyTensor's configuration (each flag's value, or for a flag not read yet the
-      value it would take), ``PYTENSOR_FLAGS`` and innergraph's environment
-      variables (``INNERGRAPH_*``);
+      value it would take; a flag computed once from the machine and fixed after,
+      such as ``compiledir``, by what the environment gives it), ``PYTENSOR_FLAGS``
+      and innergraph's environment variables (``INNERGRAPH_*``);
     * the state of innergraph's and PyTensor's loaded modules: each module-level
       constant's value and each module-level function's defining module and name,
       so a knob or a function replaced at run time (a test's ``monkeypatch``)
@@ -324,13 +325,20 @@ def configuration() -> Encoded:
     """PyTensor's flags (a flag not read yet: the value it would take, unless computed) and the environment that sets them."""
     flags = []
     for name, param in sorted(config._config_var_dict.items()):
-        if hasattr(param, "val"):
+        try:
+            given = config.fetch_val_for_key(name)  # from PYTENSOR_FLAGS or the configuration file
+        except KeyError:
+            given = None
+        if callable(param.default) and not param.mutable:
+            # Computed once from the environment and the machine (compiledir, compile__timeout, ...),
+            # and then fixed: whether this process has computed it yet must not change the key.
+            value: Any = ("computed", given)
+        elif hasattr(param, "val"):
             value = param.val
+        elif given is not None:
+            value = given
         else:
-            try:
-                value = config.fetch_val_for_key(name)
-            except KeyError:
-                value = ("computed",) if callable(param.default) else param.default
+            value = ("computed",) if callable(param.default) else param.default
         flags.append((name, repr(value)))
     env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(("INNERGRAPH_", "PYTENSOR"))))
     return (tuple(flags), env)
