@@ -119,7 +119,9 @@ def test_a_function_with_updates_and_shared_variables_runs_from_the_store(store:
     "edit",
     ["constant value", "constant dtype", "loop body", "config flag", "mode", "numba version", "pytensor version", "module knob"],
 )
-def test_anything_that_decides_the_rewriting_changes_the_key(store: Path, monkeypatch: pytest.MonkeyPatch, edit: str) -> None:
+def test_anything_that_decides_the_rewriting_changes_the_key(
+    store: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, edit: str
+) -> None:
     compiled(loop_graph())
     another_process()
     graph = loop_graph()
@@ -135,9 +137,12 @@ def test_anything_that_decides_the_rewriting_changes_the_key(store: Path, monkey
     elif edit == "mode":
         mode = Mode(linker="vm", optimizer="fast_run")
     elif edit == "numba version":
-        import numba
+        import importlib.metadata
 
-        monkeypatch.setattr(numba, "__version__", numba.__version__ + ".other")
+        installed = importlib.metadata.version
+        monkeypatch.setattr(importlib.metadata, "version", lambda name: installed(name) + (".other" if name == "numba" else ""))
+        rewritten_key._version.cache_clear()  # what the process read of the installed versions, read again
+        request.addfinalizer(rewritten_key._version.cache_clear)
     elif edit == "pytensor version":
         monkeypatch.setattr(pytensor, "__version__", pytensor.__version__ + ".other")
     else:
@@ -271,6 +276,25 @@ def test_the_key_does_not_depend_on_which_flags_the_process_has_computed_yet(mon
     for param in computed:
         monkeypatch.delattr(param, "val")  # as in a process that has not computed them
     assert rewritten_key.graph_key(fn.maker.fgraph, *specs, FAST_RUN_PY) == read is not None
+
+
+def test_the_key_does_not_depend_on_what_the_process_has_imported_yet() -> None:
+    """Numba's version counts the same before Numba is imported: a profiled child imported it early and missed."""
+    code = textwrap.dedent(
+        """
+        import sys
+        import innergraph
+        from innergraph.patching import rewritten_key
+        if sys.argv[1] == "numba":
+            import numba
+        print(repr(rewritten_key.code_fingerprint(["pytensor.tensor"])))
+        """
+    )
+    import subprocess
+    import sys
+
+    before, after = (subprocess.run([sys.executable, "-c", code, first], capture_output=True, text=True, check=True).stdout for first in ("-", "numba"))
+    assert before == after and "0." in before
 
 
 class Doubling(GraphRewriter):

@@ -44,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import hashlib
+import importlib.metadata
 import os
 import pickle
 import platform
@@ -289,15 +290,20 @@ def database_modules(db: RewriteDatabase) -> set[str]:
 def code_fingerprint(modules: Iterable[str]) -> Encoded:
     """Per top-level package of ``modules``: its files' paths, sizes and modification times; and the versions."""
     tops = sorted({m.partition(".")[0] for m in modules})
+    pytensor_version = getattr(sys.modules.get("pytensor"), "__version__", "")  # a patched PyTensor's own, too
     return (
-        sys.version, platform.machine(), np.__version__, _version("scipy"), _version("numba"), _version("pytensor"),
+        sys.version, platform.machine(), np.__version__, _version("scipy"), _version("numba"), _version("pytensor"), pytensor_version,
         tuple((top, _package_files(top)) for top in tops),
     )
 
 
+@cache
 def _version(name: str) -> str:
-    module = sys.modules.get(name)
-    return str(getattr(module, "__version__", "")) if module is not None else ""
+    """The installed version of distribution ``name`` (whether or not this process has imported it yet), or ""."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
 
 
 @cache
