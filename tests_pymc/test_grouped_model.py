@@ -100,3 +100,23 @@ def test_an_edited_model_compiles_no_numba_function(tmp_path):
     assert compiled["vanilla", "--edited"]["records"]  # the outer function at least
     for edited in ("", "--edited"):
         assert compiled["innergraph", edited]["logp"] == pytest.approx(compiled["vanilla", edited]["logp"], rel=1e-12)
+
+
+def test_an_unchanged_model_in_a_new_process_takes_its_rewritten_graph_from_the_store(tmp_path):
+    """The second process rewrites nothing (the store of rewritten graphs) and compiles no Numba function.
+
+    A hit that lost innergraph's mark on the graph (that its pipeline rewrote it) had the linker
+    convert equal nodes separately: the same cache keys over other source, so Numba compiled the
+    final function and two fused loops again (found on the GARCH model, 2026-12-01).
+    """
+    env = {**os.environ, **cold.THREADS, "PYTENSOR_FLAGS": f"base_compiledir={tmp_path / 'compiledir'}"}
+    runs = []
+    for n in range(2):
+        out = tmp_path / f"run{n}.json"
+        args = [sys.executable, "-m", "innergraph_bench.numba_time", "pymc-garch-potential", "innergraph", "--out", str(out)]
+        subprocess.run(args, env=env, check=True, capture_output=True)
+        runs.append(json.loads(out.read_text()))
+    assert list((tmp_path / "compiledir").rglob("innergraph_rewritten/*.graph"))
+    assert runs[0]["records"] and runs[1]["records"] == []
+    # the first process compiled its code, the second loads it: under fastmath not bit for bit (design/testing.md, "Tolerances")
+    assert runs[1]["logp"] == pytest.approx(runs[0]["logp"], rel=1e-12)

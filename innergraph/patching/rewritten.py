@@ -28,9 +28,10 @@ replaced at run time, which no key sees) cannot come back through the store.
 Terms
 -----
 payload
-    The pickled pair (rewritten outputs, classes of the features rewriting added), the
-    graph's inputs pickled as their positions (the caller's own variables are put back
-    when it loads).
+    The pickled rewritten outputs, the classes of the features the rewriting added, and
+    the plain values it set on the graph (innergraph's mark that its pipeline rewrote it,
+    which decides how the Numba linker converts it); the graph's inputs are pickled as
+    their positions (the caller's own variables are put back when it loads).
 """
 
 from __future__ import annotations
@@ -86,10 +87,11 @@ def prepare_fgraph(
             return None
     stats["miss"] += 1
     before = list(fgraph._features)
+    attributes = dict(vars(fgraph))
     with _watched() as shown:
         _prepare_base(inputs, outputs, additional_outputs, fgraph, mode, profile)
     if not shown and key not in _written_here:
-        payload = _payload(fgraph, before)
+        payload = _payload(fgraph, before, attributes)
         if payload is not None and rewritten_store.write(key, payload):
             _written_here.add(key)
             stats["stored"] += 1
@@ -142,10 +144,24 @@ def _watched() -> Iterator[list[int]]:
             shown.append(counter.count)
 
 
-def _payload(fgraph: FunctionGraph, before: list[Feature]) -> bytes | None:
-    """The rewritten graph's payload, or None if it cannot be stored (a feature removed or not rebuildable, unpicklable)."""
+def _payload(fgraph: FunctionGraph, before: list[Feature], attributes: dict[str, Any]) -> bytes | None:
+    """The rewritten graph's payload, or None if it cannot be stored.
+
+    Not stored: a feature removed or not rebuildable by its class, an attribute the
+    rewriting set on the graph that is neither a plain value (innergraph's mark that its
+    pipeline rewrote the graph, which the linker reads) nor something of a feature's
+    (attaching it anew sets it again), an Op or a tag that does not pickle.
+    """
     if any(f not in fgraph._features for f in before):
         return None
+    marks = {}
+    for name, value in vars(fgraph).items():
+        if name in attributes and attributes[name] is value:
+            continue
+        if value is None or isinstance(value, (bool, int, float, str)):
+            marks[name] = value
+        elif not (value in fgraph._features or getattr(value, "__self__", None) in fgraph._features):
+            return None
     added = []
     for feature in fgraph._features:
         if any(feature is f for f in before):
@@ -165,7 +181,7 @@ def _payload(fgraph: FunctionGraph, before: list[Feature]) -> bytes | None:
 
     buffer = io.BytesIO()
     try:
-        _Pickler(buffer, protocol=5).dump((list(fgraph.outputs), added))
+        _Pickler(buffer, protocol=5).dump((list(fgraph.outputs), added, marks))
     except Exception:  # an Op or a tag that does not pickle
         return None
     return buffer.getvalue()
@@ -180,7 +196,7 @@ def _transplant(fgraph: FunctionGraph, payload: bytes, key: str) -> bool:
             return inputs[pid]
 
     try:
-        new_outputs, added = _Unpickler(io.BytesIO(payload)).load()
+        new_outputs, added, marks = _Unpickler(io.BytesIO(payload)).load()
         features = [_feature(module, qualname) for module, qualname in added]
     except Exception as exc:  # a class gone, an Op whose pickle changed: whatever loading raises
         rewritten_store.discard(key, f"it could not be loaded: {exc!r}")
@@ -197,6 +213,8 @@ def _transplant(fgraph: FunctionGraph, payload: bytes, key: str) -> bool:
         fgraph.change_node_input(node, 0, new, reason="innergraph.rewritten")
     for feature in features:
         fgraph.attach_feature(feature)
+    for name, value in marks.items():
+        setattr(fgraph, name, value)
     return True
 
 
