@@ -261,6 +261,34 @@ def test_an_op_without_a_stable_description_is_rewritten_as_without_the_store(st
     np.testing.assert_allclose(fn(VALUES), 2 * np.exp(VALUES).sum() + compiled(loop_graph())(VALUES), rtol=1e-13)
 
 
+class Unreadable(Applied):
+    """An Op whose prop raises when read: the key gives up, the compilation does not."""
+
+    @property
+    def fn(self) -> Any:
+        raise RuntimeError("not readable")
+
+    @fn.setter
+    def fn(self, value: Any) -> None:
+        self._fn = value
+
+    def perform(self, node: Apply, inputs: Any, outputs: Any) -> None:
+        outputs[0][0] = self._fn(inputs[0])
+
+    def __eq__(self, other: Any) -> bool:
+        return self is other
+
+    def __hash__(self) -> int:
+        return id(self)
+
+
+def test_an_op_the_key_cannot_read_is_rewritten_as_without_the_store(store: Path) -> None:
+    xs = pt.dvector("xs")
+    fn = pytensor.function([xs], pt.sum(Unreadable(np.exp).make_node(xs).outputs[0]), mode=FAST_RUN_PY)
+    assert rewritten.stats == {"hit": 0, "miss": 0, "stored": 0, "uncached": 1}
+    np.testing.assert_allclose(fn(VALUES), np.exp(VALUES).sum(), rtol=1e-13)
+
+
 def test_uninstall_gives_pytensor_its_own_prepare_fgraph_and_leaves_the_store_alone(store: Path) -> None:
     compiled(loop_graph())
     before = {p: p.read_bytes() for p in entries(store)}

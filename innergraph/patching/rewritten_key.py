@@ -45,6 +45,7 @@ import dataclasses
 import enum
 import hashlib
 import importlib.metadata
+import logging
 import os
 import pickle
 import platform
@@ -62,11 +63,14 @@ from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.fg import AbstractFunctionGraph, FunctionGraph
 from pytensor.graph.op import Op
 from pytensor.graph.rewriting.db import RewriteDatabase, RewriteDatabaseQuery, SequenceDB
+from pytensor.graph.traversal import io_toposort
 from pytensor.graph.type import Type
 from pytensor.link.basic import Linker
 from pytensor.misc.ordered_set import OrderedSet
 
 __all__ = ["Unstable", "code_fingerprint", "graph_key"]
+
+_logger = logging.getLogger(__name__)
 
 #: Raised to the next version when what a key covers changes, so older entries are never read.
 FORMAT = 1
@@ -106,6 +110,9 @@ def graph_key(
         state = (configuration(), module_state())
     except Unstable:
         return None
+    except Exception as exc:  # an object the encoder does not know how to read (slots, a property that raises, ...)
+        _logger.debug("innergraph: no key for rewriting %s: %r", fgraph, exc)
+        return None
     payload = pickle.dumps((FORMAT, graph, specs, context, code, state), protocol=5)
     return hashlib.sha256(payload).hexdigest()
 
@@ -118,8 +125,6 @@ class _Encoder:
         self._ops: dict[int, Encoded] = {}
 
     def graph(self, inputs: Sequence[Variable], outputs: Sequence[Variable]) -> Encoded:
-        from pytensor.graph.traversal import io_toposort
-
         nodes: list[Apply] = io_toposort(list(inputs), list(outputs))
         where: dict[Variable, Encoded] = {v: ("i", k) for k, v in enumerate(inputs)}
         for k, node in enumerate(nodes):
