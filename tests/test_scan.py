@@ -258,14 +258,16 @@ def test_scan_lifts_only_the_scan_it_builds():
     assert earlier.owner.inputs[0].owner is not None  # the caller's graph is unchanged
 
 
-def test_pushforward_matches_vanilla():
+@pytest.mark.parametrize("use_op_pushforward", [False, True], ids=["from pullbacks", "the Op's own"])
+def test_pushforward_matches_vanilla(use_op_pushforward):
+    """PyTensor builds a pushforward from two pullbacks unless asked for the Op's own, which is `Scan.pushforward`."""
     from pytensor.gradient import pushforward
 
     def build(scan) -> tuple[list, Any]:
         x, s = inputs()
         v = pt.dvector("v")
         y = several_outputs(scan, x, s)
-        return [x, s, v], pushforward(y, s, v)
+        return [x, s, v], pushforward(y, s, v, use_op_pushforward=use_op_pushforward)
 
     vals = (*values(), np.array([1.0, -1.0, 0.5, 0.2, 0.3]))
     expected = vanilla_values(lambda: build(pytensor.scan), vals, DEFAULT)
