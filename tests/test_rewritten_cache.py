@@ -25,6 +25,7 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Apply, equal_computations
 from pytensor.graph.op import Op
 from pytensor.graph.rewriting.basic import GraphRewriter, in2out, node_rewriter
+from pytensor.graph.rewriting.db import RewriteDatabaseQuery
 
 from children import result, spawn
 
@@ -100,6 +101,19 @@ def test_a_hit_carries_what_the_rewriting_set_on_the_graph(store: Path) -> None:
     second = compiled(loop_graph())
     assert rewritten.stats["hit"] == 1
     assert plain(second) == plain(first) and any(v is True for v in plain(first).values())
+
+
+def test_a_query_of_every_rewrite_is_keyed_and_served(store: Path) -> None:
+    """``RewriteDatabaseQuery(include=[None])``, PyTensor's own tests' mode: a None among the tags (it once failed the compilation)."""
+    mode = Mode(linker="py", optimizer=RewriteDatabaseQuery(include=[None], exclude=["cxx_only", "BlasOpt"]))
+    # A flag this query's rewrites read on first use (the BLAS flags) counts by its value once computed:
+    # a process's first compilation and its later ones are keyed apart, alike in every process.
+    compiled(loop_graph(body_scale=9.0), mode)
+    first = compiled(loop_graph(), mode)
+    another_process()
+    second = compiled(loop_graph(), mode)
+    assert rewritten.stats["stored"] == 2 and rewritten.stats["hit"] == 1
+    assert second(VALUES) == first(VALUES)
 
 
 def test_the_stored_graph_is_put_into_the_callers_function_graph(store: Path) -> None:

@@ -244,8 +244,8 @@ def _query(query: RewriteDatabaseQuery) -> Encoded:
     if any(not name for _, name, _ in extra):
         raise Unstable("a query with an unnamed extra rewrite")
     subquery = tuple(sorted((k, _query(v)) for k, v in query.subquery.items()))
-    return (
-        tuple(sorted(query.include)), tuple(sorted(query.require)), tuple(sorted(query.exclude)),
+    return (  # by repr: PyTensor's own idiom for "every rewrite" is ``include=[None]``
+        tuple(sorted(query.include, key=repr)), tuple(sorted(query.require, key=repr)), tuple(sorted(query.exclude, key=repr)),
         subquery, float(query.position_cutoff), extra,
     )
 
@@ -262,7 +262,7 @@ def database_description(db: RewriteDatabase) -> Encoded:
     for name in sorted(registered):
         obj = registered[name]
         what = database_description(obj) if isinstance(obj, RewriteDatabase) else (type(obj).__module__, type(obj).__qualname__)
-        entries.append((name, float(positions.get(name, 0.0)), tuple(sorted(memberships.get(id(obj), []))), what))
+        entries.append((name, float(positions.get(name, 0.0)), tuple(sorted(memberships.get(id(obj), []), key=repr)), what))
     settings = tuple(sorted((k, v) for k, v in vars(db).items() if isinstance(v, (bool, int, float, str))))
     return (type(db).__qualname__, settings, tuple(entries))
 
