@@ -18,6 +18,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
+from pytensor.compile.builders import OpFromGraph
 from pytensor.compile.executor import Function
 from pytensor.compile.maker import FunctionMaker
 from pytensor.compile.mode import Mode, optdb
@@ -27,6 +28,7 @@ from pytensor.graph.op import Op
 from pytensor.graph.rewriting.basic import GraphRewriter, in2out, node_rewriter
 from pytensor.graph.rewriting.db import RewriteDatabaseQuery
 
+import typed
 from children import result, spawn
 
 import innergraph
@@ -301,6 +303,19 @@ def test_an_op_the_key_cannot_read_is_rewritten_as_without_the_store(store: Path
     fn = pytensor.function([xs], pt.sum(Unreadable(np.exp).make_node(xs).outputs[0]), mode=FAST_RUN_PY)
     assert rewritten.stats == {"hit": 0, "miss": 0, "stored": 0, "uncached": 1}
     np.testing.assert_allclose(fn(VALUES), np.exp(VALUES).sum(), rtol=1e-13)
+
+
+def test_a_graph_holding_a_folded_body_is_not_stored(store: Path) -> None:
+    """Its Numba key hashes a pickle that tells loaded objects from rewritten ones (`rewritten._holds_a_folded_body`)."""
+    x, a = pt.dvector("x"), pt.dvector("a")
+    shared = OpFromGraph([a], [pt.tanh(a) * 2.0 + a.sum()])
+    first, second = (typed.one_tensor(shared(v)) for v in (x, 3.0 * x))
+    fn = pytensor.function([x], first + second, mode=FAST_RUN_PY)  # lifted into calls of one body
+    assert rewritten._holds_a_folded_body(fn.maker.fgraph)
+    assert rewritten.stats["miss"] == 1 and rewritten.stats["stored"] == 0 and entries(store) == []
+    expected = np.tanh(VALUES) * 2.0 + VALUES.sum() + np.tanh(3.0 * VALUES) * 2.0 + 3.0 * VALUES.sum()
+    np.testing.assert_allclose(fn(VALUES), expected, rtol=1e-13)
+    assert not rewritten._holds_a_folded_body(compiled(loop_graph()).maker.fgraph)
 
 
 def test_uninstall_gives_pytensor_its_own_prepare_fgraph_and_leaves_the_store_alone(store: Path) -> None:
