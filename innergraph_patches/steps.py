@@ -166,6 +166,7 @@ STEPS: tuple[Step, ...] = (
             "debugmode._find_bad_optimizations",
             "Scan.pullback",
             "sys.meta_path[ImportHook]",
+            "FunctionMaker.prepare_fgraph",
         ),
     ),
     Step(

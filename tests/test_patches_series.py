@@ -185,7 +185,9 @@ def test_verify_skips_pytensors_tests_only_after_patches_that_add_unimported_fil
     committed = sorted((build.REPOSITORY / "patches").glob("[0-9][0-9][0-9][0-9]-*.patch"))
     skipped = [level for level, patch in enumerate(committed, start=1) if verify.untouched_reason(patch, level)]
     assert skipped == [1, 3]  # 2 edits PyTensor's linker, printing, pickling; 4 the backends' delegates; 5 enables the copy
-    assert verify.edited_pytensor_files(committed[1])[:2] == ["pytensor/compile/debug/debugmode.py", "pytensor/graph/fg.py"]
+    assert verify.edited_pytensor_files(committed[1])[:3] == [
+        "pytensor/compile/debug/debugmode.py", "pytensor/compile/maker.py", "pytensor/graph/fg.py"
+    ]
 
     # an inert patch that edits one of PyTensor's own files is run, as is any patch once PyTensor imports its copy
     edits_pytensor = tmp_path / "edit.patch"
