@@ -162,8 +162,8 @@ def _payload(fgraph: FunctionGraph, before: list[Feature], attributes: dict[str,
             continue
         if value is None or isinstance(value, (bool, int, float, str)):
             marks[name] = value
-        elif not (value in fgraph._features or getattr(value, "__self__", None) in fgraph._features):
-            return None
+        elif not any(value is f or getattr(value, "__self__", None) is f for f in fgraph._features):
+            return None  # compared by identity: a value may be an array, whose == is no truth value
     added = []
     for feature in fgraph._features:
         if any(feature is f for f in before):
