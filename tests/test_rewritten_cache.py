@@ -305,17 +305,36 @@ def test_an_op_the_key_cannot_read_is_rewritten_as_without_the_store(store: Path
     np.testing.assert_allclose(fn(VALUES), np.exp(VALUES).sum(), rtol=1e-13)
 
 
-def test_a_graph_holding_a_folded_body_is_not_stored(store: Path) -> None:
-    """Its Numba key hashes a pickle that tells loaded objects from rewritten ones (`rewritten._holds_a_folded_body`)."""
+def calls_graph() -> tuple[pt.TensorVariable, pt.TensorVariable]:
+    """A vector, and two calls of one `OpFromGraph`, which innergraph lifts into calls of one body folded into a constant."""
     x, a = pt.dvector("x"), pt.dvector("a")
     shared = OpFromGraph([a], [pt.tanh(a) * 2.0 + a.sum()])
     first, second = (typed.one_tensor(shared(v)) for v in (x, 3.0 * x))
-    fn = pytensor.function([x], first + second, mode=FAST_RUN_PY)  # lifted into calls of one body
-    assert rewritten._holds_a_folded_body(fn.maker.fgraph)
-    assert rewritten.stats["miss"] == 1 and rewritten.stats["stored"] == 0 and entries(store) == []
+    return x, first + second
+
+
+def test_a_graph_holding_a_folded_body_is_stored_and_served(store: Path) -> None:
+    """The body constant reaches the stored graph; the graph loaded with it computes what the rewritten one does."""
+    from innergraph.core.fold import folded_bodies
+
+    def calls(fn: Function) -> tuple[int, int]:
+        """How many nodes call a folded body, and how many bodies they call."""
+        bodies = folded_bodies(fn.maker.fgraph.outputs)
+        constants = {id(c) for c, _ in bodies}
+        callers = [n for n in fn.maker.fgraph.apply_nodes if any(id(v) in constants for v in n.inputs)]
+        return len(callers), len(bodies)
+
+    compiled(calls_graph())  # the first compilation of a call loads modules, which are part of the key
+    fn = compiled(calls_graph())
+    assert calls(fn) == (2, 1)
+    assert rewritten.stats["stored"] >= 1 and len(entries(store)) >= 1
+    another_process()
+    served = compiled(calls_graph())
+    assert rewritten.stats["hit"] == 1
+    assert calls(served) == (2, 1)
     expected = np.tanh(VALUES) * 2.0 + VALUES.sum() + np.tanh(3.0 * VALUES) * 2.0 + 3.0 * VALUES.sum()
     np.testing.assert_allclose(fn(VALUES), expected, rtol=1e-13)
-    assert not rewritten._holds_a_folded_body(compiled(loop_graph()).maker.fgraph)
+    np.testing.assert_allclose(served(VALUES), expected, rtol=1e-13)
 
 
 def test_uninstall_gives_pytensor_its_own_prepare_fgraph_and_leaves_the_store_alone(store: Path) -> None:
@@ -412,9 +431,15 @@ _CHILD = textwrap.dedent(
     while time.time() < start:  # both children compile at once
         time.sleep(0.001)
     xs = pt.dvector("xs")
-    ys = pytensor.scan(lambda x, acc: acc + x * x * 2.0, sequences=[xs], outputs_info=[pt.constant(np.float64(0.0))], return_updates=False)
-    # equal nodes in several places (exp, neg, log1p), whose conversions the linker shares in a graph innergraph rewrote
-    out = pt.log1p(ys[-1] ** 2) + (pt.sigmoid(xs) * pt.softplus(-xs[::-1]) + pt.sigmoid(ys) * pt.softplus(-ys)).sum()
+    if sys.argv[2] == "loop":
+        ys = pytensor.scan(lambda x, acc: acc + x * x * 2.0, sequences=[xs], outputs_info=[pt.constant(np.float64(0.0))], return_updates=False)
+        # equal nodes in several places (exp, neg, log1p), whose conversions the linker shares in a graph innergraph rewrote
+        out = pt.log1p(ys[-1] ** 2) + (pt.sigmoid(xs) * pt.softplus(-xs[::-1]) + pt.sigmoid(ys) * pt.softplus(-ys)).sum()
+    else:  # two calls of one OpFromGraph: lifted into calls of one body folded into a constant of the graph
+        from pytensor.compile.builders import OpFromGraph
+        a = pt.dvector("a")
+        shared = OpFromGraph([a], [pt.tanh(a) * 2.0 + a.sum()])
+        out = (shared(xs) + shared(3.0 * xs)).sum()
     fn = pytensor.function([xs], out, mode="NUMBA")
     compiled.clear()
     value = float(fn(np.linspace(-0.5, 0.7, 6)))
@@ -431,9 +456,9 @@ def test_processes_share_the_store_and_numbas_cache(tmp_path: Path) -> None:
     os.environ[rewritten_store.ENV] = str(env_store)
     try:
         start = str(time.time() + 3.0)
-        racing = [spawn(_CHILD, tmp_path / "compiledir", start, wait=False) for _ in range(2)]
+        racing = [spawn(_CHILD, tmp_path / "compiledir", start, "loop", wait=False) for _ in range(2)]
         first, second = (result(p) for p in racing)
-        third = spawn(_CHILD, tmp_path / "compiledir", "0")
+        third = spawn(_CHILD, tmp_path / "compiledir", "0", "loop")
         (entry,) = entries(env_store)
         assert rewritten_store.read(entry.stem) is not None
     finally:
@@ -442,3 +467,22 @@ def test_processes_share_the_store_and_numbas_cache(tmp_path: Path) -> None:
     assert third["stats"]["hit"] == 1 and third["stats"]["miss"] == 0
     assert third["compiled"] == []
     assert first["value"] == second["value"] == third["value"]
+
+
+def test_a_graph_holding_a_folded_body_takes_numbas_cache_from_the_store(tmp_path: Path) -> None:
+    """The body constant is keyed by its code, not its pickle: the process that loads the graph compiles no Numba code.
+
+    Keyed by the hash of its pickle (PyTensor's rule for a constant), the loaded body,
+    whose equal strings and tuples are shared differently, got a new key, and the
+    second process compiled the outer function again.
+    """
+    os.environ[rewritten_store.ENV] = str(tmp_path / "store")
+    try:
+        first = spawn(_CHILD, tmp_path / "compiledir", "0", "calls")
+        second = spawn(_CHILD, tmp_path / "compiledir", "0", "calls")
+    finally:
+        del os.environ[rewritten_store.ENV]
+    assert first["stats"]["stored"] == 1
+    assert second["stats"]["hit"] == 1 and second["stats"]["miss"] == 0
+    assert second["compiled"] == []
+    assert first["value"] == second["value"]

@@ -25,8 +25,6 @@ Numba's on-disk cache can never confuse two different bodies.
 
 from __future__ import annotations
 
-import io
-import pickle
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,7 +39,6 @@ from pytensor.link.numba.dispatch.basic import (
     register_funcify_and_cache_key,
     register_funcify_default_op_cache_key,
 )
-from pytensor.graph.basic import Variable
 from pytensor.graph.fg import AbstractFunctionGraph, FunctionGraph
 from pytensor.link.numba.cache import compile_numba_function_src
 from pytensor.compile.builders import OpFromGraph
@@ -202,60 +199,23 @@ _original_cache_key_for_constant = original(numba_basic, "cache_key_for_constant
 
 
 def cache_key_for_constant(data: Any) -> str:
-    """PyTensor's cache key of a constant, and one for a folded `Body` that does not pickle.
+    """PyTensor's cache key of a constant; for a folded `Body`, the key of its Numba code.
 
-    PyTensor keys a constant by the hash of its pickle. A body holding an Op that
-    does not pickle (an `OpFromGraph` gradient whose override is a local function,
-    as pymc-extras' state-space models build) made the conversion fail, where
-    vanilla PyTensor, which never pickles Ops, compiles. Such a body gets a key
-    unique to it in this process: the function is compiled, never taken from or
-    mistaken for another one in the disk cache (vanilla does not cache such a
-    graph either).
+    PyTensor keys a constant by the hash of its pickle. A body's pickle is no function
+    of its value: pickle records which equal objects are one object, and a body loaded
+    from innergraph's store of rewritten graphs shares its strings, tuples and dtypes
+    differently from the same body rewritten in the process, so its callers' functions
+    were compiled again (design/rewritten-graphs.md, "Folded bodies"). A body is keyed
+    instead by what its code is made of: `numba_body_code`'s key, composed, as
+    PyTensor composes a function graph's, of its nodes' own cache keys, wiring and
+    constants. A body with a node that has no cache key (vanilla caches no function
+    holding such a node either) gets a key unique to it in this process: the function
+    is compiled, never taken from or mistaken for another one in the disk cache.
     """
     if not isinstance(data, Body):
         return str(_original_cache_key_for_constant(data))
-    key = data.cache.get(_BODY_KEY)  # a function of the structure: once per body (interned: once per process)
-    if key is None:
-        try:
-            key = data.cache[_BODY_KEY] = sha256(stable_pickle(data)).hexdigest()
-        except (AttributeError, TypeError, pickle.PicklingError):
-            return f"unpicklable body {uuid.uuid4().hex}"  # a new one every time, as before
-    return str(key)
-
-
-#: What a variable's pickle holds that no code depends on, and that differs between processes:
-#: PyTensor's ``auto_name`` counts the variables the process made before, ``tag`` holds traces.
-_UNSTABLE = ("auto_name", "tag", "name")
-
-
-class _StablePickler(pickle.Pickler):
-    """A pickler that leaves out of every variable what `_UNSTABLE` names (the variable itself is not changed)."""
-
-    def reducer_override(self, obj: Any) -> Any:
-        if not isinstance(obj, Variable):
-            return NotImplemented
-        reduced = obj.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
-        if not isinstance(reduced, tuple) or len(reduced) < 3 or not isinstance(reduced[2], dict):
-            return NotImplemented
-        state = {k: v for k, v in reduced[2].items() if k not in _UNSTABLE}
-        return (*reduced[:2], state, *reduced[3:])
-
-
-def stable_pickle(value: Any) -> bytes:
-    """``value`` pickled with no variable's auto-name, tag or name: the same bytes in every process.
-
-    A body's canonical encoding leaves names out, but the Ops it holds may hold graphs
-    (a fused `Composite`'s scalar graph), whose variables pickle their auto-names:
-    the count of variables the process made before. Keyed by such a pickle, the same
-    function in a new process missed the disk cache whenever the process had built
-    another graph first.
-    """
-    buffer = io.BytesIO()
-    _StablePickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
-    return buffer.getvalue()
-
-
-_BODY_KEY = "numba constant key"
+    key = numba_body_code(data).key  # converted once per body: its callers' conversions take the same code
+    return f"body {key}" if key is not None else f"uncacheable body {uuid.uuid4().hex}"
 
 
 apply_late(Patch(numba_basic, "cache_key_for_constant", cache_key_for_constant))

@@ -19,7 +19,6 @@ miss
     WARNING or above (rewriting that warns or reports an error is done again next time,
     so the message is not lost), the result is stored.
 
-Not stored: a rewritten graph holding a body folded into a constant (`_holds_a_folded_body`).
 Not cached: a mode that is not exactly `Mode` (DebugMode checks each rewrite), a
 rewriter that is no query of the database, profiling, ``optimizer_verbose``, test
 values, and anything `rewritten_key` cannot describe the same way in every process. A
@@ -56,7 +55,6 @@ from pytensor.graph.features import Feature
 from pytensor.graph.fg import FunctionGraph, Output
 
 from innergraph.core.hooks import Patch, original
-from innergraph.core.types import Body
 from innergraph.patching import rewritten_key, rewritten_store
 
 __all__ = ["patches", "prepare_fgraph", "stats"]
@@ -154,7 +152,7 @@ def _payload(fgraph: FunctionGraph, before: list[Feature], attributes: dict[str,
     pipeline rewrote the graph, which the linker reads) nor something of a feature's
     (attaching it anew sets it again), an Op or a tag that does not pickle.
     """
-    if any(f not in fgraph._features for f in before) or _holds_a_folded_body(fgraph):
+    if any(f not in fgraph._features for f in before):
         return None
     marks = {}
     for name, value in vars(fgraph).items():
@@ -187,32 +185,6 @@ def _payload(fgraph: FunctionGraph, before: list[Feature], attributes: dict[str,
     except Exception:  # an Op or a tag that does not pickle
         return None
     return buffer.getvalue()
-
-
-def _holds_a_folded_body(graph: Any) -> bool:
-    """Whether ``graph`` (or an inner graph of its Ops) holds a body folded into a constant.
-
-    The Numba linker keys such a constant by a hash of its pickle, and a pickle sees which
-    equal objects are one object: a body loaded from the store is keyed apart from the same
-    body rewritten in the process, so the first process to load it compiled its callers'
-    functions again (`tests/test_numba_reference_calls.py`). Until that key is a function of
-    values alone, such graphs are rewritten in every process, as without the store.
-    """
-    seen: set[int] = set()
-    stack = [graph]
-    while stack:
-        current = stack.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        for node in current.apply_nodes:
-            for var in node.inputs:
-                if isinstance(var, Constant) and isinstance(var.data, Body):
-                    return True
-            inner = getattr(node.op, "fgraph", None)
-            if inner is not None and hasattr(inner, "apply_nodes"):
-                stack.append(inner)
-    return False
 
 
 def _transplant(fgraph: FunctionGraph, payload: bytes, key: str) -> bool:
