@@ -53,6 +53,7 @@ MODULES: dict[str, dict[str, object]] = {
         "tests": [["tests/test_graph.py"], ["tests/test_pickle.py", "-k", "constant or pickl or load"]],
         "sample": 12,  # about 15 s a mutant on one core: 3 minutes
     },
+    "innergraph/core/instantiate.py": _one_file("tests/test_instantiate_direct.py"),  # about 4.5 s a mutant at load 3-4
     "innergraph/ops/scan.py": _one_file("tests/test_scan_layout_direct.py"),  # about 3 s a mutant at load 2-3
     "innergraph/rewriting/batch_loops.py": {  # about 5 s a mutant on one core; a named one also runs
         # the second file's 300 loops (about 15 s): they alone kill `len(read) is k` (design/testing.md)
