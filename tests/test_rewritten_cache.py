@@ -23,7 +23,8 @@ from pytensor.compile.executor import Function
 from pytensor.compile.maker import FunctionMaker
 from pytensor.compile.mode import Mode, optdb
 from pytensor.compile.sharedvalue import SharedVariable
-from pytensor.graph.basic import Apply, equal_computations
+from pytensor.graph.basic import Apply, Constant, equal_computations
+from pytensor.graph.traversal import ancestors
 from pytensor.graph.op import Op
 from pytensor.graph.rewriting.basic import GraphRewriter, in2out, node_rewriter
 from pytensor.graph.rewriting.db import RewriteDatabaseQuery
@@ -335,6 +336,44 @@ def test_a_graph_holding_a_folded_body_is_stored_and_served(store: Path) -> None
     expected = np.tanh(VALUES) * 2.0 + VALUES.sum() + np.tanh(3.0 * VALUES) * 2.0 + 3.0 * VALUES.sum()
     np.testing.assert_allclose(fn(VALUES), expected, rtol=1e-13)
     np.testing.assert_allclose(served(VALUES), expected, rtol=1e-13)
+
+
+def constant_graph() -> tuple[pt.TensorVariable, pt.TensorVariable]:
+    """A matrix, and a sum through products with one constant matrix, which rewriting keeps in the graph."""
+    X = pt.dmatrix("X")
+    C = pt.constant(np.arange(9.0).reshape(3, 3) / 7.0)
+    return X, (pt.dot(X, C) @ C).sum() + pt.dot(X.T, X).sum()
+
+
+def test_a_hit_puts_the_callers_own_constants_back(store: Path) -> None:
+    """The loaded graph holds the caller's constant where the rewritten graph held it, not an unpickled copy.
+
+    Unpickled copies made the loaded graph share constants otherwise than the rewritten
+    one (frozen inner graphs re-intern their nodes, which keep the process's own
+    constants), and Numba compiled the state-space models' `OpFromGraph` functions again
+    in the first process that loaded them (`rewritten._own_constant`).
+    """
+    compiled(constant_graph())  # the first compilation of this graph's kind loads modules, which are part of the key
+    fresh = compiled(constant_graph())
+    another_process()
+    X, out = constant_graph()
+    (constant,) = [v for v in ancestors([out]) if isinstance(v, Constant)]
+    served = pytensor.function([X], out, mode=FAST_RUN_PY)
+    assert rewritten.stats["hit"] == 1
+    held = rewritten.original_constants(served.maker.fgraph)
+    assert len(held) == 1 and held[0] is constant
+    values = np.linspace(-1.0, 2.0, 12).reshape(4, 3)
+    np.testing.assert_allclose(served(values), fresh(values), rtol=1e-13)
+
+
+def test_a_stored_constant_unlike_the_callers_is_kept() -> None:
+    """A caller whose k-th constant differs from the stored one (another type, another value, none) gets the stored one."""
+    stored = pt.constant(np.arange(3.0))
+    equal, other_value, other_type = pt.constant(np.arange(3.0)), pt.constant(np.arange(1.0, 4.0)), pt.constant(np.arange(3))
+    assert rewritten._own_constant([equal], stored, 0) is equal
+    assert rewritten._own_constant([other_value], stored, 0) is stored
+    assert rewritten._own_constant([other_type], stored, 0) is stored
+    assert rewritten._own_constant([equal], stored, 1) is stored
 
 
 def test_uninstall_gives_pytensor_its_own_prepare_fgraph_and_leaves_the_store_alone(store: Path) -> None:

@@ -31,7 +31,11 @@ payload
     The pickled rewritten outputs, the classes of the features the rewriting added, and
     the plain values it set on the graph (innergraph's mark that its pipeline rewrote it,
     which decides how the Numba linker converts it); the graph's inputs are pickled as
-    their positions (the caller's own variables are put back when it loads).
+    their positions (the caller's own variables are put back when it loads), and so is
+    each constant the graph held before rewriting, by its place among the graph's
+    `original_constants` (the caller's own equal constant is put back, so the loaded graph
+    shares each constant where the rewritten one did; the stored value travels with the
+    payload for a caller whose constant differs).
 """
 
 from __future__ import annotations
@@ -88,10 +92,11 @@ def prepare_fgraph(
     stats["miss"] += 1
     before = list(fgraph._features)
     attributes = dict(vars(fgraph))
+    originals = original_constants(fgraph)
     with _watched() as shown:
         _prepare_base(inputs, outputs, additional_outputs, fgraph, mode, profile)
     if not shown and key not in _written_here:
-        payload = _payload(fgraph, before, attributes)
+        payload = _payload(fgraph, before, attributes, originals)
         if payload is not None and rewritten_store.write(key, payload):
             _written_here.add(key)
             stats["stored"] += 1
@@ -144,7 +149,34 @@ def _watched() -> Iterator[list[int]]:
             shown.append(counter.count)
 
 
-def _payload(fgraph: FunctionGraph, before: list[Feature], attributes: dict[str, Any]) -> bytes | None:
+def original_constants(fgraph: FunctionGraph) -> list[Constant]:
+    """The constants of ``fgraph`` and of its Ops' inner graphs, each once, in an order fixed by the graph's structure.
+
+    Walked before rewriting, in the storing and in the loading process: the key
+    guarantees both graphs have one structure, so the k-th constant of one is the k-th
+    of the other whenever both processes built the graph alike.
+    """
+    found: list[Constant] = []
+    seen: set[int] = set()
+    graphs: list[Any] = [fgraph]
+    walked: set[int] = set()
+    while graphs:
+        graph = graphs.pop(0)
+        if id(graph) in walked:
+            continue
+        walked.add(id(graph))
+        for node in graph.toposort():
+            for var in node.inputs:
+                if isinstance(var, Constant) and id(var) not in seen:
+                    seen.add(id(var))
+                    found.append(var)
+            inner = getattr(node.op, "fgraph", None)
+            if inner is not None and hasattr(inner, "toposort"):
+                graphs.append(inner)
+    return found
+
+
+def _payload(fgraph: FunctionGraph, before: list[Feature], attributes: dict[str, Any], originals: list[Constant]) -> bytes | None:
     """The rewritten graph's payload, or None if it cannot be stored.
 
     Not stored: a feature removed or not rebuildable by its class, an attribute the
@@ -174,29 +206,44 @@ def _payload(fgraph: FunctionGraph, before: list[Feature], attributes: dict[str,
             return None
         added.append((cls.__module__, cls.__qualname__))
     where = {id(v): k for k, v in enumerate(fgraph.inputs)}
+    constant_at = {id(c): k for k, c in enumerate(originals)}
+    used: dict[int, Constant] = {}
 
     class _Pickler(pickle.Pickler):
         def persistent_id(self, obj: Any) -> Any:
-            return where.get(id(obj)) if isinstance(obj, Variable) else None
+            if not isinstance(obj, Variable):
+                return None
+            if isinstance(obj, Constant) and id(obj) in constant_at:
+                k = constant_at[id(obj)]
+                used[k] = obj
+                return ("constant", k)
+            return where.get(id(obj))
 
     buffer = io.BytesIO()
     try:
         _Pickler(buffer, protocol=5).dump((list(fgraph.outputs), added, marks))
+        # the original constants the graph holds, pickled apart: the loading process puts its own equal ones in their places
+        return pickle.dumps((pickle.dumps(used, protocol=5), buffer.getvalue()), protocol=5)
     except Exception:  # an Op or a tag that does not pickle
         return None
-    return buffer.getvalue()
 
 
 def _transplant(fgraph: FunctionGraph, payload: bytes, key: str) -> bool:
     """Put the stored graph in place of ``fgraph``'s outputs and attach its features; False (entry removed) if it does not fit."""
     inputs = fgraph.inputs
+    own = original_constants(fgraph)
+    stored: dict[int, Constant] = {}
 
     class _Unpickler(pickle.Unpickler):
         def persistent_load(self, pid: Any) -> Any:
+            if isinstance(pid, tuple):  # ("constant", k): the caller's own k-th constant, if it is the stored one's equal
+                return _own_constant(own, stored[pid[1]], pid[1])
             return inputs[pid]
 
     try:
-        new_outputs, added, marks = _Unpickler(io.BytesIO(payload)).load()
+        constants, graph = pickle.loads(payload)
+        stored.update(pickle.loads(constants))
+        new_outputs, added, marks = _Unpickler(io.BytesIO(graph)).load()
         features = [_feature(module, qualname) for module, qualname in added]
     except Exception as exc:  # a class gone, an Op whose pickle changed: whatever loading raises
         rewritten_store.discard(key, f"it could not be loaded: {exc!r}")
@@ -216,6 +263,22 @@ def _transplant(fgraph: FunctionGraph, payload: bytes, key: str) -> bool:
     for name, value in marks.items():
         setattr(fgraph, name, value)
     return True
+
+
+def _own_constant(own: list[Constant], theirs: Constant, k: int) -> Constant:
+    """The caller's k-th original constant if it equals the stored one (type and value), else the stored one.
+
+    The rewritten graph used the process's own constants wherever the rewriting kept them;
+    so does the loaded graph, and each constant is shared where the rewritten graph shared
+    it. Unpickled instead, a constant of an inner graph became a second object beside the
+    one PyTensor's re-interned frozen nodes keep, and the linker generated other code for
+    that graph: Numba compiled it again in the first process that loaded it
+    (``design/rewritten-graphs.md``, "Constants: the caller's own").
+    """
+    mine = own[k] if k < len(own) else None
+    if mine is not None and mine.type == theirs.type and mine.signature() == theirs.signature():
+        return mine
+    return theirs
 
 
 def _rooted_in(outputs: list[Variable], inputs: list[Variable]) -> bool:

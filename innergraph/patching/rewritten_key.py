@@ -73,7 +73,7 @@ __all__ = ["Unstable", "code_fingerprint", "graph_key"]
 _logger = logging.getLogger(__name__)
 
 #: Raised to the next version when what a key covers changes, so older entries are never read.
-FORMAT = 1
+FORMAT = 2  # 2: the payload holds the original constants apart (rewritten._payload)
 
 #: The packages whose loaded modules' state (`module_state`) the key covers.
 _WATCHED = ("pytensor", "innergraph")
