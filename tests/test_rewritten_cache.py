@@ -374,6 +374,10 @@ def test_a_stored_constant_unlike_the_callers_is_kept() -> None:
     assert rewritten._own_constant([other_value], stored, 0) is stored
     assert rewritten._own_constant([other_type], stored, 0) is stored
     assert rewritten._own_constant([equal], stored, 1) is stored
+    from pytensor.link.c.type import generic
+
+    arrays = [Constant(generic, np.arange(3.0)) for _ in range(2)]  # data whose == is elementwise
+    assert rewritten._own_constant([arrays[0]], arrays[1], 0) is arrays[1]
 
 
 def test_uninstall_gives_pytensor_its_own_prepare_fgraph_and_leaves_the_store_alone(store: Path) -> None:

@@ -276,8 +276,11 @@ def _own_constant(own: list[Constant], theirs: Constant, k: int) -> Constant:
     (``design/rewritten-graphs.md``, "Constants: the caller's own").
     """
     mine = own[k] if k < len(own) else None
-    if mine is not None and mine.type == theirs.type and mine.signature() == theirs.signature():
-        return mine
+    try:
+        if mine is not None and mine.type == theirs.type and bool(mine.signature() == theirs.signature()):
+            return mine
+    except Exception:  # a constant whose data compares elementwise or not at all: keep the stored one
+        pass
     return theirs
 
 
