@@ -73,7 +73,7 @@ def function(outputs: Sequence[Any], types: Sequence[Any], fold: bool = True) ->
     return fold_function(fn) if fold else fn
 
 
-def call_node(outputs: Sequence[Any], args: Sequence[Any], fold: bool = True) -> Apply:
+def call_node(outputs: Sequence[Any], args: Sequence[Any], fold: bool = True) -> Any:
     """A call of the body computing ``outputs`` from params typed like ``args``."""
     return Call().make_node(function(outputs, [a.type for a in args], fold), *args)
 
@@ -99,6 +99,12 @@ def values(outputs: Sequence[Variable], inputs: Sequence[Variable], *args: Any) 
     """``outputs`` evaluated on ``args`` by the py linker, without rewrites."""
     fn = pytensor.function(list(inputs), list(outputs), mode=PY, on_unused_input="ignore")
     return [float(v) for v in cast(list[Any], fn(*args))]
+
+
+def the_call(fgraph: FunctionGraph) -> Any:
+    """The one call node of ``fgraph``."""
+    (node,) = [n for n in fgraph.apply_nodes if isinstance(n.op, Call)]
+    return node
 
 
 def consumer_of(out: Variable) -> Apply:
@@ -363,9 +369,9 @@ def test_replace_consumer_replaces_the_results_in_the_graph():
     arg_a, arg_b, out0, out1 = sig.slots
     replace_consumer(fgraph, sig, [arg_b, arg_a, out1, out0], reason="test")
     assert node not in fgraph.apply_nodes
-    (new,) = [n for n in fgraph.apply_nodes if isinstance(n.op, Call)]
+    new = the_call(fgraph)
     assert new.inputs[1:] == [B, A]
-    assert equal_computations(fgraph.outputs, [new.outputs[1] + 1.0, new.outputs[0] * 3.0])
+    assert equal_computations(list[Any](fgraph.outputs), [new.outputs[1] + 1.0, new.outputs[0] * 3.0])
     np.testing.assert_allclose(values(fgraph.outputs, [A, B], AV, BV), [AV * 2.0 + 1.0, (BV + 1.0) * 3.0])
 
 
@@ -378,10 +384,21 @@ def test_replace_consumer_forwards_dropped_results():
     placeholder = Slot("out", outputs=((0, P0 - 1.0),), output_types=(D,), results=(D(),))  # a new output: no result yet
     replace_consumer(fgraph, sig, [arg_a, out0, placeholder], forwarded={node.outputs[1]: node.outputs[0] * 2.0}, reason="test")
     assert node not in fgraph.apply_nodes
-    (new,) = [n for n in fgraph.apply_nodes if isinstance(n.op, Call)]
+    new = the_call(fgraph)
     assert len(new.outputs) == 2
-    assert equal_computations(fgraph.outputs, [new.outputs[0] + 1.0, (new.outputs[0] * 2.0) * 3.0])
+    assert equal_computations(list[Any](fgraph.outputs), [new.outputs[0] + 1.0, (new.outputs[0] * 2.0) * 3.0])
     np.testing.assert_allclose(values(fgraph.outputs, [A], AV), [AV * 2.0 + 1.0, AV * 2.0 * 2.0 * 3.0])
+
+
+def test_replace_consumer_takes_what_follows_the_slots_by_keyword_only():
+    node = call_node([P0 * 2.0], [A])
+    fgraph = FunctionGraph([A], [node.outputs[0] + 1.0], clone=False)
+    sig = sig_of(node)
+    with pytest.raises(TypeError, match="positional"):
+        replace_consumer(fgraph, sig, sig.slots, "test")  # type: ignore[call-arg]
+    assert node in fgraph.apply_nodes
+    replace_consumer(fgraph=fgraph, sig=sig, slots=sig.slots, reason="test")
+    assert node not in fgraph.apply_nodes
 
 
 # ---- signature
@@ -479,7 +496,7 @@ def test_consumers_remember_their_order_within_the_block():
 
 def test_consumers_of_a_function_graph_inputs_before_users():
     first = call_node([P0 * 2.0], [A])
-    second = Call().make_node(function([P0 + 1.0], [D]), first.outputs[0])
+    second: Any = Call().make_node(function([P0 + 1.0], [D]), first.outputs[0])
     fgraph = FunctionGraph([A], [second.outputs[0] * 3.0], clone=False)
     assert found(fgraph) == [first, second]
 
