@@ -66,6 +66,7 @@ from innergraph.backends.numba_reference import (
     large_enough,
     referenced_key,
 )
+from innergraph.backends import numba_literals  # noqa: F401  (registers ord of a one-character literal)
 from innergraph.backends import numba_messages  # noqa: F401  (registers SpecifyShape's and Split's conversions)
 from innergraph.backends.numba_rows import rows_key, scan_rows_by_loop
 from innergraph.core.dispatch import register_conversion_dispatch

@@ -92,6 +92,7 @@ SHIPPED: dict[str, tuple[str, ...]] = {
         "backends/numba_code.py",
         "backends/numba_generated.py",
         "backends/numba_link.py",
+        "backends/numba_literals.py",
         "backends/numba_messages.py",
         "backends/numba_once.py",
         "backends/numba_reference.py",
