@@ -529,3 +529,73 @@ def test_a_graph_holding_a_folded_body_takes_numbas_cache_from_the_store(tmp_pat
     assert second["stats"]["hit"] == 1 and second["stats"]["miss"] == 0
     assert second["compiled"] == []
     assert first["value"] == second["value"]
+
+
+_USER_CHILD = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import innergraph
+    import pytensor, pytensor.tensor as pt
+    from pytensor.compile.mode import Mode, optdb
+    from innergraph.patching import rewritten
+    import rk_user
+
+    x = pt.dvector("x")
+    if sys.argv[1] == "rewrite":  # the package's rewrite, registered as users do: in2out of a node rewriter
+        optdb.register("rk_user_exp", rk_user.walking, "fast_run", position=0.5)
+        out = pt.exp(x).sum()
+    else:  # the package's function, wrapped by as_op and applied to a constant: constant folding runs it
+        out = (x + rk_user.scaled(pt.constant(np.array([1.0, 2.0])))).sum()
+    fn = pytensor.function([x], out, mode=Mode(linker="py", optimizer="fast_run"))
+    print(json.dumps({"value": float(fn(np.array([1.0, 0.0]))), "stats": rewritten.stats}))
+    """
+)
+
+_USER_PACKAGE = textwrap.dedent(
+    """
+    import pytensor.tensor as pt
+    from pytensor.compile.ops import as_op
+    from pytensor.graph.rewriting.basic import in2out, node_rewriter
+
+    @node_rewriter([pt.exp])
+    def exp_rewrite(fgraph, node):
+        return [pt.sinh(node.inputs[0]) + pt.cosh(node.inputs[0])]
+
+    walking = in2out(exp_rewrite, name="rk_user_exp")
+
+    def _scaled(v):
+        return v * 2.0
+
+    scaled = as_op(itypes=[pt.dvector], otypes=[pt.dvector])(_scaled)
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "what, edit, before, after",
+    [
+        ("rewrite", ("pt.sinh(node.inputs[0]) + pt.cosh(node.inputs[0])", "pt.cosh(node.inputs[0])"), np.e + 1.0, np.cosh(1.0) + 1.0),
+        ("function", ("v * 2.0", "v * 3.0"), 7.0, 10.0),
+    ],
+)
+def test_a_users_package_edited_between_processes_is_rewritten_anew(tmp_path: Path, what: str, edit: tuple[str, str], before: float, after: float) -> None:
+    """A rewrite registered through ``in2out`` (its function two objects deep) or a function an Op holds: edited, never served stale."""
+    package = tmp_path / "rk_user"
+    package.mkdir()
+    (package / "__init__.py").write_text(_USER_PACKAGE)
+    env = {**os.environ, rewritten_store.ENV: str(tmp_path / "store"), "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+    def child() -> Any:
+        import subprocess
+        import sys
+
+        process = subprocess.Popen([sys.executable, "-W", "ignore", "-c", _USER_CHILD, what], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return result(process)
+
+    first = child()
+    assert first["stats"]["stored"] == 1 and first["value"] == pytest.approx(before, rel=1e-14)
+    assert child()["stats"]["hit"] == 1  # unchanged: served
+    (package / "__init__.py").write_text(_USER_PACKAGE.replace(*edit))
+    edited = child()
+    assert edited["stats"]["hit"] == 0 and edited["value"] == pytest.approx(after, rel=1e-14)

@@ -49,9 +49,11 @@ from innergraph.patching.rewritten_key import (
     configuration,
     database_description,
     database_modules,
+    defining_modules,
     graph_key,
     mode_description,
     module_state,
+    query_modules,
 )
 
 HERE = __name__  # the module of this file's classes, as the key names them
@@ -371,7 +373,7 @@ def test_a_mode_whose_rewriter_is_no_query_has_no_key() -> None:
         mode_description(mode)
 
 
-def test_the_key_is_the_digest_of_format_2_and_its_parts() -> None:
+def test_the_key_is_the_digest_of_format_3_and_its_parts() -> None:
     """Recomputed from the parts, with the specs spelled out and the packages of the graph's and the database's classes."""
     x = pt.dvector("x")
     y = apply(Scaled(2.0, "a"), x, x)
@@ -381,11 +383,11 @@ def test_the_key_is_the_digest_of_format_2_and_its_parts() -> None:
     inputs = [spec(mutable=True, update=y)]
     found = graph_key(fgraph, inputs, [spec(borrow=True), spec()], [spec(borrow=True)], mode)
     parts = (
-        2,
+        3,
         _Encoder().graph(fgraph.inputs, fgraph.outputs),
         ((tuple([True, False, True]),), tuple([True, False, True])),  # two tuples, as graph_key builds them: a pickle keeps which objects are one
         (mode_description(mode), database_description(db)),
-        code_fingerprint(["pytensor", HERE]),  # TensorType's package and this file (Scaled; the database's functions)
+        code_fingerprint(["pytensor", HERE, "types"]),  # TensorType's package, this file (Scaled; the database's functions), types (a walk meets SimpleNamespace)
         (configuration(), module_state()),
     )
     assert found == hashlib.sha256(pickle.dumps(parts, protocol=5)).hexdigest()
@@ -430,10 +432,10 @@ def test_an_op_is_encoded_once_and_an_op_holding_itself_ends_in_a_cycle() -> Non
     assert encoder.op(selfish) == ("op", (HERE, "Plain"), (("me", ("cycle",)),))
 
 
-def test_attributes_without_props_are_sorted_by_name_and_keep_props_dict() -> None:
-    op = Plain(zz="a", aa="b", _cache=1, _props_dict={"k": 1})
-    assert _Encoder().attributes(op) == (("_props_dict", ("dict", ((("str", "k"), ("int", 1)),))), ("aa", ("str", "b")), ("zz", ("str", "a")))
-    assert (_is_cache("_thunk"), _is_cache("level"), _is_cache("_props_dict")) == (True, False, False)
+def test_attributes_without_props_are_sorted_by_name_and_keep_a_classs_private_names() -> None:
+    op = Plain(zz="a", aa="b", _cache=1, _Plain__fn=2, _Op__level=3, _Other__x=4)
+    assert _Encoder().attributes(op) == (("_Op__level", ("int", 3)), ("_Plain__fn", ("int", 2)), ("aa", ("str", "b")), ("zz", ("str", "a")))
+    assert (_is_cache("_thunk", op), _is_cache("level", op), _is_cache("_Plain__fn", op), _is_cache("_Other__x", op)) == (True, False, False, True)
 
 
 def test_a_type_is_encoded_by_its_class_and_props() -> None:
@@ -560,12 +562,89 @@ def test_a_database_is_every_registration_with_position_tags_and_class() -> None
 
 
 def test_the_modules_of_a_database_are_its_classes_and_the_functions_its_rewriters_hold() -> None:
-    assert database_modules(small_db()) == {BASIC, HERE}
+    # builtins and types: objects the rewriters hold (builtins is compiled into Python: no file, never fingerprinted)
+    assert database_modules(small_db()) == {BASIC, HERE, "builtins", "types"}
     db = SequenceDB()
     db.register("rk_graph", rk_graph_rewrite, position=1)
     db.register("rk_again", rk_graph_rewrite, position=2)  # one object under two names: visited once
-    assert database_modules(db) == {BASIC, HERE}
+    assert database_modules(db) - {"builtins", "types"} == {BASIC, HERE}
     assert database_modules(SequenceDB()) == set()
+
+
+def _from(module_name: str) -> Any:
+    """A node rewriter's function that says it was defined in ``module_name``."""
+
+    def rewrite(fgraph: Any, node: Any) -> None:
+        return None
+
+    rewrite.__module__ = module_name
+    return rewrite
+
+
+class _Slotted:
+    __slots__ = ("held",)
+
+    def __init__(self, held: Any) -> None:
+        self.held = held
+
+
+def test_a_rewrites_modules_are_found_wherever_it_keeps_its_code() -> None:
+    """``in2out(f)`` holds ``f`` two objects deep; a closure, a partial, a bound method, slots and an Op it tracks count too."""
+    import functools
+
+    inner = _from("rk_user.closed")
+
+    def closure(fgraph: Any, node: Any) -> Any:
+        return inner(fgraph, node)
+
+    method_class = type("Rewrites", (), {"rewrite": lambda self, fgraph, node: None, "__module__": "rk_user.methods"})
+    tracked = Plain(fn=_from("rk_user.tracked_op"))
+    partial = functools.partial(_from("rk_user.partial"))
+    partial.__name__ = "partial"  # type: ignore[attr-defined]  # node_rewriter names its rewriter by it
+    db = SequenceDB()
+    db.register("rk_in2out", in2out(node_rewriter([pt.exp])(_from("rk_user.in2out"))), position=1)
+    db.register("rk_closure", in2out(node_rewriter([pt.exp])(closure)), position=2)
+    db.register("rk_partial", in2out(node_rewriter([pt.exp])(partial)), position=3)
+    db.register("rk_method", in2out(node_rewriter([pt.exp])(method_class().rewrite)), position=4)
+    db.register("rk_slots", in2out(node_rewriter([pt.exp])(_from(HERE)), name="slotted"), position=5)
+    db["rk_slots"].extra = _Slotted(_from("rk_user.slotted"))  # type: ignore[attr-defined]
+    db.register("rk_tracks", in2out(node_rewriter([tracked])(_from(HERE))), position=6)
+    found = database_modules(db)
+    for module_name in ("rk_user.in2out", "rk_user.closed", "rk_user.partial", "rk_user.methods", "rk_user.slotted", "rk_user.tracked_op"):
+        assert module_name in found, module_name
+    assert defining_modules([None, 1, "x", np.ones(2), np, {"k": (_from("rk_user.deep"),)}]) == {"rk_user.deep"}
+
+
+def test_a_modes_extra_rewrites_count_by_their_modules() -> None:
+    mode = Mode(linker="py", optimizer="fast_run").register((in2out(node_rewriter([pt.exp])(_from("rk_user.extra"))), 0.5))
+    assert "rk_user.extra" in query_modules(mode)
+    assert query_modules(Mode(linker="py", optimizer="fast_run")) == set()
+
+
+def rk_as_op_function(v: Any) -> Any:
+    return v * 2.0
+
+
+def rk_other_function(v: Any) -> Any:
+    return v * 3.0
+
+
+@pytest.mark.filterwarnings("ignore:pytensor.as_op is deprecated:FutureWarning")
+def test_a_function_an_op_holds_is_in_its_key_and_its_module_in_the_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``as_op`` keeps its function under a private name (``_FromFunctionOp__fn``); constant folding runs it."""
+    from pytensor.compile.ops import as_op
+
+    user = types.ModuleType("rk_user_ops")
+    monkeypatch.setitem(sys.modules, "rk_user_ops", user)
+    held = _from("rk_user_ops")
+    held.__qualname__ = "held"
+    setattr(user, "held", held)
+    encoder = _Encoder()
+    assert encoder.value(held) == ("named", "rk_user_ops", "held") and "rk_user_ops" in encoder.modules
+    ops = [as_op(itypes=[pt.dvector], otypes=[pt.dvector])(fn) for fn in (rk_as_op_function, rk_other_function)]
+    encoded = [_Encoder().op(op) for op in ops]
+    assert encoded[0] != encoded[1]
+    assert ("_FromFunctionOp__fn", ("named", HERE, "rk_as_op_function")) in encoded[0][2]
 
 
 # -- the code -----------------------------------------------------------------------------

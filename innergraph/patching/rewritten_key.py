@@ -21,9 +21,11 @@ key
     * the mode: its linker's class and settings and its rewriter query;
     * the rewrite database: every registration's name, position and tags and the
       class of what is registered;
-    * the code: per package that defined a registered rewrite or an Op of the graph,
-      the path, size and modification time of each of its Python files; the versions
-      of Python, NumPy, SciPy, Numba and PyTensor;
+    * the code: per package that defined a registered rewrite (anything it reaches:
+      ``in2out(my_rewrite)``'s function, a closure, an Op it tracks; a mode's extra
+      rewrites too), an Op of the graph or a function or class an Op holds, the path,
+      size and modification time of each of its Python files; the versions of Python,
+      NumPy, SciPy, Numba and PyTensor;
     * PyTensor's configuration (each flag's value, or for a flag not read yet the
       value it would take; a flag computed once from the machine and fixed after,
       such as ``compiledir``, by what the environment gives it), ``PYTENSOR_FLAGS``
@@ -43,6 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import hashlib
 import importlib.metadata
 import logging
@@ -68,12 +71,12 @@ from pytensor.graph.type import Type
 from pytensor.link.basic import Linker
 from pytensor.misc.ordered_set import OrderedSet
 
-__all__ = ["Unstable", "code_fingerprint", "graph_key"]
+__all__ = ["Unstable", "code_fingerprint", "defining_modules", "graph_key", "query_modules"]
 
 _logger = logging.getLogger(__name__)
 
 #: Raised to the next version when what a key covers changes, so older entries are never read.
-FORMAT = 2  # 2: the payload holds the original constants apart (rewritten._payload)
+FORMAT = 3  # 2: the payload holds the original constants apart (rewritten._payload); 3: the modules a rewrite reaches, an Op's functions and private names
 
 #: The packages whose loaded modules' state (`module_state`) the key covers.
 _WATCHED = ("pytensor", "innergraph")
@@ -106,7 +109,7 @@ def graph_key(
         )
         db: RewriteDatabase = getattr(mode, "optdb")  # set in Mode.__setstate__, untyped
         context = (mode_description(mode), database_description(db))
-        code = code_fingerprint(encoder.modules | database_modules(db))
+        code = code_fingerprint(encoder.modules | database_modules(db) | query_modules(mode))
         state = (configuration(), module_state())
     except Unstable:
         return None
@@ -163,7 +166,7 @@ class _Encoder:
         props = getattr(type(obj), "__props__", None)
         if props is not None:
             return tuple((p, self.value(getattr(obj, p))) for p in props)
-        return tuple(sorted(((k, self.value(v)) for k, v in vars(obj).items() if not _is_cache(k)), key=lambda kv: kv[0]))
+        return tuple(sorted(((k, self.value(v)) for k, v in vars(obj).items() if not _is_cache(k, obj)), key=lambda kv: kv[0]))
 
     def cls(self, cls: type) -> Encoded:
         self.modules.add(cls.__module__)
@@ -203,7 +206,9 @@ class _Encoder:
         if isinstance(v, enum.Enum):
             return ("enum", self.cls(type(v)), v.name)
         if isinstance(v, (types.FunctionType, types.BuiltinFunctionType, type)):
-            return ("named", *_named(v))
+            module, qualname = _named(v)
+            self.modules.add(module)  # its code decides what the Op computes, and constant folding runs it
+            return ("named", module, qualname)
         if dataclasses.is_dataclass(v):
             return ("dataclass", self.cls(type(v)), tuple((f.name, self.value(getattr(v, f.name))) for f in dataclasses.fields(v)))
         if type(v).__repr__ is object.__repr__ and hasattr(v, "__dict__"):
@@ -211,9 +216,17 @@ class _Encoder:
         raise Unstable(f"no stable description of {type(v).__qualname__}")
 
 
-def _is_cache(name: str) -> bool:
-    """Attributes an Op fills when it is compiled or run, which never decide how it is rewritten."""
-    return name.startswith("_") and name not in ("_props_dict",)
+def _is_cache(name: str, obj: Any) -> bool:
+    """Attributes an Op fills when it is compiled or run, which never decide how it is rewritten.
+
+    Those are the names with a leading underscore, except a class's private names
+    (``_FromFunctionOp__fn``, Python's spelling of ``self.__fn`` in that class): they are
+    the object's own state, such as the function ``as_op`` wraps, which constant
+    folding runs.
+    """
+    if not name.startswith("_"):
+        return False
+    return not any(name.startswith(f"_{klass.__name__.lstrip('_')}__") for klass in type(obj).__mro__)
 
 
 def _named(obj: Any) -> tuple[str, str]:
@@ -268,8 +281,8 @@ def database_description(db: RewriteDatabase) -> Encoded:
 
 
 def database_modules(db: RewriteDatabase) -> set[str]:
-    """The modules that define what ``db`` holds: classes, and the functions rewriters wrap."""
-    found: set[str] = set()
+    """The modules that define what ``db`` holds: every class and function its rewriters reach (`defining_modules`)."""
+    registered: list[Any] = []
     seen: set[int] = set()
 
     def visit(db: RewriteDatabase) -> None:
@@ -280,21 +293,96 @@ def database_modules(db: RewriteDatabase) -> set[str]:
                 seen.add(id(obj))
                 if isinstance(obj, RewriteDatabase):
                     visit(obj)
-                    continue
-                found.add(type(obj).__module__)
-                for attr in ("fn", "transform", "rewriter", "node_rewriter"):
-                    held = getattr(obj, attr, None)
-                    module = getattr(held, "__module__", None)
-                    if isinstance(module, str):
-                        found.add(module)
+                else:
+                    registered.append(obj)
 
     visit(db)
+    return defining_modules(registered)
+
+
+def query_modules(mode: Mode) -> set[str]:
+    """The modules that define a mode's extra rewrites (`RewriteDatabaseQuery.extra_rewrites`, its subqueries' too)."""
+    query = getattr(mode, "_optimizer", None)
+    extra: list[Any] = []
+    todo = [query] if isinstance(query, RewriteDatabaseQuery) else []
+    while todo:
+        q = todo.pop()
+        extra.extend(r for r, _ in q.extra_rewrites)
+        todo.extend(q.subquery.values())
+    return defining_modules(extra)
+
+
+#: What `defining_modules` never walks into: values, and modules (a module is its own file).
+_LEAVES = (type(None), bool, int, float, complex, str, bytes, np.ndarray, np.generic, np.dtype, types.ModuleType)
+
+
+def defining_modules(roots: Iterable[Any]) -> set[str]:
+    """The modules of every class and function reachable from ``roots``.
+
+    A rewrite registered as ``in2out(my_rewrite)`` is a PyTensor class holding a PyTensor
+    class holding the user's function; a rewrite's behaviour can also sit in a closure, a
+    bound method, a ``functools.partial`` or an Op it tracks. So the walk follows
+    attributes (``__dict__`` and ``__slots__``), the items of lists, tuples, sets and
+    dicts, a function's closure, defaults and ``__wrapped__``, a method's function and
+    object and a partial's function and arguments, and records each class's and each
+    function's module; it does not follow a function's globals (its module is recorded).
+    """
+    found: set[str] = set()
+    seen: set[int] = set()
+    todo = list(roots)
+    while todo:
+        obj = todo.pop()
+        if isinstance(obj, _LEAVES) or id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, type):
+            found.add(obj.__module__)
+            continue
+        if isinstance(obj, types.FunctionType):
+            found.add(obj.__module__)
+            todo.extend(cell.cell_contents for cell in obj.__closure__ or () if _filled(cell))
+            todo.extend(obj.__defaults__ or ())
+            todo.extend((obj.__kwdefaults__ or {}).values())
+            todo.append(getattr(obj, "__wrapped__", None))
+            continue
+        if isinstance(obj, types.MethodType):
+            todo.extend((obj.__func__, obj.__self__))
+            continue
+        if isinstance(obj, functools.partial):
+            todo.extend((obj.func, obj.args, obj.keywords))
+            continue
+        if isinstance(obj, types.BuiltinFunctionType):
+            module = getattr(obj, "__module__", None)
+            if isinstance(module, str):
+                found.add(module)
+            continue
+        if isinstance(obj, (list, tuple, set, frozenset)):
+            todo.extend(obj)
+            continue
+        if isinstance(obj, Mapping):
+            todo.extend(obj.keys())
+            todo.extend(obj.values())
+            continue
+        found.add(type(obj).__module__)
+        todo.extend(vars(obj).values() if hasattr(obj, "__dict__") else ())
+        for klass in type(obj).__mro__:
+            for slot in klass.__dict__.get("__slots__", ()):
+                if isinstance(slot, str) and slot not in ("__dict__", "__weakref__"):
+                    todo.append(getattr(obj, slot, None))
     return found
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:  # a closure variable not assigned yet
+        return False
+    return True
 
 
 def code_fingerprint(modules: Iterable[str]) -> Encoded:
     """Per top-level package of ``modules``: its files' paths, sizes and modification times; and the versions."""
-    tops = sorted({m.partition(".")[0] for m in modules})
+    tops = sorted({m.partition(".")[0] for m in modules} - set(sys.builtin_module_names))  # compiled into Python: no file to change
     pytensor_version = getattr(sys.modules.get("pytensor"), "__version__", "")  # a patched PyTensor's own, too
     return (
         sys.version, platform.machine(), np.__version__, _version("scipy"), _version("numba"), _version("pytensor"), pytensor_version,
