@@ -607,7 +607,7 @@ def test_a_rewrites_modules_are_found_wherever_it_keeps_its_code() -> None:
     db.register("rk_partial", in2out(node_rewriter([pt.exp])(partial)), position=3)
     db.register("rk_method", in2out(node_rewriter([pt.exp])(method_class().rewrite)), position=4)
     db.register("rk_slots", in2out(node_rewriter([pt.exp])(_from(HERE)), name="slotted"), position=5)
-    db["rk_slots"].extra = _Slotted(_from("rk_user.slotted"))  # type: ignore[attr-defined]
+    db["rk_slots"].extra = _Slotted(_from("rk_user.slotted"))
     db.register("rk_tracks", in2out(node_rewriter([tracked])(_from(HERE))), position=6)
     found = database_modules(db)
     for module_name in ("rk_user.in2out", "rk_user.closed", "rk_user.partial", "rk_user.methods", "rk_user.slotted", "rk_user.tracked_op"):
