@@ -615,6 +615,47 @@ def test_a_rewrites_modules_are_found_wherever_it_keeps_its_code() -> None:
     assert defining_modules([None, 1, "x", np.ones(2), np, {"k": (_from("rk_user.deep"),)}]) == {"rk_user.deep"}
 
 
+class _OneSlot:
+    __slots__ = "held"  # a string: one slot
+
+    def __init__(self, held: Any) -> None:
+        self.held = held
+
+
+class _WithDict:
+    __slots__ = ("__dict__", "__weakref__", "held")
+
+    def __init__(self, held: Any) -> None:
+        self.held = held
+
+
+def test_the_walk_reads_every_kind_of_slot_and_stops_at_nothing_it_meets() -> None:
+    import math
+    import weakref
+
+    assert defining_modules([_OneSlot(_from("rk_user.one_slot"))]) == {HERE, "rk_user.one_slot"}
+    with_dict = _WithDict(_from("rk_user.slots"))
+    with_dict.extra = _from("rk_user.dict")  # type: ignore[attr-defined]
+    referent = _WithDict(None)
+    with_dict.ref = weakref.ref(referent)  # type: ignore[attr-defined]  # a weakref is walked as an object: its class's module
+    assert defining_modules([with_dict]) == {HERE, "rk_user.slots", "rk_user.dict", "weakref"}
+    # what is popped first (the last root) ends its branch, never the walk: a builtin function, then a class
+    assert defining_modules([_from("rk_user.after"), math.sqrt]) == {"math", "rk_user.after"}
+    assert defining_modules([_from("rk_user.after"), _WithDict]) == {HERE, "rk_user.after"}
+
+
+def test_a_closure_variable_not_assigned_yet_is_skipped() -> None:
+    def walk_before_assignment() -> set[str]:
+        def reads_later() -> Any:
+            return later
+
+        found = defining_modules([reads_later])  # its cell is still empty here
+        later = _from("rk_user.later")
+        return found | defining_modules([reads_later])
+
+    assert walk_before_assignment() == {HERE, "rk_user.later"}
+
+
 def test_a_modes_extra_rewrites_count_by_their_modules() -> None:
     mode = Mode(linker="py", optimizer="fast_run").register((in2out(node_rewriter([pt.exp])(_from("rk_user.extra"))), 0.5))
     assert "rk_user.extra" in query_modules(mode)

@@ -366,8 +366,9 @@ def defining_modules(roots: Iterable[Any]) -> set[str]:
         found.add(type(obj).__module__)
         todo.extend(vars(obj).values() if hasattr(obj, "__dict__") else ())
         for klass in type(obj).__mro__:
-            for slot in klass.__dict__.get("__slots__", ()):
-                if isinstance(slot, str) and slot not in ("__dict__", "__weakref__"):
+            slots = klass.__dict__.get("__slots__", ())
+            for slot in (slots,) if isinstance(slots, str) else slots:  # ``__slots__ = "name"`` declares one
+                if slot not in ("__dict__", "__weakref__"):
                     todo.append(getattr(obj, slot, None))
     return found
 
