@@ -656,6 +656,27 @@ def test_a_closure_variable_not_assigned_yet_is_skipped() -> None:
     assert walk_before_assignment() == {HERE, "rk_user.later"}
 
 
+def test_the_code_of_a_modes_extra_rewrite_changes_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An extra rewrite defined in a package of its own: editing that package's file changes the key."""
+    source = tmp_path / "rk_extra_user.py"
+    source.write_text("# the extra rewrite's module\n")
+    user = types.ModuleType("rk_extra_user")
+    user.__file__ = str(source)
+    monkeypatch.setitem(sys.modules, "rk_extra_user", user)
+    extra = in2out(node_rewriter([pt.exp])(_from("rk_extra_user")))
+    extra.name = "rk_extra"  # a query's extra rewrite needs a name (unnamed: unstable)
+    mode = Mode(linker="py", optimizer="fast_run").register((extra, 0.5))
+    db = small_db()  # a database holding a rewrite of the same package too (`|` precedes `^`: the sets meet there)
+    db.register("rk_user_db", in2out(node_rewriter([pt.exp])(_from("rk_extra_user"))), "fast_run", position=3)
+    with_db = Mode(linker="py", optimizer=mode._optimizer, db=db)  # Mode.register's copy keeps the default database
+    for mode in (mode, with_db):
+        _package_files.cache_clear()
+        before = key(*graph(), mode=mode)
+        source.write_text(source.read_text() + "# edited\n")
+        _package_files.cache_clear()
+        assert before is not None and key(*graph(), mode=mode) != before
+
+
 def test_a_modes_extra_rewrites_count_by_their_modules() -> None:
     mode = Mode(linker="py", optimizer="fast_run").register((in2out(node_rewriter([pt.exp])(_from("rk_user.extra"))), 0.5))
     assert "rk_user.extra" in query_modules(mode)
