@@ -94,6 +94,7 @@ WHILE_FNS: dict[int, Fn] = {0: below, 1: doubled}
     (1.0, 100.0, 3, 8.0),  # the bound stops it (the condition would at 128)
     (1.0, 100.0, 1, 2.0),
     (1.0, 100.0, 0, 1.0),  # no step
+    (1.0, 100.0, -1, 1.0),  # a negative bound: no step either (steps < bound, not steps != bound)
     (1.0, 5.0, 10, 8.0),  # the post-condition stops it
     (1.0, 8.0, 10, 8.0),  # 8 < 8 is false: the boundary stops it
     (5.0, 5.0, 10, 5.0),  # the pre-condition is false at the boundary: no step
