@@ -286,8 +286,8 @@ def database_modules(db: RewriteDatabase) -> set[str]:
     seen: set[int] = set()
 
     def visit(db: RewriteDatabase) -> None:
-        for objs in db.__db__.values():
-            for obj in objs:
+        for name in db._names:  # each object is registered under its own name (and under its tags)
+            for obj in db.__db__.get(name, ()):
                 if id(obj) in seen:
                     continue
                 seen.add(id(obj))
@@ -314,6 +314,8 @@ def query_modules(mode: Mode) -> set[str]:
 
 #: What `defining_modules` never walks into: values, and modules (a module is its own file).
 _LEAVES = (type(None), bool, int, float, complex, str, bytes, np.ndarray, np.generic, np.dtype, types.ModuleType)
+_EXACT_LEAVES = frozenset((type(None), bool, int, float, str))  # the commonest, tested by their exact class first
+_CONTAINERS = frozenset((list, tuple, set, frozenset))
 
 
 def defining_modules(roots: Iterable[Any]) -> set[str]:
@@ -332,7 +334,13 @@ def defining_modules(roots: Iterable[Any]) -> set[str]:
     todo = list(roots)
     while todo:
         obj = todo.pop()
-        if isinstance(obj, _LEAVES) or id(obj) in seen:
+        kind = type(obj)
+        if kind in _CONTAINERS:  # the commonest objects first, by their exact class
+            if id(obj) not in seen:
+                seen.add(id(obj))
+                todo.extend(obj)
+            continue
+        if kind in _EXACT_LEAVES or isinstance(obj, _LEAVES) or id(obj) in seen:
             continue
         seen.add(id(obj))
         if isinstance(obj, type):
@@ -365,12 +373,20 @@ def defining_modules(roots: Iterable[Any]) -> set[str]:
             continue
         found.add(type(obj).__module__)
         todo.extend(vars(obj).values() if hasattr(obj, "__dict__") else ())
-        for klass in type(obj).__mro__:
-            slots = klass.__dict__.get("__slots__", ())
-            for slot in (slots,) if isinstance(slots, str) else slots:  # ``__slots__ = "name"`` declares one
-                if slot not in ("__dict__", "__weakref__"):
-                    todo.append(getattr(obj, slot, None))
+        todo.extend(getattr(obj, slot, None) for slot in _slot_names(type(obj)))
     return found
+
+
+@cache
+def _slot_names(cls: type) -> tuple[str, ...]:
+    """The slots ``cls`` and its bases declare, other than ``__dict__`` and ``__weakref__``."""
+    names = []
+    for klass in cls.__mro__:
+        slots = klass.__dict__.get("__slots__", ())
+        for slot in (slots,) if isinstance(slots, str) else slots:  # ``__slots__ = "name"`` declares one
+            if slot not in ("__dict__", "__weakref__"):
+                names.append(slot)
+    return tuple(names)
 
 
 def _filled(cell: Any) -> bool:
