@@ -373,7 +373,7 @@ def defining_modules(roots: Iterable[Any]) -> set[str]:
             continue
         found.add(type(obj).__module__)
         todo.extend(vars(obj).values() if hasattr(obj, "__dict__") else ())
-        todo.extend(getattr(obj, slot, None) for slot in _slot_names(type(obj)))
+        todo.extend(getattr(obj, slot, None) for slot in _slot_names(type(obj)))  # type: ignore[arg-type]  # mypy: type[Any] not Hashable
     return found
 
 
