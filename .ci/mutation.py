@@ -49,6 +49,7 @@ def _one_file(tests: str, *args: str) -> dict[str, object]:
 
 
 MODULES: dict[str, dict[str, object]] = {
+    "innergraph/backends/jax_generated.py": _one_file("tests/test_jax_generated_direct.py"),  # about 6 s a mutant at load 2-4 (jax.jit)
     "innergraph/backends/numba_generated.py": _one_file("tests/test_numba_generated_direct.py"),  # about 3.7 s a mutant at load 2-4
     "innergraph/core/canonical.py": {
         "tests": [["tests/test_graph.py"], ["tests/test_pickle.py", "-k", "constant or pickl or load"]],
