@@ -9,6 +9,7 @@ part on small graphs, Ops, modes, databases and fake modules, with literal expec
 and no compilation (a fault planted in the module fails here in about a second).
 """
 
+import collections
 import dataclasses
 import enum
 import hashlib
@@ -642,6 +643,10 @@ def test_the_walk_reads_every_kind_of_slot_and_stops_at_nothing_it_meets() -> No
     # what is popped first (the last root) ends its branch, never the walk: a builtin function, then a class
     assert defining_modules([_from("rk_user.after"), math.sqrt]) == {"math", "rk_user.after"}
     assert defining_modules([_from("rk_user.after"), _WithDict]) == {HERE, "rk_user.after"}
+    # containers of a class of their own (a named tuple, a list subclass) are walked as containers, and so is a mapping
+    Pair = collections.namedtuple("Pair", "a b")
+    for container in (Pair(_from("rk_user.pair"), 1), type("Rows", (list,), {})([_from("rk_user.pair")]), collections.OrderedDict(k=_from("rk_user.pair"))):
+        assert defining_modules([_from("rk_user.after"), container]) == {"rk_user.after", "rk_user.pair"}, container
 
 
 def test_a_closure_variable_not_assigned_yet_is_skipped() -> None:
