@@ -28,8 +28,9 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.mode import Mode
 import pytest
-from pytensor.graph.op import Op
 from pytensor.link.jax.dispatch import jax_funcify
+
+from generated_registration import check_register_generated
 
 import innergraph
 import innergraph.backends.jax_generated as generated
@@ -308,34 +309,8 @@ def test_a_loop_with_carries_and_per_step_outputs_gets_each_results_dtype(monkey
     assert (first.dtype, carry.dtype, second.dtype) == (jnp.int32, jnp.float64, jnp.float64)
 
 
-class _Fresh(Op):
-    """An Op class no dispatch knows yet (each test makes its own subclass)."""
-
-    __props__ = ()
-
-    def make_node(self, *inputs: Any) -> Any:
-        raise NotImplementedError
-
-    def perform(self, node: Any, inputs: Any, output_storage: Any) -> None:
-        raise NotImplementedError
-
-
 def test_register_generated_registers_a_form_with_semantics_only_and_keeps_a_class_own_conversion() -> None:
-    form = FORMS[MapRows]
-    with_semantics = type("_WithSemantics", (_Fresh,), {})
-    register_generated(with_semantics, form)
-    assert jax_funcify.registry.get(with_semantics) is jax_funcify_generated
-    without = type("_WithoutSemantics", (_Fresh,), {})
-    register_generated(without, dataclasses.replace(form, semantics=None))
-    assert without not in jax_funcify.registry
-    own = type("_OwnConversion", (_Fresh,), {})
-
-    def conversion(op: Any, node: Any = None, **kwargs: Any) -> Any:
-        raise NotImplementedError
-
-    jax_funcify.register(own)(conversion)
-    register_generated(own, form)
-    assert jax_funcify.registry[own] is conversion
+    check_register_generated(jax_funcify, register_generated, jax_funcify_generated)
 
 
 def test_the_consumers_registered_before_the_module_loaded_get_generated_code() -> None:

@@ -34,8 +34,9 @@ import pytensor
 import pytensor.tensor as pt
 import pytest
 from pytensor.compile.mode import Mode
-from pytensor.graph.op import Op
 from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
+
+from generated_registration import check_register_generated
 
 import innergraph
 import innergraph.backends.numba_generated as generated
@@ -400,34 +401,8 @@ def test_row_types_are_the_per_step_results_dtypes_and_row_shapes() -> None:
     assert generated._row_types(reordered, node) == (("bool", ()), ("int64", ()))
 
 
-class _Fresh(Op):
-    """An Op class no dispatch knows yet (each test makes its own subclass)."""
-
-    __props__ = ()
-
-    def make_node(self, *inputs: Any) -> Any:
-        raise NotImplementedError
-
-    def perform(self, node: Any, inputs: Any, output_storage: Any) -> None:
-        raise NotImplementedError
-
-
 def test_register_generated_registers_a_form_with_semantics_only_and_keeps_a_class_own_conversion() -> None:
-    form = FORMS[MapRows]
-    with_semantics = type("_WithSemantics", (_Fresh,), {})
-    register_generated(with_semantics, form)
-    assert numba_funcify_and_cache_key.registry.get(with_semantics) is numba_funcify_generated
-    without = type("_WithoutSemantics", (_Fresh,), {})
-    register_generated(without, dataclasses.replace(form, semantics=None))
-    assert without not in numba_funcify_and_cache_key.registry
-    own = type("_OwnConversion", (_Fresh,), {})
-
-    def conversion(op: Any, node: Any = None, **kwargs: Any) -> Any:
-        raise NotImplementedError
-
-    numba_funcify_and_cache_key.register(own)(conversion)
-    register_generated(own, form)
-    assert numba_funcify_and_cache_key.registry[own] is conversion
+    check_register_generated(numba_funcify_and_cache_key, register_generated, numba_funcify_generated)
 
 
 def test_the_consumers_registered_before_the_module_loaded_get_generated_code() -> None:
