@@ -56,7 +56,7 @@ class LiteralOrd(AbstractTemplate):
         if not installed() or kws or len(args) != 1:
             return None
         (c,) = args
-        if not isinstance(c, types.StringLiteral) or not isinstance(c.literal_value, str) or len(c.literal_value) != 1:
+        if not isinstance(c, types.StringLiteral) or len(c.literal_value) != 1:
             return None  # Numba's own ord: a string known at run time, or its TypeError for another length
         return signature(types.int64, c)
 

@@ -315,7 +315,7 @@ def query_modules(mode: Mode) -> set[str]:
 #: What `defining_modules` never walks into: values, and modules (a module is its own file).
 _LEAVES = (type(None), bool, int, float, complex, str, bytes, np.ndarray, np.generic, np.dtype, types.ModuleType)
 _EXACT_LEAVES = frozenset((type(None), bool, int, float, str))  # the commonest, tested by their exact class first
-_CONTAINERS = frozenset((list, tuple, set, frozenset))
+_CONTAINERS = frozenset((list, tuple, set, frozenset))  # likewise
 
 
 def defining_modules(roots: Iterable[Any]) -> set[str]:
@@ -335,14 +335,14 @@ def defining_modules(roots: Iterable[Any]) -> set[str]:
     while todo:
         obj = todo.pop()
         kind = type(obj)
-        if kind in _CONTAINERS:  # the commonest objects first, by their exact class
-            if id(obj) not in seen:
-                seen.add(id(obj))
-                todo.extend(obj)
-            continue
-        if kind in _EXACT_LEAVES or isinstance(obj, _LEAVES) or id(obj) in seen:
+        if kind in _EXACT_LEAVES or id(obj) in seen:  # the commonest values first, by their exact class
             continue
         seen.add(id(obj))
+        if kind in _CONTAINERS or isinstance(obj, (list, tuple, set, frozenset)):  # a named tuple, a list subclass too
+            todo.extend(obj)
+            continue
+        if isinstance(obj, _LEAVES):
+            continue
         if isinstance(obj, type):
             found.add(obj.__module__)
             continue
@@ -363,9 +363,6 @@ def defining_modules(roots: Iterable[Any]) -> set[str]:
             module = getattr(obj, "__module__", None)
             if isinstance(module, str):
                 found.add(module)
-            continue
-        if isinstance(obj, (list, tuple, set, frozenset)):
-            todo.extend(obj)
             continue
         if isinstance(obj, Mapping):
             todo.extend(obj.keys())
