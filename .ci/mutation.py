@@ -126,9 +126,13 @@ def equivalents() -> dict[str, list[dict[str, str]]]:
 
 
 def mutated_line(diff: str) -> str:
-    """The source line a mutant changes, as the diff's ``-`` line shows it (stripped)."""
+    """The source line a mutant changes, as the diff's first non-blank ``-`` line shows it (stripped).
+
+    Blank ``-`` lines are skipped: cosmic-ray writes a mutated module back without the blank
+    lines around what it removed, so removing a decorator diffs as two blank lines, then it.
+    """
     for line in diff.splitlines():
-        if line.startswith("-") and not line.startswith("---"):
+        if line.startswith("-") and not line.startswith("---") and line[1:].strip():
             return line[1:].strip()
     return ""
 

@@ -68,3 +68,9 @@ def test_the_timeout_is_600_seconds_unless_mutation_timeout_says_otherwise(monke
         monkeypatch.setenv("MUTATION_TIMEOUT", wrong)
         with pytest.raises(ValueError):
             mutation.timeout()
+
+
+def test_the_mutated_line_is_the_first_removed_line_that_is_not_blank():
+    changed = "--- a/m.py\n+++ b/m.py\n@@ -1,2 +1,2 @@\n-    if a < b:\n+    if a <= b:\n"
+    decorator = "--- a/m.py\n+++ b/m.py\n@@ -3,9 +3,6 @@\n     return found\n-\n-\n-@cache\n def f():\n"
+    assert (mutation.mutated_line(changed), mutation.mutated_line(decorator), mutation.mutated_line("")) == ("if a < b:", "@cache", "")
