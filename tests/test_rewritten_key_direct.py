@@ -640,7 +640,9 @@ def test_the_walk_reads_every_kind_of_slot_and_stops_at_nothing_it_meets() -> No
     referent = _WithDict(None)
     with_dict.ref = weakref.ref(referent)  # type: ignore[attr-defined]  # a weakref is walked as an object: its class's module
     assert defining_modules([with_dict]) == {HERE, "rk_user.slots", "rk_user.dict", "weakref"}
-    # what is popped first (the last root) ends its branch, never the walk: a builtin function, then a class
+    # what is popped first (the last root) ends its branch, never the walk: values, a module, a builtin function, a class
+    for value in (np.ones(2), np.float64(1.0), b"x", 1j, np):
+        assert defining_modules([_from("rk_user.after"), value]) == {"rk_user.after"}, value
     assert defining_modules([_from("rk_user.after"), math.sqrt]) == {"math", "rk_user.after"}
     assert defining_modules([_from("rk_user.after"), _WithDict]) == {HERE, "rk_user.after"}
     # containers of a class of their own (a named tuple, a list subclass) are walked as containers, and so is a mapping
