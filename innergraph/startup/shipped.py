@@ -97,6 +97,7 @@ SHIPPED: dict[str, tuple[str, ...]] = {
         "backends/numba_once.py",
         "backends/numba_reference.py",
         "backends/numba_rows.py",
+        "backends/numba_slices.py",
     ),
     "innergraph-rewrites": (
         "__init__.py",
