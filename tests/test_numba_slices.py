@@ -1,9 +1,9 @@
-"""`Alloc` of a 0-d value and a 1-d `ArgSortOp` under Numba: vanilla's numbers, and no string code compiled.
+"""`Alloc` of a 0-d value and a 1-d `SortOp` and `ArgSortOp` under Numba: vanilla's numbers, and no string code compiled.
 
 `innergraph.backends.numba_slices`: PyTensor's conversions of both assign an array to a slice,
 which Numba checks at run time with a message formatted from the shapes, so a fresh process
 compiles Numba's string code for them (seconds). innergraph's fill the `Alloc` by its element
-and sort a 1-d array by one ``np.argsort``. Checked here, in fresh processes on one compile
+and sort a 1-d array by one ``np.sort`` or ``np.argsort``. Checked here, in fresh processes on one compile
 directory: values equal to vanilla's bit for bit (float64, float32 and int32 fills of 0 to 3
 dimensions; both sort kinds, ties and a NaN; an `Alloc` and a sort in a loop's body), the same
 error for a negative shape; no function of the graph linking Numba's string code; the second
@@ -20,12 +20,12 @@ import pytensor.tensor as pt
 import pytest
 from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
 from pytensor.tensor.basic import Alloc
-from pytensor.tensor.sort import ArgSortOp
+from pytensor.tensor.sort import ArgSortOp, SortOp
 
 from children import WATCH, spawn
 
 import innergraph
-from innergraph.backends.numba_slices import alloc_source, funcify_alloc, funcify_argsort
+from innergraph.backends.numba_slices import alloc_source, funcify_alloc, funcify_argsort, funcify_sort
 
 #: Functions of Numba's string code that the message of a slice assignment's shape check compiles.
 STRING_CODE = ("integer_str", "concat_impl", "_set_code_point", "_kind_to_byte_width")
@@ -37,7 +37,7 @@ _GRAPHS = textwrap.dedent(
     def graphs():
         w, f, i, n = pt.dvector("w"), pt.fvector("f"), pt.ivector("i"), pt.lscalar("n")
         fills = [pt.alloc(w[1], n, 3, 2), pt.alloc(f[2], 2, n), pt.alloc(i[0], n)]  # 0-d views (layout A) filling 3, 2, 1 dims
-        sorts = [pt.argsort(w), pt.argsort(i, kind="mergesort")]
+        sorts = [pt.argsort(w), pt.argsort(i, kind="mergesort"), pt.sort(w), pt.sort(i)]
         m = pt.dmatrix("m")
         rows = pytensor.scan(lambda row, k: pt.argsort(row) + pt.alloc(row[0], k).sum().astype("int64"),
                              sequences=m, non_sequences=n, return_updates=False)
@@ -121,7 +121,7 @@ def test_no_function_links_string_code_and_the_second_process_compiles_none(runs
         assert first["graphs"][graph]["string_code"] == [], first["graphs"][graph]["string_code"]
         assert not [c for c in first["graphs"][graph]["compiled"] if c in STRING_CODE]
         assert second["graphs"][graph]["compiled"] == [], second["graphs"][graph]["compiled"]  # all loaded from the cache
-    assert {"alloc"} <= set(first["graphs"][0]["names"]) and {"argsort"} <= set(first["graphs"][1]["names"])
+    assert {"alloc"} <= set(first["graphs"][0]["names"]) and {"argsort", "sort"} <= set(first["graphs"][1]["names"])
 
 
 @pytest.mark.monkey_patch_only  # in a patched PyTensor a process that never imports innergraph converts as innergraph does
@@ -137,9 +137,11 @@ def test_the_sentinels_vanillas_conversions_and_a_2d_sort_link_string_code(runs)
 def test_the_conversions_are_innergraphs_only_while_installed():
     assert numba_funcify_and_cache_key.dispatch(Alloc) is funcify_alloc
     assert numba_funcify_and_cache_key.dispatch(ArgSortOp) is funcify_argsort
+    assert numba_funcify_and_cache_key.dispatch(SortOp) is funcify_sort
     with innergraph.uninstalled():
         assert numba_funcify_and_cache_key.dispatch(Alloc) is not funcify_alloc
         assert numba_funcify_and_cache_key.dispatch(ArgSortOp) is not funcify_argsort
+        assert numba_funcify_and_cache_key.dispatch(SortOp) is not funcify_sort
 
 
 def _node(variable):
@@ -149,7 +151,8 @@ def _node(variable):
 def test_what_is_left_to_pytensor_gets_pytensors_key():
     """A value of one dimension or more, a sort of 2 dimensions or of a kind Numba lacks: PyTensor's conversion and key."""
     x, v, n = pt.dmatrix("x"), pt.dvector("v"), pt.lscalar("n")
-    for node in (_node(pt.alloc(v, n, 3)), _node(pt.argsort(x)), _node(pt.argsort(v, kind="heapsort"))):
+    left = (pt.alloc(v, n, 3), pt.argsort(x), pt.argsort(v, kind="heapsort"), pt.sort(x), pt.sort(v, kind="mergesort"))
+    for node in map(_node, left):
         ours = numba_funcify_and_cache_key.dispatch(type(node.op))(node.op, node)
         with innergraph.uninstalled():
             theirs = numba_funcify_and_cache_key(node.op, node=node)
@@ -158,10 +161,10 @@ def test_what_is_left_to_pytensor_gets_pytensors_key():
 
 def test_keys_are_innergraphs_and_differ_by_what_the_code_is():
     v, n = pt.dvector("v"), pt.lscalar("n")
-    nodes = [_node(pt.alloc(v[0], n, 3)), _node(pt.alloc(v[0], n)), _node(pt.alloc(v.astype("float32")[0], n, 3)), _node(pt.argsort(v)), _node(pt.argsort(v, kind="mergesort"))]
+    nodes = [_node(pt.alloc(v[0], n, 3)), _node(pt.alloc(v[0], n)), _node(pt.alloc(v.astype("float32")[0], n, 3)), _node(pt.argsort(v)), _node(pt.argsort(v, kind="mergesort")), _node(pt.sort(v))]
     keys = [numba_funcify_and_cache_key.dispatch(type(node.op))(node.op, node)[1] for node in nodes]
     with innergraph.uninstalled():
-        keys += [numba_funcify_and_cache_key(node.op, node=node)[1] for node in (nodes[0], nodes[3])]
+        keys += [numba_funcify_and_cache_key(node.op, node=node)[1] for node in (nodes[0], nodes[3], nodes[5])]
     assert len(set(keys)) == len(keys)
 
 

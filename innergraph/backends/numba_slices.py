@@ -1,4 +1,4 @@
-"""Numba conversions of `Alloc` of a 0-d value and of a 1-d `ArgSortOp` that assign no array to a slice.
+"""Numba conversions of `Alloc` of a 0-d value and of a 1-d `SortOp` and `ArgSortOp` that assign no array to a slice.
 
 Terms
 -----
@@ -20,6 +20,7 @@ the two sources
     anyway) and its `ArgSortOp` (``np.swapaxes``, whose implementation with axes copies
     through a slice assignment, then one slice assignment per sorted line), which LU
     decompositions' pivots reach, in the model's function and in an `OpFromGraph` body.
+    PyTensor's `SortOp` swaps axes the same way.
 
 What this module registers, while innergraph is installed, for `numba_funcify_and_cache_key`:
 
@@ -34,6 +35,9 @@ What this module registers, while innergraph is installed, for `numba_funcify_an
   line (``np.swapaxes`` of a 1-d array over axis 0 is the array itself), by the same Numba
   function, without the copies. Any other input is PyTensor's conversion, with its warning
   for another kind.
+- `funcify_sort`: for a 1-d input and the kind ``quicksort``, ``np.sort(x)``: what PyTensor's
+  ``np.sort`` of the array swapped with itself computes. Any other input is PyTensor's
+  conversion (which warns for any other kind and sorts by quicksort).
 
 Their cache keys are their own (`SLICES_VERSION`), so vanilla's entries and these never serve
 each other; ``innergraph.uninstall()`` reverts both registrations.
@@ -49,11 +53,11 @@ from pytensor.link.numba.cache import compile_numba_function_src
 from pytensor.link.numba.dispatch import basic as numba_basic
 from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
 from pytensor.tensor.basic import Alloc
-from pytensor.tensor.sort import ArgSortOp
+from pytensor.tensor.sort import ArgSortOp, SortOp
 
 from innergraph.core.hooks import DispatchPatch, apply_late
 
-__all__ = ["SLICES_VERSION", "funcify_alloc", "funcify_argsort"]
+__all__ = ["SLICES_VERSION", "alloc_source", "funcify_alloc", "funcify_argsort", "funcify_sort"]
 
 #: The version of the code this module writes, part of its cache keys: raised when it changes.
 SLICES_VERSION = 1
@@ -99,7 +103,17 @@ def funcify_argsort(op: ArgSortOp, node: Any, **kwargs: Any) -> tuple[Any, str |
     return numba_basic.numba_njit(fn), _key("ArgSortOp", op.kind)
 
 
+def funcify_sort(op: SortOp, node: Any, **kwargs: Any) -> tuple[Any, str | None]:
+    """A 1-d quicksort `SortOp` as one ``np.sort`` (module docstring); any other, PyTensor's conversion."""
+    if node.inputs[0].type.ndim != 1 or op.kind != "quicksort":
+        return _SORT.original(op, node, **kwargs)
+    fn = compile_numba_function_src("def sort(x):\n    return np.sort(x)\n", "sort", {"np": np, "__name__": __name__})
+    return numba_basic.numba_njit(fn), _key("SortOp")
+
+
 _ALLOC = DispatchPatch(numba_funcify_and_cache_key, Alloc, funcify_alloc)
 _ARGSORT = DispatchPatch(numba_funcify_and_cache_key, ArgSortOp, funcify_argsort)
+_SORT = DispatchPatch(numba_funcify_and_cache_key, SortOp, funcify_sort)
 apply_late(_ALLOC)
 apply_late(_ARGSORT)
+apply_late(_SORT)
