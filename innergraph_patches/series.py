@@ -379,6 +379,13 @@ of Scan and OpFromGraph (delegating, above, to record them).
             replaces="numba_funcify_and_cache_key[AbstractFunctionGraph]",
         ),
         Delegate(
+            "pytensor/link/numba/dispatch/tensor_basic.py",
+            "numba_funcify_Alloc",
+            "pytensor.innergraph.backends.numba_slices",
+            "funcify_alloc",
+            replaces="numba_funcify_and_cache_key[Alloc]",
+        ),
+        Delegate(
             "pytensor/link/numba/dispatch/basic.py",
             "cache_key_for_constant",
             "pytensor.innergraph.backends.numba",

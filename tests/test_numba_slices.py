@@ -19,8 +19,6 @@ import pytensor
 import pytensor.tensor as pt
 import pytest
 from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
-from pytensor.tensor.basic import Alloc
-from pytensor.tensor.sort import ArgSortOp, SortOp
 
 from children import WATCH, spawn
 
@@ -134,18 +132,22 @@ def test_the_sentinels_vanillas_conversions_and_a_2d_sort_link_string_code(runs)
     assert "argsort_f" in first["graphs"][3]["names"]
 
 
-def test_the_conversions_are_innergraphs_only_while_installed():
-    assert numba_funcify_and_cache_key.dispatch(Alloc) is funcify_alloc
-    assert numba_funcify_and_cache_key.dispatch(ArgSortOp) is funcify_argsort
-    assert numba_funcify_and_cache_key.dispatch(SortOp) is funcify_sort
-    with innergraph.uninstalled():
-        assert numba_funcify_and_cache_key.dispatch(Alloc) is not funcify_alloc
-        assert numba_funcify_and_cache_key.dispatch(ArgSortOp) is not funcify_argsort
-        assert numba_funcify_and_cache_key.dispatch(SortOp) is not funcify_sort
-
-
 def _node(variable):
     return variable.owner
+
+
+def _key(node):
+    """The cache key PyTensor's dispatcher gives ``node``'s conversion (a patched PyTensor's `Alloc` delegates to innergraph's)."""
+    return numba_funcify_and_cache_key(node.op, node=node)[1]
+
+
+def test_the_conversions_are_innergraphs_only_while_installed():
+    v, n = pt.dvector("v"), pt.lscalar("n")
+    nodes = [_node(pt.alloc(v[0], n, 3)), _node(pt.argsort(v)), _node(pt.sort(v))]
+    for node, ours in zip(nodes, (funcify_alloc, funcify_argsort, funcify_sort), strict=True):
+        assert _key(node) == ours(node.op, node)[1]
+        with innergraph.uninstalled():
+            assert _key(node) != ours(node.op, node)[1]
 
 
 def test_what_is_left_to_pytensor_gets_pytensors_key():
@@ -153,18 +155,17 @@ def test_what_is_left_to_pytensor_gets_pytensors_key():
     x, v, n = pt.dmatrix("x"), pt.dvector("v"), pt.lscalar("n")
     left = (pt.alloc(v, n, 3), pt.argsort(x), pt.argsort(v, kind="heapsort"), pt.sort(x), pt.sort(v, kind="mergesort"))
     for node in map(_node, left):
-        ours = numba_funcify_and_cache_key.dispatch(type(node.op))(node.op, node)
+        ours = _key(node)
         with innergraph.uninstalled():
-            theirs = numba_funcify_and_cache_key(node.op, node=node)
-        assert ours[1] == theirs[1]
+            assert ours == _key(node)
 
 
 def test_keys_are_innergraphs_and_differ_by_what_the_code_is():
     v, n = pt.dvector("v"), pt.lscalar("n")
     nodes = [_node(pt.alloc(v[0], n, 3)), _node(pt.alloc(v[0], n)), _node(pt.alloc(v.astype("float32")[0], n, 3)), _node(pt.argsort(v)), _node(pt.argsort(v, kind="mergesort")), _node(pt.sort(v))]
-    keys = [numba_funcify_and_cache_key.dispatch(type(node.op))(node.op, node)[1] for node in nodes]
+    keys = [_key(node) for node in nodes]
     with innergraph.uninstalled():
-        keys += [numba_funcify_and_cache_key(node.op, node=node)[1] for node in (nodes[0], nodes[3], nodes[5])]
+        keys += [_key(node) for node in (nodes[0], nodes[3], nodes[5])]
     assert len(set(keys)) == len(keys)
 
 

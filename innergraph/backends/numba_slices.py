@@ -51,11 +51,12 @@ from typing import Any
 import numpy as np
 from pytensor.link.numba.cache import compile_numba_function_src
 from pytensor.link.numba.dispatch import basic as numba_basic
+from pytensor.link.numba.dispatch import tensor_basic as numba_tensor_basic
 from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
 from pytensor.tensor.basic import Alloc
 from pytensor.tensor.sort import ArgSortOp, SortOp
 
-from innergraph.core.hooks import DispatchPatch, apply_late
+from innergraph.core.hooks import DispatchPatch, apply_late, original
 
 __all__ = ["SLICES_VERSION", "alloc_source", "funcify_alloc", "funcify_argsort", "funcify_sort"]
 
@@ -64,6 +65,11 @@ SLICES_VERSION = 1
 
 #: The kinds Numba's ``np.argsort`` implements (PyTensor's conversion warns and sorts any other by quicksort).
 NUMBA_SORT_KINDS = ("quicksort", "mergesort")
+
+
+#: PyTensor's conversion of `Alloc`, registered for the class itself (a patched PyTensor keeps it as
+#: ``_numba_funcify_Alloc_base`` and delegates to `funcify_alloc`).
+_pytensors_alloc = original(numba_tensor_basic, "numba_funcify_Alloc")
 
 
 def _key(*parts: Any) -> str:
@@ -88,7 +94,7 @@ def funcify_alloc(op: Alloc, node: Any, **kwargs: Any) -> tuple[Any, str | None]
     """An `Alloc` of a 0-d value filled by its element (module docstring); any other, PyTensor's conversion."""
     val = node.inputs[0]
     if val.type.ndim != 0:
-        return _ALLOC.original(op, node, **kwargs)
+        return _pytensors_alloc(op, node, **kwargs)
     out_ndim = len(node.inputs) - 1
     fn = compile_numba_function_src(alloc_source(out_ndim, val.type.dtype), "alloc", {"np": np, "__name__": __name__})
     return numba_basic.numba_njit(fn), _key("Alloc", out_ndim, val.type.dtype)
