@@ -40,7 +40,7 @@ What this module registers, while innergraph is installed, for `numba_funcify_an
   conversion (which warns for any other kind and sorts by quicksort).
 
 Their cache keys are their own (`SLICES_VERSION`), so vanilla's entries and these never serve
-each other; ``innergraph.uninstall()`` reverts both registrations.
+each other; ``innergraph.uninstall()`` reverts the three registrations.
 """
 
 from __future__ import annotations
