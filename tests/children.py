@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
 
 
@@ -63,3 +64,23 @@ def linked(dispatcher):
             todo.append(inner)
     return names
 """
+
+
+def header(variant: str) -> str:
+    """The first lines of a child script that watches Numba: ``json``, Numba's events, and ``final_function``.
+
+    ``innergraph``'s imports innergraph and its ``final_function`` (the function a compiled
+    PyTensor function calls); ``vanilla``'s never imports innergraph, and its
+    ``final_function`` is the function itself.
+    """
+    imports = "import innergraph\nfrom innergraph.backends.numba_link import final_function\n"
+    return "import json\nfrom numba.core import event\n" + (imports if variant == "innergraph" else "final_function = lambda fn: fn\n")
+
+
+def vanilla_then_twice(child: Callable[[str], str], tmp_path_factory: Any) -> tuple[Any, Any, Any]:
+    """``child("vanilla")`` in a fresh process; ``child("innergraph")`` twice on one new compile directory (the second loads the first's cache)."""
+    vanilla = spawn(child("vanilla"), tmp_path_factory.mktemp("vanilla"))
+    compiledir = tmp_path_factory.mktemp("innergraph")
+    first = spawn(child("innergraph"), compiledir)
+    second = spawn(child("innergraph"), compiledir)
+    return vanilla, first, second

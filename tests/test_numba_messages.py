@@ -21,7 +21,7 @@ from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
 from pytensor.tensor.basic import Split
 from pytensor.tensor.shape import SpecifyShape
 
-from children import WATCH, spawn
+from children import WATCH, header, vanilla_then_twice
 
 import innergraph
 from innergraph.backends.numba_messages import ShapeMismatch, SplitSizesMismatch, funcify_specify_shape, funcify_split
@@ -59,8 +59,7 @@ def _child(variant: str) -> str:
     Vanilla's never imports innergraph.
     """
     return (
-        "import json\nfrom numba.core import event\n"
-        + ("import innergraph\nfrom innergraph.backends.numba_link import final_function\n" if variant == "innergraph" else "final_function = lambda fn: fn\n")
+        header(variant)
         + _GRAPHS
         + f"STRING_CODE = {STRING_CODE!r}\n"
         + WATCH
@@ -88,11 +87,7 @@ def _child(variant: str) -> str:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Vanilla in a fresh process; innergraph twice on one new compile directory (the second loads the first's cache)."""
-    vanilla = spawn(_child("vanilla"), tmp_path_factory.mktemp("vanilla"))
-    compiledir = tmp_path_factory.mktemp("innergraph")
-    first = spawn(_child("innergraph"), compiledir)
-    second = spawn(_child("innergraph"), compiledir)
-    return vanilla, first, second
+    return vanilla_then_twice(_child, tmp_path_factory)
 
 
 def test_values_and_errors_are_vanillas_word_for_word(runs):
