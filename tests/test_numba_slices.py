@@ -12,6 +12,8 @@ innergraph's for what it leaves to PyTensor (a 2-d sort), do link that code.
 """
 
 import textwrap
+from collections.abc import Callable
+from typing import Any
 
 import numba
 import numpy as np
@@ -104,7 +106,7 @@ def test_values_dtypes_and_errors_are_vanillas(runs):
 
 def test_the_sorts_see_ties_and_a_nan():
     """The vectors the children sort (read from their script) have ties, and the float one a NaN."""
-    scope: dict = {}
+    scope: dict[str, Any] = {}
     exec(_GRAPHS, scope)
     w, i = scope["W"], scope["I"]
     assert np.isnan(w).any()
@@ -143,7 +145,8 @@ def _key(node):
 def test_the_conversions_are_innergraphs_only_while_installed():
     v, n = pt.dvector("v"), pt.lscalar("n")
     nodes = [_node(pt.alloc(v[0], n, 3)), _node(pt.argsort(v)), _node(pt.sort(v))]
-    for node, ours in zip(nodes, (funcify_alloc, funcify_argsort, funcify_sort), strict=True):
+    conversions: list[Callable[..., tuple[Any, str | None]]] = [funcify_alloc, funcify_argsort, funcify_sort]
+    for node, ours in zip(nodes, conversions, strict=True):
         assert _key(node) == ours(node.op, node)[1]
         with innergraph.uninstalled():
             assert _key(node) != ours(node.op, node)[1]
@@ -181,7 +184,7 @@ def test_the_fill_takes_a_scalar_as_well_as_a_0d_array():
 def test_the_source_fills_any_number_of_dimensions():
     """`alloc_source` read as Python (it is the NumPy code Numba compiles): 0 to 3 dimensions, the dtype asked."""
     for ndim, dtype in ((0, "float64"), (1, "int32"), (3, "float32"), (2, "bool")):
-        scope = {"np": np}
+        scope: dict[str, Any] = {"np": np}
         exec(alloc_source(ndim, dtype), scope)
         shape = (2, 3, 1)[:ndim]
         out = scope["alloc"](np.array(1, dtype=dtype), *(np.array(s) for s in shape))
