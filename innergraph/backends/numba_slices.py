@@ -76,6 +76,11 @@ def _key(*parts: Any) -> str:
     return sha256(str(("innergraph_slices", SLICES_VERSION, *parts)).encode()).hexdigest()
 
 
+def _jitted(src: str, name: str) -> Any:
+    """PyTensor's Numba function of the source ``src`` defining ``name`` (with ``np`` in its globals)."""
+    return numba_basic.numba_njit(compile_numba_function_src(src, name, {"np": np, "__name__": __name__}))
+
+
 def alloc_source(out_ndim: int, dtype: str) -> str:
     """The source of `funcify_alloc`'s function for a 0-d value filling ``out_ndim`` dimensions of ``dtype``."""
     shapes = [f"sh{i}" for i in range(out_ndim)]
@@ -96,25 +101,21 @@ def funcify_alloc(op: Alloc, node: Any, **kwargs: Any) -> tuple[Any, str | None]
     if val.type.ndim != 0:
         return _pytensors_alloc(op, node, **kwargs)
     out_ndim = len(node.inputs) - 1
-    fn = compile_numba_function_src(alloc_source(out_ndim, val.type.dtype), "alloc", {"np": np, "__name__": __name__})
-    return numba_basic.numba_njit(fn), _key("Alloc", out_ndim, val.type.dtype)
+    return _jitted(alloc_source(out_ndim, val.type.dtype), "alloc"), _key("Alloc", out_ndim, val.type.dtype)
 
 
 def funcify_argsort(op: ArgSortOp, node: Any, **kwargs: Any) -> tuple[Any, str | None]:
     """A 1-d `ArgSortOp` as one ``np.argsort`` (module docstring); any other, PyTensor's conversion."""
     if node.inputs[0].type.ndim != 1 or op.kind not in NUMBA_SORT_KINDS:
         return _ARGSORT.original(op, node, **kwargs)
-    src = f"def argsort(x):\n    return np.argsort(x, kind={op.kind!r})\n"
-    fn = compile_numba_function_src(src, "argsort", {"np": np, "__name__": __name__})
-    return numba_basic.numba_njit(fn), _key("ArgSortOp", op.kind)
+    return _jitted(f"def argsort(x):\n    return np.argsort(x, kind={op.kind!r})\n", "argsort"), _key("ArgSortOp", op.kind)
 
 
 def funcify_sort(op: SortOp, node: Any, **kwargs: Any) -> tuple[Any, str | None]:
     """A 1-d quicksort `SortOp` as one ``np.sort`` (module docstring); any other, PyTensor's conversion."""
     if node.inputs[0].type.ndim != 1 or op.kind != "quicksort":
         return _SORT.original(op, node, **kwargs)
-    fn = compile_numba_function_src("def sort(x):\n    return np.sort(x)\n", "sort", {"np": np, "__name__": __name__})
-    return numba_basic.numba_njit(fn), _key("SortOp")
+    return _jitted("def sort(x):\n    return np.sort(x)\n", "sort"), _key("SortOp")
 
 
 _ALLOC = DispatchPatch(numba_funcify_and_cache_key, Alloc, funcify_alloc)
