@@ -251,6 +251,10 @@ def test_a_constant_sequence_with_other_rows_or_too_few_has_no_row():
     assert invariant_row(four, seq_slot(f64(np.full(3, 1.5)))) is None  # 3 rows for 4 steps
     assert invariant_row(four, seq_slot(f64(np.full(4, 1.5)))) is not None
     assert invariant_row(four, seq_slot(f64(2.0))) is None  # no rows at all
+    # the step count is the first header input (`Capabilities.counted`), whatever follows it
+    two = fori_sig(pt.constant(2, dtype="int64"))
+    longer = replace(two, header=(*two.header, pt.constant(10, dtype="int64")))
+    assert invariant_row(longer, seq_slot(f64(np.full(3, 1.5)))) is not None
     # with a symbolic length the constant's length is not checked, but there must be a row
     symbolic = fori_sig(N)
     assert invariant_row(symbolic, seq_slot(f64(np.full(3, 1.5)))) is not None
@@ -451,6 +455,15 @@ def test_an_allocated_sequence_becomes_an_argument_without_dropping_a_slot():
     assert equal_computations(list(outputs_of(new.inputs[0])), [P1 * P0])
 
 
+def test_a_loop_that_only_drops_its_last_arguments_is_rebuilt():
+    """A for-loop's invariants are its last slots: dropping them leaves every kept slot where it was."""
+    for last in (A, f64(0.75)):
+        node = fori_node([P0 * P1 + P2], N, [], [A], [A, last])  # a duplicate, then a small constant
+        fg, count = rewritten(merge_arguments, [A, N], node.outputs, [AV, 3])
+        assert count == 1
+        assert only(fg, ForiLoop).inputs[2:] == [A, A]
+
+
 def test_merge_arguments_counts_consumers_and_leaves_the_others():
     first = call_node([P0 * P1], [A, A])
     plain = call_node([P0 - P1], [first.outputs[0], B])  # nothing to do
@@ -627,6 +640,9 @@ def test_loops_and_bodies_nested_in_unfolded_ones_are_not_outlined():
     loop = fori_node([P0 + (P1 * b).sum()], N, [], [A], [B])
     fg, count = rewritten(outline_constants, [A, B, N], loop.outputs, [AV, BV, 3])
     assert count == 0 and loop in fg.apply_nodes
+    after = call_node([(P0 * b).sum()], [loop.outputs[0]])  # a call after the loop still changes
+    fg, count = rewritten(outline_constants, [A, B, N], after.outputs, [AV, BV, 3])
+    assert count == 1 and loop in fg.apply_nodes
     inner = call_node([(P0 * b).sum()], [P0])
     outer = call_node([cast(Any, inner.outputs[0]) + 1.0], [A], fold=False)
     fg, count = rewritten(outline_constants, [A], outer.outputs, [AV])
