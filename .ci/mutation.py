@@ -60,6 +60,7 @@ MODULES: dict[str, dict[str, object]] = {
     "innergraph/patching/rewritten_key.py": _one_file("tests/test_rewritten_key_direct.py"),  # about 3.6 s a mutant at load 2-3
     "innergraph/patching/rewritten_store.py": _one_file("tests/test_rewritten_store_direct.py"),  # about 2.7 s a mutant at load 2-3
     "innergraph/protocol/signature.py": _one_file("tests/test_signature_direct.py"),  # about 3.1 s a mutant at load 3
+    "innergraph/rewriting/args.py": _one_file("tests/test_args_direct.py"),  # about 2.7 s a mutant at load 1-2
     "innergraph/rewriting/batch_loops.py": {  # about 5 s a mutant on one core; a named one also runs
         # the second file's 300 loops (about 15 s): they alone kill `len(read) is k` (design/testing.md)
         "tests": [["tests/test_batch_loops_direct.py"], ["tests/test_batch_loops.py", "-k", "beyond_the_small_ints"]],
