@@ -67,6 +67,7 @@ from innergraph.backends.numba_reference import (
     referenced_key,
 )
 from innergraph.backends import numba_literals  # noqa: F401  (registers ord of a one-character literal)
+from innergraph.backends import numba_gc  # noqa: F401  (defers full collections while Numba compiles)
 from innergraph.backends import numba_messages  # noqa: F401  (registers SpecifyShape's and Split's conversions)
 from innergraph.backends import numba_slices  # noqa: F401  (registers the conversions of Alloc of a 0-d value and of 1-d sorts)
 from innergraph.backends.numba_rows import rows_key, scan_rows_by_loop

@@ -90,6 +90,7 @@ SHIPPED: dict[str, tuple[str, ...]] = {
         "backends/jax_loop.py",
         "backends/numba.py",
         "backends/numba_code.py",
+        "backends/numba_gc.py",
         "backends/numba_generated.py",
         "backends/numba_link.py",
         "backends/numba_literals.py",
