@@ -34,6 +34,7 @@ as ``python -m innergraph_bench.cold``; it prints one JSON line.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -253,17 +254,26 @@ def sampling_report(results: Sequence[ColdResult]) -> list[str]:
 
 
 def nuts_figures(case: str, edited: bool, steady_calls: int) -> dict[str, Any]:
-    """The NUTS function of ``case`` compiled with PyMC's compile and called: build, function, first call, steady (seconds)."""
+    """The NUTS function of ``case`` compiled with PyMC's compile and called: build, function, first call, steady (seconds).
+
+    ``collector``: the seconds CPython's collector took during the function phase and the first
+    call, ``full_collections`` how many of its collections were full ones.
+    """
     start = time.perf_counter()
     model = pymc_models.build(case, edited=edited)
     (inputs, outputs), point = pymc_models.nuts_graph(model)
     built = time.perf_counter()
     from pymc.pytensorf import compile as pymc_compile
 
-    fn = pymc_compile(inputs, outputs, mode="NUMBA")
-    compiled = time.perf_counter()
-    value = fn(point)
-    called = time.perf_counter()
+    collecting = _CollectorTime()
+    gc.callbacks.append(collecting)
+    try:
+        fn = pymc_compile(inputs, outputs, mode="NUMBA")
+        compiled = time.perf_counter()
+        value = fn(point)
+        called = time.perf_counter()
+    finally:
+        gc.callbacks.remove(collecting)
     fn(point)
     begin = time.perf_counter()
     for _ in range(steady_calls):
@@ -272,7 +282,22 @@ def nuts_figures(case: str, edited: bool, steady_calls: int) -> dict[str, Any]:
     return {
         "build": built - start, "function": compiled - built, "first_call": called - compiled,
         "cold_start": called - built, "steady": steady, "logp": float(value[0]),
+        "collector": collecting.seconds, "full_collections": collecting.full,
     }
+
+
+class _CollectorTime:
+    """A `gc.callbacks` entry: the seconds CPython's collector took, and its full collections (generation 2)."""
+
+    def __init__(self) -> None:
+        self.seconds, self.full, self._began = 0.0, 0, 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+            return
+        self.seconds += time.perf_counter() - self._began
+        self.full += info["generation"] == 2
 
 
 def _covered(intervals: list[tuple[float, float]]) -> float:
