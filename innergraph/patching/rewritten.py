@@ -19,6 +19,11 @@ miss
     WARNING or above (rewriting that warns or reports an error is done again next time,
     so the message is not lost), the result is stored.
 
+Either way the block is a window of `innergraph.core.collector`: rewriting makes garbage with
+cycles that lives long enough to be promoted, and CPython's full collections, each walking
+the whole heap, were a quarter of an edited model's rerun (``design/benchmarks.md``, "The
+collector during compilation").
+
 Not cached: a mode that is not exactly `Mode` (DebugMode checks each rewrite), a
 rewriter that is no query of the database, profiling, ``optimizer_verbose``, test
 values, and anything `rewritten_key` cannot describe the same way in every process. A
@@ -58,6 +63,7 @@ from pytensor.graph.traversal import graph_inputs
 from pytensor.graph.features import Feature
 from pytensor.graph.fg import FunctionGraph, Output
 
+from innergraph.core.collector import full_collections_deferred
 from innergraph.core.hooks import Patch, original
 from innergraph.patching import rewritten_key, rewritten_store
 
@@ -77,7 +83,14 @@ _WATCHED_LOGGERS = ("pytensor", "innergraph")
 def prepare_fgraph(
     inputs: list[Any], outputs: list[Any], additional_outputs: list[Any], fgraph: FunctionGraph, mode: Any, profile: Any
 ) -> None:
-    """`FunctionMaker.prepare_fgraph`, through the store of rewritten graphs (module docstring)."""
+    """`FunctionMaker.prepare_fgraph`, through the store of rewritten graphs, with full collections deferred (module docstring)."""
+    with full_collections_deferred():
+        _prepare(inputs, outputs, additional_outputs, fgraph, mode, profile)
+
+
+def _prepare(
+    inputs: list[Any], outputs: list[Any], additional_outputs: list[Any], fgraph: FunctionGraph, mode: Any, profile: Any
+) -> None:
     key = rewritten_key.graph_key(fgraph, inputs, outputs, additional_outputs, mode) if _cacheable(mode, profile) else None
     if key is None:
         stats["uncached"] += 1
