@@ -30,6 +30,7 @@ SHIPPED: dict[str, tuple[str, ...]] = {
         "core/__init__.py",
         "core/build.py",
         "core/canonical.py",
+        "core/collector.py",
         "core/compat.py",
         "core/dispatch.py",
         "core/errors.py",
