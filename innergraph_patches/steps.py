@@ -153,7 +153,7 @@ STEPS: tuple[Step, ...] = (
     Step(
         "innergraph: folding bodies into constants before linking; the records of the hooks",
         _INERT,
-        modules=("core/fold.py", "core/hidden_folds.py", "core/interning.py", "core/hooks.py", "core/dispatch.py"),
+        modules=("core/fold.py", "core/hidden_folds.py", "core/interning.py", "core/hooks.py", "core/dispatch.py", "core/collector.py"),
     ),
     Step(
         "innergraph: the consumer protocol (slots, step semantics, plans, lift and lower)",
