@@ -732,6 +732,33 @@ def test_the_code_is_the_versions_and_each_packages_files() -> None:
     assert files[HERE] == ((str(this), this.stat().st_size, this.stat().st_mtime_ns),)
 
 
+def test_pythons_own_modules_count_by_its_version_not_by_their_files() -> None:
+    fingerprint = code_fingerprint(["pytensor", "inspect", "json.decoder", "collections", "sys"])
+    assert fingerprint == code_fingerprint(["pytensor"])
+    assert [top for top, _ in fingerprint[7]] == ["pytensor"] and fingerprint[0] == sys.version
+
+
+def test_an_op_prepared_by_the_process_keeps_the_code_its_walk_reaches() -> None:
+    """A cold start's rerun missed the store: the walk meets the standard library or not by what the process ran.
+
+    An `Elemwise` holds its NumPy function (``nfunc``) only once it is prepared for running,
+    which constant folding does while rewriting and a process that loads its graph from
+    the store never does; ``np.where`` carries an ``inspect.Signature``. Measured on a PyMC
+    GARCH model: the unchanged rerun after a cold start rewrote one of its two graphs again.
+    """
+    from pytensor.scalar.basic import switch
+    from pytensor.tensor.elemwise import Elemwise
+
+    op = Elemwise(switch)
+    fresh = defining_modules([op])
+    x = pt.dvector("x")
+    op.prepare_node(op.make_node(x > 0, x, x), None, None, "py")
+    prepared = defining_modules([op])
+    assert op.nfunc is np.where and {"inspect", "numpy"} <= {m.partition(".")[0] for m in prepared - fresh}
+    # NumPy's files are in every graph's key (its arrays' dtypes); Python's own modules are its version
+    assert code_fingerprint(prepared) == code_fingerprint(fresh | {"numpy"})
+
+
 def installed(name: str) -> str:
     try:
         return importlib.metadata.version(name)

@@ -395,8 +395,10 @@ def _filled(cell: Any) -> bool:
 
 
 def code_fingerprint(modules: Iterable[str]) -> Encoded:
-    """Per top-level package of ``modules``: its files' paths, sizes and modification times; and the versions."""
-    tops = sorted({m.partition(".")[0] for m in modules} - set(sys.builtin_module_names))  # compiled into Python: no file to change
+    """Per top-level package of ``modules`` outside Python's own: its files' paths, sizes and modification times; and the versions."""
+    # Python's own modules are covered by its version: compiled into it (no file to change) or its standard library,
+    # whose objects a walk meets or not by what the process ran before (a function's cached ``inspect.Signature``)
+    tops = sorted({m.partition(".")[0] for m in modules} - set(sys.builtin_module_names) - sys.stdlib_module_names)
     pytensor_version = getattr(sys.modules.get("pytensor"), "__version__", "")  # a patched PyTensor's own, too
     return (
         sys.version, platform.machine(), np.__version__, _version("scipy"), _version("numba"), _version("pytensor"), pytensor_version,
