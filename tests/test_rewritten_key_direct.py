@@ -738,13 +738,14 @@ def test_pythons_own_modules_count_by_its_version_not_by_their_files() -> None:
     assert [top for top, _ in fingerprint[7]] == ["pytensor"] and fingerprint[0] == sys.version
 
 
-def test_an_op_prepared_by_the_process_keeps_the_code_its_walk_reaches() -> None:
-    """A cold start's rerun missed the store: the walk meets the standard library or not by what the process ran.
+def test_an_op_prepared_by_the_process_keeps_the_modules_its_walk_reaches() -> None:
+    """A cold start's rerun missed the store: the walk met NumPy and ``inspect`` or not by what the process ran.
 
     An `Elemwise` holds its NumPy function (``nfunc``) only once it is prepared for running,
     which constant folding does while rewriting and a process that loads its graph from
     the store never does; ``np.where`` carries an ``inspect.Signature``. Measured on a PyMC
     GARCH model: the unchanged rerun after a cold start rewrote one of its two graphs again.
+    `Elemwise` leaves ``nfunc`` out of its pickle, and the walk follows what an object pickles.
     """
     from pytensor.scalar.basic import switch
     from pytensor.tensor.elemwise import Elemwise
@@ -753,10 +754,40 @@ def test_an_op_prepared_by_the_process_keeps_the_code_its_walk_reaches() -> None
     fresh = defining_modules([op])
     x = pt.dvector("x")
     op.prepare_node(op.make_node(x > 0, x, x), None, None, "py")
-    prepared = defining_modules([op])
-    assert op.nfunc is np.where and {"inspect", "numpy"} <= {m.partition(".")[0] for m in prepared - fresh}
-    # NumPy's files are in every graph's key (its arrays' dtypes); Python's own modules are its version
-    assert code_fingerprint(prepared) == code_fingerprint(fresh | {"numpy"})
+    assert op.nfunc is np.where
+    assert defining_modules([op]) == fresh and not any(m.startswith(("numpy", "inspect")) for m in fresh)
+
+
+class _Cached:
+    """Pickles ``kept`` and leaves out ``cache``, as `Elemwise` leaves out ``nfunc``."""
+
+    def __init__(self, kept: Any, cache: Any) -> None:
+        self.kept, self.cache = kept, cache
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"kept": self.kept}
+
+
+class _Refusing(_Cached):
+    """Refuses to pickle, as an Op holding something unpicklable does: its attributes are followed."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        raise TypeError("not picklable")
+
+
+class _Tuple(_Cached):
+    """Pickles a tuple, not a dict: its attributes are followed."""
+
+    def __getstate__(self) -> Any:
+        return (self.kept,)
+
+
+def test_the_walk_follows_what_an_object_pickles_where_its_class_says() -> None:
+    kept, cache = _from("rk_user.kept"), _from("rk_user.cache")
+    assert defining_modules([_Cached(kept, cache)]) == {HERE, "rk_user.kept"}
+    assert defining_modules([_Refusing(kept, cache)]) == {HERE, "rk_user.kept", "rk_user.cache"}
+    assert defining_modules([_Tuple(kept, cache)]) == {HERE, "rk_user.kept", "rk_user.cache"}
+    assert defining_modules([SimpleNamespace(a=kept, b=cache)]) == {"types", "rk_user.kept", "rk_user.cache"}  # object's own __getstate__
 
 
 def installed(name: str) -> str:

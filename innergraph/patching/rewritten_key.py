@@ -369,9 +369,27 @@ def defining_modules(roots: Iterable[Any]) -> set[str]:
             todo.extend(obj.values())
             continue
         found.add(type(obj).__module__)
-        todo.extend(vars(obj).values() if hasattr(obj, "__dict__") else ())
+        todo.extend(_state(obj))
         todo.extend(getattr(obj, slot, None) for slot in _slot_names(type(obj)))  # type: ignore[arg-type]  # mypy: type[Any] not Hashable
     return found
+
+
+def _state(obj: Any) -> Iterable[Any]:
+    """The attribute values the walk follows: what ``obj`` pickles where its class says (a dict from ``__getstate__``), else all.
+
+    A class that leaves attributes out of its pickle marks them as caches it fills when
+    run: `Elemwise` drops ``ufunc`` and ``nfunc``, which hold ``np.where`` once the Op has
+    been prepared, with ``inspect`` and NumPy's modules behind it. Followed, they made a
+    cold start's key differ from its rerun's, which had prepared nothing.
+    """
+    if type(obj).__getstate__ is not object.__getstate__:
+        try:
+            state = obj.__getstate__()
+        except Exception:  # a pickle-time check (an Op that refuses to pickle): its attributes, as for any object
+            state = None
+        if isinstance(state, dict):
+            return state.values()
+    return vars(obj).values() if hasattr(obj, "__dict__") else ()
 
 
 @cache
