@@ -150,6 +150,13 @@ EXPECTED_DIFFERENCES = {
         "innergraph's numbers go unchecked; vanilla under FAST_COMPILE runs it (found by a clock-seeded "
         "run on 2026-11-30, seed 832639319, also failing on the library before that day's changes)",
     ),
+    "py-scan-inner-storage-none-state": Difference(
+        "py", "sit-sot", "ValueError('expected an ndarray, not None'",
+        "the same failure of vanilla's, under py and cvm alike, on the second derivative of a loop over one "
+        "state with per-step outputs and no sequence (found by the patched form's clock-seeded run on "
+        "2026-12-02, seed 818157234, program seed 120682875693958; failing on the library at that day's "
+        "first commit too): innergraph's numbers go unchecked",
+    ),
 }
 
 #: Where vanilla's numbers come from when vanilla fails under the linker tested (py compiles
