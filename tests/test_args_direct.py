@@ -33,9 +33,7 @@ from pytensor.tensor.subtensor import Subtensor
 from pytensor.tensor.variable import TensorConstant
 
 import innergraph
-from innergraph.core.fold import fold_function
-from innergraph.core.graph import InnerGraph, body_of, scope_toposort
-from innergraph.core.types import InnerGraphType
+from innergraph.core.graph import body_of, scope_toposort
 from innergraph.ops.call import Call
 from innergraph.ops.ifelse import IfElse
 from innergraph.ops.loop import ForiLoop, WhileLoop
@@ -53,6 +51,7 @@ from innergraph.rewriting.args import (
     pass_large_constants,
     pass_nested_large_constants,
 )
+from consumer_nodes import K, call_node, function, ifelse_node
 from typed import one_tensor, param
 
 PY = Mode(linker="py", optimizer="None")
@@ -67,7 +66,6 @@ P4: Any = param(4, D)
 A: Any = pt.dscalar("a")
 B: Any = pt.dscalar("b")
 C: Any = pt.dscalar("c")
-K: Any = pt.lscalar("k")
 N: Any = pt.lscalar("n")
 XS: Any = pt.dvector("xs")
 AV, BV, CV = 0.5, -1.25, 2.0
@@ -81,24 +79,6 @@ def f64(value: Any) -> Any:
 def big(first: float = 0.0, size: int = LARGE_CONSTANT + 1) -> Any:
     """A large constant (more than `LARGE_CONSTANT` elements): ``first, first + 1, ...``."""
     return f64(np.arange(size) + first)
-
-
-def function(outputs: Sequence[Any], types: Sequence[Any], fold: bool = True) -> Variable:
-    """The function variable of a body of ``types`` computing ``outputs`` (folded unless not ``fold``)."""
-    fn = InnerGraph(InnerGraphType(list(types), [o.type for o in outputs])).make_node(*outputs).outputs[0]
-    return fold_function(fn) if fold else fn
-
-
-def call_node(outputs: Sequence[Any], arguments: Sequence[Any], fold: bool = True) -> Apply:
-    """A call of the body computing ``outputs`` from params typed like ``arguments``."""
-    return Call().make_node(function(outputs, [a.type for a in arguments], fold), *arguments)
-
-
-def ifelse_node(then_outputs: Sequence[Any], then_args: Sequence[Any], else_outputs: Sequence[Any], else_args: Sequence[Any]) -> Apply:
-    """A conditional on ``k`` of two bodies, each with its own arguments."""
-    then_fn = function(then_outputs, [a.type for a in then_args])
-    else_fn = function(else_outputs, [a.type for a in else_args])
-    return IfElse(len(then_args)).make_node(K, then_fn, else_fn, *then_args, *else_args)
 
 
 def fori_node(outputs: Sequence[Any], n: Any, seqs: Sequence[Any], init: Sequence[Any], arguments: Sequence[Any]) -> Apply:

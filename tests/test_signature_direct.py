@@ -30,9 +30,7 @@ from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.traversal import apply_ancestors
 
 import innergraph
-from innergraph.core.fold import fold_function
 from innergraph.core.graph import InnerGraph, body_of, param
-from innergraph.core.types import InnerGraphType
 from innergraph.ops.call import CALL_FORM, Call
 from innergraph.ops.ifelse import IfElse
 from innergraph.protocol.signature import (
@@ -50,6 +48,8 @@ from innergraph.protocol.signature import (
 )
 from innergraph.protocol.slots import Capabilities
 
+from consumer_nodes import K, call_node, function, ifelse_node
+
 PY = Mode(linker="py", optimizer="None")
 D: Any = pt.dscalar().type
 P0: Any = param(0, D)
@@ -58,31 +58,12 @@ P2: Any = param(2, D)
 A: Any = pt.dscalar("a")
 B: Any = pt.dscalar("b")
 C: Any = pt.dscalar("c")
-K: Any = pt.lscalar("k")
 AV, BV, CV = 0.5, -1.25, 2.0
 
 
 def f64(value: float) -> Any:
     """A float64 scalar constant (``pt.constant(2.0)`` is a float32)."""
     return pt.constant(np.float64(value))
-
-
-def function(outputs: Sequence[Any], types: Sequence[Any], fold: bool = True) -> Variable:
-    """The function variable of a body of ``types`` computing ``outputs`` (folded unless not ``fold``)."""
-    fn = InnerGraph(InnerGraphType(list(types), [o.type for o in outputs])).make_node(*outputs).outputs[0]
-    return fold_function(fn) if fold else fn
-
-
-def call_node(outputs: Sequence[Any], args: Sequence[Any], fold: bool = True) -> Any:
-    """A call of the body computing ``outputs`` from params typed like ``args``."""
-    return Call().make_node(function(outputs, [a.type for a in args], fold), *args)
-
-
-def ifelse_node(then_outputs: Sequence[Any], then_args: Sequence[Any], else_outputs: Sequence[Any], else_args: Sequence[Any]) -> Apply:
-    """A conditional on ``k`` of two bodies, each with its own arguments."""
-    then_fn = function(then_outputs, [a.type for a in then_args])
-    else_fn = function(else_outputs, [a.type for a in else_args])
-    return IfElse(len(then_args)).make_node(K, then_fn, else_fn, *then_args, *else_args)
 
 
 def sig_of(node: Apply) -> Signature:
