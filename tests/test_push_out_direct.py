@@ -1,0 +1,718 @@
+"""`innergraph.rewriting.push_out` called directly, fast (issue 47's mutation run).
+
+`tests/test_rewrites.py` and `tests/test_push_out_cost.py` reach the push-outs through
+`check_rewrite`, which compiles every graph twice with the C VM. These build native Scans
+with the slots asked for (sequences, non-sequences, mit-mot taps, untraced states, nit-sot
+buffers longer than the loop, ``until``), lift them, and call the pieces
+(`AfterLoop`, `_rows`, `_first_rows_already`, `fold_constant_work`, `products`,
+`_summed_term`) and the three passes on FunctionGraphs that are never compiled but by
+the py linker without rewrites. Each pass's count and the loop it leaves are compared
+with literal ones, built variables with the graphs they should be (`equal_computations`),
+and the values after a pass with the values before, with a NumPy loop and, for the
+pushed-out sums and rows, with vanilla PyTensor's ``scan``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, cast
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+from pytensor.compile.mode import Mode
+from pytensor.graph.basic import Apply, Constant, Variable, equal_computations
+from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.rewriting.basic import MergeOptimizer
+from pytensor.scalar import UnaryScalarOp, upgrade_to_float
+from pytensor.scan.op import Scan as NativeScan
+from pytensor.scan.op import ScanInfo
+from pytensor.scan.utils import expand_empty
+from pytensor.tensor.basic import Alloc, ScalarFromTensor
+from pytensor.tensor.elemwise import DimShuffle, Elemwise
+from pytensor.tensor.subtensor import Subtensor
+
+from innergraph.core.graph import body_of, scope_toposort
+from innergraph.ops.call import Call
+from innergraph.ops.scan import Scan
+from innergraph.protocol.conversion import lift_graph
+from innergraph.protocol.signature import Signature, consumers, sharing_rebuilt_functions
+from innergraph.protocol.slots import Meaning
+from innergraph.rewriting import push_out
+from innergraph.rewriting.push_out import (
+    AfterLoop,
+    fold_constant_work,
+    products,
+    push_out_dot_sums,
+    push_out_per_step_outputs,
+    push_out_sequence_work,
+)
+from innergraph.testing.rewrites import rewritten
+from vanilla import vanilla_values
+
+PY = Mode(linker="py", optimizer="None")
+XS: Any = pt.dvector("xs")
+YS: Any = pt.dvector("ys")
+BUF: Any = pt.dvector("buf")
+K: Any = pt.dscalar("k")
+X0: Any = pt.dscalar("x0")
+N: Any = XS.shape[0]
+XV = np.array([0.5, -1.0, 2.0, 0.25])
+YV = np.array([1.5, 0.75, -0.5, 3.0, 9.0])
+BV = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7])
+KV = 1.5
+X0V = 0.25
+
+
+# ---- loops built here
+
+
+def native(
+    inner_inputs: Sequence[Any],
+    inner_outputs: Sequence[Any],
+    *,
+    n_seqs: int = 0,
+    mit_mot: Sequence[tuple[tuple[int, ...], tuple[int, ...]]] = (),
+    n_sit_sot: int = 0,
+    n_nit_sot: int = 0,
+    n_untraced: int = 0,
+    n_non_seqs: int = 0,
+    as_while: bool = False,
+) -> NativeScan:
+    """A native Scan of these inner inputs and outputs (in Scan's order: sequences, mit-mot taps, sit-sots, untraced, non-sequences)."""
+    info = ScanInfo(
+        n_seqs=n_seqs,
+        mit_mot_in_slices=tuple(i for i, _ in mit_mot),
+        mit_mot_out_slices=tuple(o for _, o in mit_mot),
+        mit_sot_in_slices=(),
+        sit_sot_in_slices=tuple((-1,) for _ in range(n_sit_sot)),
+        n_nit_sot=n_nit_sot,
+        n_untraced_sit_sot=n_untraced,
+        n_non_seqs=n_non_seqs,
+        as_while=as_while,
+    )
+    return NativeScan(list(inner_inputs), list(inner_outputs), info)
+
+
+def one(op: NativeScan, *outer: Any) -> Any:
+    """The one output of ``op`` on ``outer``."""
+    (result,) = outs(op, *outer)
+    return result
+
+
+def outs(op: NativeScan, *outer: Any) -> list[Any]:
+    result = op(*outer)
+    return list(result) if isinstance(result, list | tuple) else [result]
+
+
+def evaluate(inputs: Sequence[Variable], outputs: Sequence[Variable], values: Sequence[Any]) -> list[np.ndarray]:
+    """``outputs`` on ``values``, by the py linker without rewrites."""
+    fn = pytensor.function(list(inputs), list(outputs), mode=PY, on_unused_input="ignore")
+    return [np.asarray(v) for v in cast(list[Any], fn(*values))]
+
+
+def run(
+    rewrite: Callable[[FunctionGraph], int], inputs: Sequence[Variable], outputs: Sequence[Variable], values: Sequence[Any]
+) -> tuple[FunctionGraph, int, list[np.ndarray]]:
+    """``rewrite`` on a graph of ``outputs`` lifted: the graph, the count, and its values, checked equal to those before."""
+    lifted = lift_graph(list(outputs))
+    before = evaluate(inputs, lifted, values)
+    fg, count = rewritten(rewrite, inputs, lifted)
+    after = evaluate(fg.inputs, fg.outputs, values)
+    for b, a in zip(before, after, strict=True):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+    return fg, count, after
+
+
+def scans(fg: FunctionGraph) -> list[Apply]:
+    return [n for n in fg.apply_nodes if isinstance(n.op, Scan)]
+
+
+def only_sig(fg: FunctionGraph) -> Any:
+    (sig,) = list(consumers(fg))
+    return sig
+
+
+def nit_sots(fg: FunctionGraph) -> int:
+    return sum(n.op.layout.info.n_nit_sot for n in scans(fg))
+
+
+def sig_of(outputs: Sequence[Variable], inputs: Sequence[Variable]) -> tuple[FunctionGraph, Any]:
+    fg, _ = rewritten(lambda g: 0, inputs, lift_graph(list(outputs)))
+    return fg, only_sig(fg)
+
+
+# ---- the mit-mot loop: taps (-1, 0) read, tap 1 written
+
+
+def mit_mot_loop(nit: Callable[[Any, Any, Any, Any], Any], length: Any = None) -> list[Any]:
+    """A mit-mot of in taps (-1, 0), out tap 1 (``m_-1 * 0.5 + m_0 + x``) over ``BUF``, its nit-sot ``nit(x, m_-1, m_0, k)``."""
+    x, m1, m0, k = pt.dscalar("x"), pt.dscalar("m_1"), pt.dscalar("m0"), pt.dscalar("k")
+    op = native([x, m1, m0, k], [m1 * 0.5 + m0 + x, nit(x, m1, m0, k)], n_seqs=1, mit_mot=[((-1, 0), (1,))], n_nit_sot=1, n_non_seqs=1)
+    buffer, per_step = outs(op, N, XS, BUF, N if length is None else length, K)
+    return [per_step, buffer]
+
+
+def i64(value: int) -> Any:
+    return pt.constant(np.asarray(value, dtype="int64"))
+
+
+def mit_mot_numpy(nit: Callable[[float, float, float, float], float], length: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    buffer, rows = BV.copy(), np.zeros(len(XV) if length is None else length)
+    for t, x in enumerate(XV):
+        m1, m0 = buffer[t], buffer[t + 1]
+        buffer[t + 2] = m1 * 0.5 + m0 + x
+        rows[t] = nit(x, m1, m0, KV)
+    return rows, buffer
+
+
+def test_after_loop_values_of_each_kind_of_param():
+    per_step, buffer = mit_mot_loop(lambda x, m1, m0, k: m1 * 2.0 + m0 * k + x)
+    fg, sig = sig_of([per_step, buffer], [XS, BUF, K])
+    (seq,) = sig.having(Meaning.SEQUENCE)
+    (mm,) = sig.having(Meaning.BUFFER)
+    (inv,) = sig.having(Meaning.INVARIANT)
+    tap_m1, tap_0 = (p for _, p in mm.params)
+    values = AfterLoop(sig)
+    assert len(values) == 4 and list(values) == [seq.params[0][1], tap_m1, tap_0, inv.params[0][1]]
+    assert tap_m1 in values and tap_0 in values and K not in values and seq.args[0] not in values
+    assert values[inv.params[0][1]] is inv.args[0]  # the non-sequence itself
+    assert equal_computations([values[seq.params[0][1]]], [seq.args[0][: sig.header[0]]])  # xs itself: its rows
+    assert values[tap_m1] is values[tap_m1]  # built once
+    n = sig.header[0]
+    assert equal_computations([values[tap_m1]], [mm.results[0][:n]])
+    assert equal_computations([values[tap_0]], [mm.results[0][1 : 1 + n]])
+    without = AfterLoop(sig, mit_mot=False)
+    assert len(without) == 2 and tap_m1 not in without and tap_0 not in without
+    rows = evaluate(fg.inputs, [values[tap_m1], values[tap_0]], [XV, BV, KV])
+    final = mit_mot_numpy(lambda *a: 0.0)[1]
+    np.testing.assert_array_equal(rows[0], final[:4])
+    np.testing.assert_array_equal(rows[1], final[1:5])
+
+
+def test_a_tap_that_a_later_step_overwrites_has_no_after_loop_value():
+    # in taps (0, 1, 2), out taps (2, 3): tap 2 is written at step t and read at step t (before), so only 0 and 1 are final
+    x, m0, m1, m2 = pt.dscalar("x"), pt.dscalar("m0"), pt.dscalar("m1"), pt.dscalar("m2")
+    op = native([x, m0, m1, m2], [m2 + x, m0 * m1], n_seqs=1, mit_mot=[((0, 1, 2), (2, 3))])
+    (buffer,) = outs(op, N, XS, BUF)
+    _, sig = sig_of([buffer], [XS, BUF])
+    (mm,) = sig.having(Meaning.BUFFER)
+    params = [p for _, p in mm.params]
+    values = AfterLoop(sig)
+    assert [p in values for p in params] == [True, True, False]
+    n = sig.header[0]
+    assert equal_computations([values[params[0]], values[params[1]]], [mm.results[0][:n], mm.results[0][1 : 1 + n]])
+
+
+def test_a_sequence_not_sliced_to_the_step_count_gets_its_rows():
+    x, k = pt.dscalar("x"), pt.dscalar("k")
+    op = native([x, k], [pt.exp(x) * k], n_seqs=1, n_nit_sot=1, n_non_seqs=1)
+    steps = pt.lscalar("steps")
+    (ys,) = outs(op, steps, YS, steps, K)
+    fg, sig = sig_of([ys], [YS, steps, K])
+    (seq,) = sig.having(Meaning.SEQUENCE)
+    values = AfterLoop(sig)
+    assert equal_computations([values[seq.params[0][1]]], [seq.args[0][: sig.header[0]]])
+    np.testing.assert_array_equal(evaluate(fg.inputs, [values[seq.params[0][1]]], [YV, 3, KV])[0], YV[:3])
+    (ys,) = outs(op, steps, YS[:steps], steps, K)  # as pytensor.scan passes it: the rows already
+    fg, sig = sig_of([ys], [YS, steps, K])
+    (seq,) = sig.having(Meaning.SEQUENCE)
+    assert AfterLoop(sig)[seq.params[0][1]] is seq.args[0]
+
+
+def test_rows_of_a_variable_and_of_a_constant():
+    n = pt.lscalar("n")
+    three = pt.constant(np.asarray(3, dtype="int64"))
+    xs: Any = XS  # for mypy: a TensorVariable's indexing
+    assert push_out._rows(XS, None, n) is XS
+    assert equal_computations([push_out._rows(XS, 0, n)], [xs[:n]])
+    assert equal_computations([push_out._rows(XS, 2, n)], [xs[2 : 2 + n]])
+    by_number = push_out._rows(XS, 1, three)  # a constant step count is a number: no ScalarFromTensor of a constant
+    assert equal_computations([by_number], [xs[1:4]])
+    assert not any(isinstance(v.owner.op, ScalarFromTensor) for v in by_number.owner.inputs if v.owner is not None)
+    table = pt.constant(np.arange(10.0) * 2)
+    folded = push_out._rows(table, 2, three)
+    assert isinstance(folded, Constant)
+    np.testing.assert_array_equal(folded.data, [4.0, 6.0, 8.0])
+    assert push_out._rows(table, None, three) is table
+    assert not isinstance(push_out._rows(table, 2, n), Constant)  # a symbolic count: a slice
+    np.testing.assert_array_equal(evaluate([n], [push_out._rows(table, 2, n)], [2])[0], [4.0, 6.0])
+
+
+def test_first_rows_already():
+    n = pt.lscalar("n")
+    assert push_out._first_rows_already(XS[:n], n)
+    assert push_out._first_rows_already(XS[: pt.scalar_from_tensor(n)], n)
+    assert not push_out._first_rows_already(XS[: pt.lscalar("m")], n)
+    assert not push_out._first_rows_already(XS[: pt.scalar_from_tensor(pt.lscalar("m"))], n)
+    assert not push_out._first_rows_already(XS[1:n], n)
+    assert not push_out._first_rows_already(XS[: n : 2], n)
+    assert not push_out._first_rows_already(XS[:], n)
+    assert not push_out._first_rows_already(XS[n], n)
+    assert not push_out._first_rows_already(pt.dmatrix("m")[:n, :n], n)
+    assert not push_out._first_rows_already(XS, n)
+    assert not push_out._first_rows_already(pt.exp(XS), n)
+    assert not push_out._first_rows_already(XS[: n + 1], n)
+
+
+class _Boom(UnaryScalarOp):
+    """A scalar op whose evaluation raises (folding it must leave it)."""
+
+    def impl(self, x: Any) -> Any:
+        raise ValueError("boom")
+
+
+def test_fold_constant_work():
+    two, three = pt.constant(np.asarray(2.0)), pt.constant(np.asarray([3.0, 4.0]))
+    total = two * three + 1.0
+    column = three.dimshuffle(0, "x")
+    boom: Any = Elemwise(_Boom(upgrade_to_float))(three)  # type: ignore[abstract]
+    live = XS + total
+    folded = fold_constant_work([total, column, live, boom], stop={XS})
+    assert isinstance(folded[0], Constant) and folded[0].type == total.type
+    np.testing.assert_array_equal(folded[0].data, [7.0, 9.0])
+    assert isinstance(folded[1], Constant) and folded[1].type == column.type
+    np.testing.assert_array_equal(folded[1].data, [[3.0], [4.0]])
+    assert folded[2] is not live and isinstance(folded[2].owner.inputs[1], Constant)  # live work reads the folded constant
+    assert equal_computations([folded[2]], [XS + pt.constant(np.asarray([7.0, 9.0]))])
+    assert folded[3] is boom  # its evaluation raised: left for constant folding
+    assert fold_constant_work([live], stop={XS, total}) == [live]  # the walk stops at ``stop``
+    same = XS * K
+    assert fold_constant_work([same], stop={XS})[0] is same  # nothing to fold: the outputs themselves
+    f32 = pt.constant(np.asarray([1.0, 2.0], dtype="float32")) * pt.constant(np.asarray(2.0, dtype="float32"))
+    f32_folded: Any = fold_constant_work([f32], stop=())[0]
+    assert isinstance(f32_folded, Constant) and f32_folded.data.dtype == "float32" and f32_folded.type == f32.type
+
+
+def test_template_key():
+    c = pt.constant(np.asarray(1.0))
+    assert push_out._template_key(c) == ("constant", c)
+    assert push_out._template_key(XS) == XS.type and push_out._template_key(XS) is XS.type
+
+
+# ---- push_out_per_step_outputs
+
+
+def test_a_nit_sot_reading_final_taps_is_computed_after_the_loop():
+    nit = lambda x, m1, m0, k: m1 * 2.0 + m0 * k + x  # noqa: E731
+    fg, count, after = run(push_out_per_step_outputs, [XS, BUF, K], mit_mot_loop(nit), [XV, BV, KV])
+    assert count == 1 and nit_sots(fg) == 0 and len(scans(fg)) == 1
+    rows, final = mit_mot_numpy(nit)
+    np.testing.assert_allclose(after[0], rows, rtol=1e-12)
+    np.testing.assert_allclose(after[1], final, rtol=1e-12)
+    fg, count, _ = run(push_out_per_step_outputs, [XS, BUF, K], mit_mot_loop(nit), [XV, BV, KV])
+    assert push_out_per_step_outputs(fg) == 0  # nothing left to move
+
+
+def test_a_nit_sot_buffer_longer_than_the_loop_keeps_zeros():
+    nit = lambda x, m1, m0, k: m0 * k  # noqa: E731
+    fg, count, after = run(push_out_per_step_outputs, [XS, BUF, K], mit_mot_loop(nit, length=i64(6)), [XV, BV, KV])
+    assert count == 1 and nit_sots(fg) == 0
+    rows, _ = mit_mot_numpy(nit, length=6)
+    np.testing.assert_allclose(after[0], rows, rtol=1e-12)
+    assert after[0].shape == (6,) and (after[0][4:] == 0).all()
+
+
+def test_nit_sots_that_read_no_final_tap_or_a_written_one_stay():
+    for nit in (lambda x, m1, m0, k: x * k, lambda x, m1, m0, k: pt.exp(k)):  # no tap read: not this pass's
+        fg, count, _ = run(push_out_per_step_outputs, [XS, BUF, K], mit_mot_loop(nit), [XV, BV, KV])
+        assert count == 0 and nit_sots(fg) == 1
+    # tap 2 of in taps (0, 1, 2) is overwritten later (out taps (2, 3)): a nit-sot reading it stays
+    x, m0, m1, m2 = pt.dscalar("x"), pt.dscalar("m0"), pt.dscalar("m1"), pt.dscalar("m2")
+    op = native([x, m0, m1, m2], [m2 + x, m0 * m1, m2 * 3.0, m0 * 3.0], n_seqs=1, mit_mot=[((0, 1, 2), (2, 3))], n_nit_sot=2)
+    buffer, reads_written, reads_final = outs(op, N, XS, BUF, N, N)
+    fg, count, _ = run(push_out_per_step_outputs, [XS, BUF], [reads_written, reads_final, buffer], [XV, BV])
+    assert count == 1 and nit_sots(fg) == 1  # only m0 * 3
+    (node,) = scans(fg)
+    assert "Mul" in str(body_of(node.inputs[0]).outputs[-1].owner.op) and node.op.layout.info.n_nit_sot == 1
+
+
+def test_a_nit_sot_that_needs_a_blockwise_stays():
+    x, m0 = pt.dmatrix("x"), pt.dmatrix("m0")
+    m1 = pt.dmatrix("m1")
+    op = native([x, m0, m1], [m1 + x, pt.linalg.det(m0)], n_seqs=1, mit_mot=[((0, 1), (2,))], n_nit_sot=1)
+    xs, buf = pt.tensor3("xs3"), pt.tensor3("buf3")
+    buffer, dets = outs(op, xs.shape[0], xs, buf, xs.shape[0])
+    rng = np.random.default_rng(0)
+    values = [rng.normal(size=(3, 2, 2)), rng.normal(size=(5, 2, 2))]
+    fg, count, _ = run(push_out_per_step_outputs, [xs, buf], [dets, buffer], values)
+    assert count == 0 and nit_sots(fg) == 1
+
+
+def test_an_until_loop_and_a_loop_without_taps_are_left():
+    x, m1, m0, k = pt.dscalar("x"), pt.dscalar("m_1"), pt.dscalar("m0"), pt.dscalar("k")
+    op = native([x, m1, m0, k], [m1 * 0.5 + m0 + x, m0 * k, pt.gt(m0, 1e9)], n_seqs=1, mit_mot=[((-1, 0), (1,))], n_nit_sot=1, n_non_seqs=1, as_while=True)
+    buffer, per_step = outs(op, N, XS, BUF, N, K)
+    fg, count, _ = run(push_out_per_step_outputs, [XS, BUF, K], [per_step, buffer], [XV, BV, KV])
+    assert count == 0 and nit_sots(fg) == 1
+    fg, count, _ = run(push_out_per_step_outputs, [XS, K], [nit_loop(lambda x, k: pt.exp(x) * k)], [XV, KV])
+    assert count == 0 and nit_sots(fg) == 1
+
+
+def test_two_loops_of_one_body_each_get_their_own_taps():
+    """The second loop of a body reuses the first one's vectorized graph, over its own buffer, rows and count."""
+    nit = lambda x, m1, m0, k: m1 * 2.0 + m0 * k + x  # noqa: E731
+    x, m1, m0, k = pt.dscalar("x"), pt.dscalar("m_1"), pt.dscalar("m0"), pt.dscalar("k")
+    op = native([x, m1, m0, k], [m1 * 0.5 + m0 + x, nit(x, m1, m0, k)], n_seqs=1, mit_mot=[((-1, 0), (1,))], n_nit_sot=1, n_non_seqs=1)
+    buf2, k2 = pt.dvector("buf2"), pt.dscalar("k2")
+    first = outs(op, N, XS, BUF, N, K)
+    second = outs(op, YS.shape[0], YS, buf2, YS.shape[0], k2)
+
+    def merged_then_pushed(g: FunctionGraph) -> int:
+        MergeOptimizer().rewrite(g)
+        return push_out_per_step_outputs(g)
+
+    b2 = np.linspace(-1.0, 1.0, 8)
+    fg, count, after = run(merged_then_pushed, [XS, BUF, K, YS, buf2, k2], [first[1], second[1], first[0], second[0]], [XV, BV, KV, YV, b2, -0.5])
+    assert count == 2 and nit_sots(fg) == 0
+    np.testing.assert_allclose(after[0], mit_mot_numpy(nit)[0], rtol=1e-12)
+    buffer, rows = b2.copy(), []
+    for t, xv in enumerate(YV):
+        rows.append(buffer[t] * 2.0 + buffer[t + 1] * -0.5 + xv)
+        buffer[t + 2] = buffer[t] * 0.5 + buffer[t + 1] + xv
+    np.testing.assert_allclose(after[1], rows, rtol=1e-12)
+    np.testing.assert_allclose(after[3], buffer, rtol=1e-12)
+
+
+def test_the_count_is_a_constant_and_the_template_follows_it():
+    """Two loops of one body, one of 4 steps and one of 3, both constant counts: each pushed-out output has its own rows."""
+    nit = lambda x, m1, m0, k: m0 * k + x  # noqa: E731
+    x, m1, m0, k = pt.dscalar("x"), pt.dscalar("m_1"), pt.dscalar("m0"), pt.dscalar("k")
+    op = native([x, m1, m0, k], [m1 * 0.5 + m0 + x, nit(x, m1, m0, k)], n_seqs=1, mit_mot=[((-1, 0), (1,))], n_nit_sot=1, n_non_seqs=1)
+    four, three = (pt.constant(np.asarray(v, dtype="int64")) for v in (4, 3))
+    first = outs(op, four, XS, BUF, four, K)
+    second = outs(op, three, XS, BUF, three, K)
+
+    def merged_then_pushed(g: FunctionGraph) -> int:
+        MergeOptimizer().rewrite(g)
+        return push_out_per_step_outputs(g)
+
+    fg, count, after = run(merged_then_pushed, [XS, BUF, K], [first[1], second[1]], [XV, BV, KV])
+    assert count == 2 and nit_sots(fg) == 0
+    rows, _ = mit_mot_numpy(nit)
+    np.testing.assert_allclose(after[0], rows, rtol=1e-12)
+    buffer, short = BV.copy(), []
+    for t, xv in enumerate(XV[:3]):
+        short.append(buffer[t + 1] * KV + xv)
+        buffer[t + 2] = buffer[t] * 0.5 + buffer[t + 1] + xv
+    np.testing.assert_allclose(after[1], short, rtol=1e-12)
+
+
+# ---- push_out_sequence_work
+
+
+def nit_loop(*nits: Callable[[Any, Any], Any], length: Any = None, sequence: Any = None, steps: Any = None) -> Any:
+    """A loop over ``XS`` (or ``sequence``) whose nit-sots are ``nit(x, k)``, ``k`` the non-sequence ``K``."""
+    x, k = pt.dscalar("x"), pt.dscalar("k")
+    op = native([x, k], [nit(x, k) for nit in nits], n_seqs=1, n_nit_sot=len(nits), n_non_seqs=1)
+    seq = XS if sequence is None else sequence
+    n = N if steps is None else steps
+    found = outs(op, n, seq, *[n if length is None else length] * len(nits), K)
+    return found if len(nits) > 1 else found[0]
+
+
+def test_a_loop_of_row_wise_outputs_is_replaced_by_them():
+    y, z = nit_loop(lambda x, k: pt.exp(x) * k, lambda x, k: pt.sin(k))
+    fg, count, after = run(push_out_sequence_work, [XS, K], [y, z], [XV, KV])
+    assert count == 1 and not scans(fg)
+    np.testing.assert_allclose(after[0], np.exp(XV) * KV, rtol=1e-12)
+    np.testing.assert_allclose(after[1], np.full(4, np.sin(KV)), rtol=1e-12)
+    same = fg.outputs[1].owner
+    assert isinstance(same.op, Alloc) and equal_computations(same.inputs[:1], [pt.sin(K)], in_xs=fg.inputs[1:], in_ys=[K])
+
+    def build() -> tuple[list[Any], list[Any]]:
+        xs, k = pt.dvector("xs"), pt.dscalar("k")
+        ys, zs = pytensor.scan(lambda x, k: (pt.exp(x) * k, pt.sin(k)), sequences=[xs], non_sequences=[k], return_updates=False)
+        return [xs, k], [ys, zs]
+
+    for mine, theirs in zip(after, vanilla_values(build, [XV, KV], mode=PY), strict=True):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-12)
+
+
+def test_rows_the_loop_never_writes_stay_zero():
+    y, z = nit_loop(lambda x, k: x * k, lambda x, k: k * 2.0, length=i64(7))
+    fg, count, after = run(push_out_sequence_work, [XS, K], [y, z], [XV, KV])
+    assert count == 1 and not scans(fg)
+    np.testing.assert_allclose(after[0], [*(XV * KV), 0.0, 0.0, 0.0], rtol=1e-12)
+    np.testing.assert_allclose(after[1], [*(np.full(4, 2 * KV)), 0.0, 0.0, 0.0], rtol=1e-12)
+
+
+def test_a_sequence_read_from_a_later_row():
+    """A sequence ``ys`` of 5 rows read for 3 steps (not ``ys[:n]``): its first 3 rows, pushed out."""
+    steps = pt.lscalar("steps")
+    y = nit_loop(lambda x, k: pt.exp(x) * k, sequence=YS, steps=steps)
+    fg, count, after = run(push_out_sequence_work, [YS, K, steps], [y], [YV, KV, 3])
+    assert count == 1 and not scans(fg)
+    np.testing.assert_allclose(after[0], np.exp(YV[:3]) * KV, rtol=1e-12)
+
+
+def test_a_loop_with_one_output_that_is_not_row_wise_keeps_its_outputs():
+    # a dot of two rows is not elementwise: the loop stays, and the row-wise work it reads (exp(x) * sin(x)) becomes a sequence
+    x, k = pt.dvector("x"), pt.dvector("kv")
+    op = native([x, k], [pt.dot(pt.exp(x) * pt.sin(x), k), x * 2.0], n_seqs=1, n_nit_sot=2, n_non_seqs=1)
+    xm, kv = pt.dmatrix("xm"), pt.dvector("kvec")
+    dots, doubled = outs(op, xm.shape[0], xm, xm.shape[0], xm.shape[0], kv)
+    rng = np.random.default_rng(1)
+    values = [rng.normal(size=(4, 3)), rng.normal(size=3)]
+    fg, count, after = run(push_out_sequence_work, [xm, kv], [dots, doubled], values)
+    assert count == 1
+    (node,) = scans(fg)
+    info = node.op.layout.info
+    assert (info.n_seqs, info.n_nit_sot) == (2, 2)  # x (for x * 2) and the new rows of exp(x) * sin(x)
+    np.testing.assert_allclose(after[0], (np.exp(values[0]) * np.sin(values[0])) @ values[1], rtol=1e-12)
+
+
+def test_row_wise_work_becomes_a_new_sequence_and_the_old_one_goes():
+    x, s, k = pt.dscalar("x"), pt.dscalar("s"), pt.dscalar("k")
+    op = native([x, s, k], [s * 0.5 + pt.exp(x) * pt.sin(x) * k + pt.tanh(s)], n_seqs=1, n_sit_sot=1, n_non_seqs=1)
+    trace = one(op, N, XS, expand_empty(pt.shape_padleft(X0), N), K)
+    fg, count, after = run(push_out_sequence_work, [XS, X0, K], [trace], [XV, X0V, KV])
+    assert count == 1
+    (node,) = scans(fg)
+    sig = only_sig(fg)
+    (seq,) = sig.having(Meaning.SEQUENCE)  # x is no longer read: only the new rows are
+    assert seq.args[0] is not XS and seq.args[0].ndim == 1
+    body = body_of(node.inputs[0])
+    scalar_ops = [type(n.op.scalar_op).__name__ for n in scope_toposort(body.outputs) if hasattr(n.op, "scalar_op")]
+    assert "Sin" not in scalar_ops and "Exp" not in scalar_ops and "Tanh" in scalar_ops
+    # the rows are exp(x) * sin(x) * k over all of x: k's product is row-wise too
+    np.testing.assert_allclose(evaluate(fg.inputs, [seq.args[0]], [XV, X0V, KV])[0], np.exp(XV) * np.sin(XV) * KV, rtol=1e-12)
+    expected, state = [X0V], X0V
+    for xv in XV:
+        state = state * 0.5 + np.exp(xv) * np.sin(xv) * KV + np.tanh(state)
+        expected.append(state)
+    np.testing.assert_allclose(after[0], expected, rtol=1e-12)
+    assert push_out_sequence_work(fg) == 0
+
+
+def test_cheap_row_wise_work_stays_and_invariant_work_is_not_a_sequence():
+    x, s, k = pt.dscalar("x"), pt.dscalar("s"), pt.dscalar("k")
+    cheap = native([x, s, k], [s * 0.5 + x * 2.0 * s + x], n_seqs=1, n_sit_sot=1, n_non_seqs=1)
+    fg, count, _ = run(push_out_sequence_work, [XS, X0, K], [one(cheap, N, XS, expand_empty(pt.shape_padleft(X0), N), K)], [XV, X0V, KV])
+    assert count == 0 and [s.args[0] for s in only_sig(fg).having(Meaning.SEQUENCE)] == fg.inputs[:1]  # x * 2 costs less than its read
+    invariant = native([x, s, k], [s * pt.exp(k) * pt.sin(k) + x], n_seqs=1, n_sit_sot=1, n_non_seqs=1)
+    fg, count, _ = run(push_out_sequence_work, [XS, X0, K], [one(invariant, N, XS, expand_empty(pt.shape_padleft(X0), N), K)], [XV, X0V, KV])
+    assert count == 0
+
+
+def test_row_wise_targets():
+    x, y, k, s = pt.dscalar("x"), pt.dscalar("y"), pt.dscalar("k"), pt.dscalar("s")
+    ex = pt.exp(x)
+    work = ex * pt.sin(y)
+    inv = pt.exp(k)
+    out = s * work + ex + inv * s
+    targets, read = push_out._row_wise_targets([out], {x, y}, {k})
+    assert targets == [ex, work] and read == set()
+    # an output that is row-wise work itself is a target; a row read by other work stays read
+    targets, read = push_out._row_wise_targets([work, s * x], {x, y}, {k})
+    assert targets == [work] and read == {x}
+    targets, read = push_out._row_wise_targets([pt.dot(pt.stack([x, y]), pt.stack([s, s]))], {x, y}, set())
+    assert targets == [] and read == {x, y}
+
+
+def test_loops_that_share_a_body_share_the_pushed_out_work():
+    x, k = pt.dscalar("x"), pt.dscalar("k")
+    op = native([x, k], [pt.exp(x) * k, x * k], n_seqs=1, n_nit_sot=2, n_non_seqs=1)
+    first = outs(op, N, XS, N, N, K)
+    second = outs(op, YS.shape[0], YS, YS.shape[0], YS.shape[0], X0)
+
+    def merged_then_pushed(g: FunctionGraph) -> int:
+        MergeOptimizer().rewrite(g)
+        with sharing_rebuilt_functions():
+            return push_out_sequence_work(g)
+
+    fg, count, after = run(merged_then_pushed, [XS, YS, K, X0], [*first, *second], [XV, YV, KV, X0V])
+    assert count == 2 and not scans(fg)
+    calls = [n for n in fg.apply_nodes if isinstance(n.op, Call)]
+    # one outlined body per output, each applied to both loops' rows
+    assert len(calls) == 4 and len({n.inputs[0] for n in calls}) == 2
+    assert {n.inputs[1].owner.inputs[0] for n in calls} == set(fg.inputs[:2])  # xs[:n], ys[:m]
+    np.testing.assert_allclose(after[0], np.exp(XV) * KV, rtol=1e-12)
+    np.testing.assert_allclose(after[2], np.exp(YV) * X0V, rtol=1e-12)
+    np.testing.assert_allclose(after[3], YV * X0V, rtol=1e-12)
+
+
+def test_loops_that_share_a_body_share_the_new_sequences():
+    x, s, k = pt.dscalar("x"), pt.dscalar("s"), pt.dscalar("k")
+    op = native([x, s, k], [s * 0.5 + pt.exp(x) * pt.sin(x) + pt.tanh(s) * k], n_seqs=1, n_sit_sot=1, n_non_seqs=1)
+    first = one(op, N, XS, expand_empty(pt.shape_padleft(X0), N), K)
+    second = one(op, YS.shape[0], YS, expand_empty(pt.shape_padleft(K), YS.shape[0]), X0)
+
+    def merged_then_pushed(g: FunctionGraph) -> int:
+        MergeOptimizer().rewrite(g)
+        with sharing_rebuilt_functions():
+            return push_out_sequence_work(g)
+
+    fg, count, after = run(merged_then_pushed, [XS, YS, X0, K], [first, second], [XV, YV, X0V, KV])
+    assert count == 2
+    nodes = scans(fg)
+    assert len(nodes) == 2 and len({n.inputs[0] for n in nodes}) == 1  # still one body
+    calls = [n for n in fg.apply_nodes if isinstance(n.op, Call)]
+    assert len(calls) == 2 and len({n.inputs[0] for n in calls}) == 1
+    state, expected = KV, [KV]
+    for yv in YV:
+        state = state * 0.5 + np.exp(yv) * np.sin(yv) + np.tanh(state) * X0V
+        expected.append(state)
+    np.testing.assert_allclose(after[1], expected, rtol=1e-12)
+
+
+def test_row_wise_work_in_an_until_loop_stays():
+    x, s = pt.dscalar("x"), pt.dscalar("s")
+    op = native([x, s], [s + pt.exp(x) * pt.sin(x), pt.gt(s, 1e9)], n_seqs=1, n_sit_sot=1, as_while=True)
+    trace = one(op, N, XS, expand_empty(pt.shape_padleft(X0), N))
+    fg, count, _ = run(push_out_sequence_work, [XS, X0], [trace], [XV, X0V])
+    assert count == 0 and len(only_sig(fg).having(Meaning.SEQUENCE)) == 1
+    x, k = pt.dscalar("x"), pt.dscalar("k")
+    nits = native([x, k], [pt.exp(x) * k, pt.gt(x, 1e9)], n_seqs=1, n_nit_sot=1, n_non_seqs=1, as_while=True)
+    fg, count, _ = run(push_out_sequence_work, [XS, K], [one(nits, N, XS, N, K)], [XV, KV])
+    assert count == 0 and len(scans(fg)) == 1
+
+
+def test_a_loop_without_sequences_is_left():
+    x0, k = pt.dscalar("s"), pt.dscalar("k")
+    op = native([x0, k], [x0 * pt.exp(k) + 1.0], n_sit_sot=1, n_non_seqs=1)
+    three = pt.constant(np.asarray(3, dtype="int64"))
+    fg, count, _ = run(push_out_sequence_work, [X0, K], [one(op, three, expand_empty(pt.shape_padleft(X0), three), K)], [X0V, KV])
+    assert count == 0 and len(scans(fg)) == 1
+
+
+# ---- push_out_dot_sums
+
+
+def accumulator(update: Callable[..., Any], n_seqs: int, seqs: Sequence[Any], init: Any, extra: int = 0) -> list[Any]:
+    """An untraced state ``u`` updated as ``update(*rows, u)``, plus ``extra`` nit-sots (the update's other outputs)."""
+    rows = [pt.tensor(f"r{i}", shape=(None,) * (s.ndim - 1), dtype="float64") for i, s in enumerate(seqs)]
+    u = pt.tensor("u", shape=(None,) * init.ndim, dtype="float64")
+    updated = update(*rows, u)
+    updated = updated if isinstance(updated, list) else [updated]
+    op = native([*rows, u], [*updated[1:], updated[0]], n_seqs=n_seqs, n_nit_sot=extra, n_untraced=1)
+    n = seqs[0].shape[0]
+    found = outs(op, n, *seqs, init, *[n] * extra)
+    return [found[-1], *found[:-1]]
+
+
+A3: Any = pt.tensor3("a")
+B3: Any = pt.tensor3("b")
+U0: Any = pt.dmatrix("u0")
+V0: Any = pt.dvector("v0")
+RNG = np.random.default_rng(2)
+AV, BV3, U0V = RNG.normal(size=(4, 2, 3)), RNG.normal(size=(4, 3, 5)), RNG.normal(size=(2, 5))
+
+
+def test_a_dot_accumulator_becomes_one_dot():
+    (final,) = accumulator(lambda a, b, u: u + pt.dot(a, b), 2, [A3, B3], U0)
+    fg, count, after = run(push_out_dot_sums, [A3, B3, U0], [final], [AV, BV3, U0V])
+    assert count == 1 and not scans(fg)
+    expected = U0V + sum(AV[t] @ BV3[t] for t in range(4))
+    np.testing.assert_allclose(after[0], expected, rtol=1e-12)
+
+    def build() -> tuple[list[Any], list[Any]]:
+        a, b, u0 = pt.tensor3("a"), pt.tensor3("b"), pt.dmatrix("u0")
+        us = pytensor.scan(lambda x, y, u: u + pt.dot(x, y), sequences=[a, b], outputs_info=[u0], return_updates=False)
+        return [a, b, u0], [us[-1]]
+
+    np.testing.assert_allclose(after[0], vanilla_values(build, [AV, BV3, U0V], mode=PY)[0], rtol=1e-12)
+    (swapped,) = accumulator(lambda a, b, u: pt.dot(a, b) + u, 2, [A3, B3], U0)  # the state on either side
+    fg, count, after = run(push_out_dot_sums, [A3, B3, U0], [swapped], [AV, BV3, U0V])
+    assert count == 1 and not scans(fg)
+    np.testing.assert_allclose(after[0], expected, rtol=1e-12)
+    assert push_out_dot_sums(fg) == 0
+
+
+def test_a_state_accumulating_a_sequence_of_products_becomes_its_sum():
+    products_of = XS * XS[::-1]
+    (final,) = accumulator(lambda r, u: u + r, 1, [products_of], X0)
+    fg, count, after = run(push_out_dot_sums, [XS, X0], [final], [XV, X0V])
+    assert count == 1 and not scans(fg)
+    np.testing.assert_allclose(after[0], X0V + (XV * XV[::-1]).sum(), rtol=1e-12)
+    (final,) = accumulator(lambda r, u: r + u, 1, [(XS * 2.0).dimshuffle(0)[1:]], X0)  # through views; the state second
+    fg, count, after = run(push_out_dot_sums, [XS, X0], [final], [XV, X0V])
+    assert count == 1 and not scans(fg)
+    np.testing.assert_allclose(after[0], X0V + (XV[1:] * 2.0).sum(), rtol=1e-12)
+
+
+def test_accumulators_the_sums_do_not_take_stay():
+    cases: list[tuple[Callable[..., Any], list[Any], Any, list[Any]]] = [
+        (lambda r, u: u + r, [XS], X0, [XV, X0V]),  # a plain sequence: vanilla's loop, vanilla's order
+        (lambda r, u: u + r, [XS + 2.0], X0, [XV, X0V]),  # a sum, not a product
+        (lambda r, u: u - r, [XS * XS], X0, [XV, X0V]),  # a difference
+        (lambda r, u: u * r, [XS * XS], X0, [XV, X0V]),
+        (lambda r, u: u + r * 2.0, [XS * XS], X0, [XV, X0V]),  # a term that is not the row
+        (lambda r, u: u + pt.exp(u), [XS * XS], X0, [XV, X0V]),
+        (lambda r, u: pt.add(u, r, r), [XS * XS], X0, [XV, X0V]),  # three terms
+        (lambda r, u: r + r, [XS * XS], X0, [XV, X0V]),  # no state
+    ]
+    for update, seqs, init, values in cases:
+        (final,) = accumulator(update, 1, seqs, init)
+        fg, count, _ = run(push_out_dot_sums, [XS, X0], [final], values)
+        assert count == 0 and len(scans(fg)) == 1
+    vec = pt.tensor("vec", shape=(None, 3), dtype="float64")
+    (final,) = accumulator(lambda a, b, u: u + pt.dot(a, b) * u.sum(), 2, [A3, B3], U0)
+    fg, count, _ = run(push_out_dot_sums, [A3, B3, U0], [final], [AV, BV3, U0V])
+    assert count == 0
+    (final,) = accumulator(lambda a, v, u: u + pt.dot(a, v), 2, [A3, vec], V0)  # a dot of a matrix and a vector row
+    fg, count, _ = run(push_out_dot_sums, [A3, vec, V0], [final], [AV, RNG.normal(size=(4, 3)), np.zeros(2)])
+    assert count == 0
+
+
+def test_an_accumulator_another_output_reads_stays():
+    (final, running) = accumulator(lambda r, u: [u + r, u * 2.0], 1, [XS * XS], X0, extra=1)  # the state read twice
+    fg, count, _ = run(push_out_dot_sums, [XS, X0], [final, running], [XV, X0V])
+    assert count == 0 and len(scans(fg)) == 1
+
+    def update(r: Any, u: Any) -> list[Any]:
+        new = u + r
+        return [new, new * pt.sin(r)]  # the running sum read by another output
+
+    (final, running) = accumulator(update, 1, [XS * XS], X0, extra=1)
+    fg, count, _ = run(push_out_dot_sums, [XS, X0], [final, running], [XV, X0V])
+    assert count == 0 and len(scans(fg)) == 1
+
+
+def test_only_the_accumulator_that_qualifies_leaves_the_loop():
+    r, q, u, w = pt.dscalar("r"), pt.dscalar("q"), pt.dscalar("u"), pt.dscalar("w")
+    op = native([r, q, u, w], [u + r, w * q + 1.0], n_seqs=2, n_untraced=2)
+    prods, plain = XS * XS, XS + 1.0
+    u_final, w_final = outs(op, N, prods, plain, X0, K)
+    fg, count, after = run(push_out_dot_sums, [XS, X0, K], [u_final, w_final], [XV, X0V, KV])
+    assert count == 1
+    sig = only_sig(fg)
+    assert len(sig.having(Meaning.CARRY)) == 1 and sig.having(Meaning.CARRY)[0].args[0] is fg.inputs[2]
+    np.testing.assert_allclose(after[0], X0V + (XV * XV).sum(), rtol=1e-12)
+    w_expected = KV
+    for xv in XV:
+        w_expected = w_expected * (xv + 1.0) + 1.0
+    np.testing.assert_allclose(after[1], w_expected, rtol=1e-12)
+
+
+def test_products_are_sequences_of_elementwise_products():
+    r, q, s, k = pt.dscalar("r"), pt.dscalar("q"), pt.dscalar("s"), pt.dscalar("k")
+    op = native([r, q, s, k], [r + q + s + k], n_seqs=3, n_nit_sot=1, n_non_seqs=1)
+    out = one(op, N, XS * YS[:4], (XS * 2.0).dimshuffle(0)[::-1], XS - 1.0, N, XS[0] * 2.0)
+    _, sig = sig_of([out], [XS, YS])
+    seqs = sig.having(Meaning.SEQUENCE)
+    found = products(sig)
+    assert found == {seqs[0].params[0][1], seqs[1].params[0][1]}
+
+
+def test_reads_counts_every_read():
+    x = pt.dscalar("x")
+    y = x * x
+    total = y + x
+    reads = push_out._reads([total, y])
+    reads.pop(total)  # an output: read once as one
+    assert push_out._reads([total, y])[total] == 1
+    assert reads == {x: 3, y: 2}  # x twice in x * x and once in y + x; y in y + x and as an output
+
+
+def test_summed_term_directly():
+    a, b, u = pt.dmatrix("a"), pt.dmatrix("b"), pt.dmatrix("u")
+    assert push_out._summed_term(u + pt.dot(a, b), u, {a, b}, set()) is not None
+    assert push_out._summed_term(u + pt.dot(a, b), u, {a}, set()) is None  # b not a row
+    assert push_out._summed_term(u + pt.dot(a, b), a, {a, b}, set()) is None  # the state is not a term
+    assert push_out._summed_term(u, u, {a, b}, set()) is None  # no node
+    r = pt.dmatrix("r")
+    assert push_out._summed_term(u + r, u, {r}, set()) is None and push_out._summed_term(u + r, u, set(), {r}) is not None
+    v = pt.dvector("v")
+    assert push_out._summed_term(u + v, u, set(), {v}) is None  # another rank: the term is broadcast
