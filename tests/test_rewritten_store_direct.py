@@ -2,13 +2,16 @@
 
 `innergraph.patching.rewritten_store` keeps one file per key: a magic line, the SHA-256
 digest of the payload and the payload, written to a temporary file and renamed over the
-entry, checked when read (a corrupted entry is removed with one warning). Every test
+entry, checked when read (a corrupted entry is removed with one warning); a hit sets an
+old entry's last use, and a process's first write trims the store (unused, excess and
+stale files). Every test
 here works in a folder of its own (``INNERGRAPH_REWRITTEN_CACHE``), never in PyTensor's
 compile directory, and compiles nothing.
 """
 
 import hashlib
 import os
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -195,3 +198,198 @@ def test_discard_removes_an_entry_with_one_warning_even_one_removed_first(where:
         (warning,) = [w for w in caught if "rewritten-graph" in str(w.message)]
         assert "(its outputs do not fit the graph)" in str(warning.message)
         assert not entry(where).exists()
+
+
+# -- last use and trimming -----------------------------------------------------------------
+
+HOUR = 3600.0
+AGE = float(config.cmodule__age_thresh_use)  # PyTensor's age limit of a compiled module
+
+
+def _aged(path: Path, seconds: float, now: float | None = None) -> Path:
+    """``path`` with its last use set ``seconds`` before ``now`` (the clock by default)."""
+    when = (time.time() if now is None else now) - seconds
+    os.utime(path, (when, when))
+    return path
+
+
+def _entries(where: Path, *ages: float, size: int = 100, now: float = 1e9) -> list[Path]:
+    """One entry per age (seconds before ``now``), each of ``size`` bytes, under keys "0...0", "1...1", ..."""
+    made = []
+    for k, age in enumerate(ages):
+        key = f"{k:x}" * 64
+        assert write(key, b"x" * (size - len(MAGIC) - 32)) is True
+        made.append(_aged(entry(where, key), age, now))
+    assert all(p.stat().st_size == size for p in made)
+    return made
+
+
+@pytest.fixture
+def untrimmed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process counts as one that has not trimmed the store yet."""
+    monkeypatch.setattr(store, "_trimmed", False)
+
+
+@pytest.fixture
+def trimmed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process counts as one that has trimmed the store already: writes trim nothing."""
+    monkeypatch.setattr(store, "_trimmed", True)
+
+
+def test_the_trims_limits_are_the_documented_ones() -> None:
+    assert store.MAX_TOTAL == 256 * 2**20
+    assert store.TOUCH_AFTER == HOUR
+    assert store.STALE_TEMPORARY == HOUR
+    assert AGE == 24 * 24 * HOUR  # PyTensor's default, which the store follows
+
+
+def test_a_hit_sets_an_old_entrys_last_use_and_leaves_a_recent_one_alone(where: Path, trimmed: None) -> None:
+    path = _aged(_written(where, b"payload"), HOUR + 60)
+    assert read(KEY) == b"payload"
+    assert time.time() - path.stat().st_mtime < 60
+    _aged(path, HOUR - 60)
+    before = path.stat().st_mtime
+    assert read(KEY) == b"payload"
+    assert path.stat().st_mtime == before
+
+
+def test_a_hit_on_a_store_that_cannot_be_written_is_still_a_hit(where: Path, trimmed: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _aged(_written(where, b"payload"), 2 * HOUR)
+    before = path.stat().st_mtime
+
+    def refused(*args: Any, **kwargs: Any) -> None:
+        raise PermissionError("read-only")
+
+    monkeypatch.setattr(os, "utime", refused)
+    assert read(KEY) == b"payload"
+    assert path.stat().st_mtime == before
+
+
+def test_a_miss_and_a_corrupted_entry_set_no_time(where: Path, trimmed: None) -> None:
+    assert read(KEY) is None
+    assert not entry(where).exists()  # nothing made by the miss
+    path = _aged(_written(where, b"payload"), 2 * HOUR)
+    path.write_bytes(path.read_bytes()[:-1])
+    with pytest.warns(RuntimeWarning):
+        assert read(KEY) is None
+    assert not path.exists()
+
+
+def test_trim_removes_entries_unused_for_pytensors_age_limit(where: Path, trimmed: None) -> None:
+    now = 1e9
+    old, limit, recent = _entries(where, AGE + 1, AGE, AGE - 1, now=now)
+    assert store.trim(now=now) == 1
+    assert not old.exists() and limit.exists() and recent.exists()
+
+
+def test_trim_judges_ages_by_the_clock_by_default(where: Path, trimmed: None) -> None:
+    now = time.time()
+    old, recent = _entries(where, AGE + 60, AGE - 60, now=now)
+    assert store.trim() == 1
+    assert not old.exists() and recent.exists()
+
+
+def test_trim_removes_the_least_recently_used_entries_down_to_three_quarters(where: Path, trimmed: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store, "MAX_TOTAL", 1000)
+    # 11 entries of 100 bytes: 1,100 > 1,000, so the oldest go until 750 is reached: 4 of them (700 left)
+    made = _entries(where, *[float(100 - k) for k in range(11)], now=1e9)
+    assert store.trim(now=1e9) == 4
+    assert [p.exists() for p in made] == [False] * 4 + [True] * 7
+
+
+def test_trim_stops_at_three_quarters_exactly(where: Path, trimmed: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store, "MAX_TOTAL", 1000)
+    made = _entries(where, 9.0, 8.0, 7.0, 6.0, 5.0, 4.0, size=250, now=1e9)  # 1,500 bytes: 3 go, 750 stay
+    assert store.trim(now=1e9) == 3
+    assert [p.exists() for p in made] == [False] * 3 + [True] * 3
+
+
+def test_trim_leaves_a_store_at_its_limit_alone(where: Path, trimmed: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store, "MAX_TOTAL", 1000)
+    made = _entries(where, *[float(10 - k) for k in range(10)], now=1e9)  # exactly 1,000 bytes
+    assert store.trim(now=1e9) == 0
+    assert all(p.exists() for p in made)
+
+
+def test_trim_counts_aged_out_entries_before_the_size(where: Path, trimmed: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store, "MAX_TOTAL", 1000)
+    # 1,100 bytes, of which the oldest 100 are past the age limit: what is left fits, nothing else goes
+    made = _entries(where, AGE + 1, *[float(10 - k) for k in range(10)], now=1e9)
+    assert store.trim(now=1e9) == 1
+    assert [p.exists() for p in made] == [False] + [True] * 10
+
+
+def test_trim_removes_temporary_files_a_killed_writer_left(where: Path, trimmed: None) -> None:
+    now = 1e9
+    where.mkdir(parents=True)
+    stale, fresh = where / f".{KEY[:16]}.abc123.tmp", where / f".{KEY[:16]}.def456.tmp"
+    for path, age in ((stale, HOUR + 1), (fresh, HOUR - 1)):
+        path.touch()
+        _aged(path, age, now)
+    assert store.trim(now=now) == 1
+    assert not stale.exists() and fresh.exists()
+
+
+def test_trim_removes_only_files_named_as_the_store_names_them(where: Path, trimmed: None) -> None:
+    now = 1e9
+    where.mkdir(parents=True)
+    foreign = [
+        where / "notes.txt", where / f"{KEY.upper()}.graph", where / f"{KEY[:-1]}.graph", where / f"{KEY}.graph.bak",
+        where / f"x{KEY}.graph", where / f"{KEY[:16]}.abc.tmp", where / f".{KEY[:15]}.abc.tmp",
+    ]
+    for path in foreign:
+        path.write_bytes(b"y" * 100)
+        _aged(path, 2 * AGE, now)
+    (where / "a folder").mkdir()
+    assert store.trim(now=now) == 0
+    assert all(path.exists() for path in foreign)
+
+
+def test_trim_of_no_folder_or_a_store_turned_off_removes_nothing(where: Path, trimmed: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert store.trim() == 0  # the folder is made by the first write
+    assert not where.exists()
+    monkeypatch.setenv(ENV, "off")
+    assert store.trim() == 0
+
+
+def test_trim_skips_a_file_another_process_removed_meanwhile(where: Path, trimmed: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    old, recent = _entries(where, AGE + 1, AGE + 2, now=1e9)
+    listing = list(os.scandir(where))
+    recent.unlink()  # gone between the listing and its stat
+    monkeypatch.setattr(os, "scandir", lambda path: iter(listing))
+    assert store.trim(now=1e9) == 1
+    assert not old.exists()
+
+
+def test_trim_counts_a_file_it_could_not_remove_as_kept(where: Path, trimmed: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    (old,) = _entries(where, AGE + 1, now=1e9)
+
+    def refused(self: Path, missing_ok: bool = False) -> None:
+        raise PermissionError("read-only")
+
+    monkeypatch.setattr(Path, "unlink", refused)
+    assert store.trim(now=1e9) == 0
+    assert old.exists()
+
+
+def test_the_first_write_of_a_process_trims_and_the_next_do_not(where: Path, untrimmed: None) -> None:
+    where.mkdir(parents=True)
+    first = where / f"{'e' * 64}.graph"
+    first.write_bytes(b"y")
+    _aged(first, AGE + 60)
+    assert write(KEY, b"payload") is True
+    assert not first.exists() and store._trimmed is True
+    second = where / f"{'f' * 64}.graph"
+    second.write_bytes(b"y")
+    _aged(second, AGE + 60)
+    assert write(KEY, b"other") is True
+    assert second.exists()
+
+
+def test_a_write_that_is_refused_trims_nothing(where: Path, untrimmed: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    where.mkdir(parents=True)
+    old = where / f"{'e' * 64}.graph"
+    old.write_bytes(b"y")
+    _aged(old, AGE + 60)
+    assert write(KEY, b"x" * (MAX_BYTES + 1)) is False
+    assert old.exists() and store._trimmed is False

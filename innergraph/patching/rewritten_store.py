@@ -16,19 +16,36 @@ corrupted entry
     A file whose magic, digest or pickle does not check out (truncated, overwritten,
     written by something else). `read` removes it with one warning and reports a
     miss, so the graph is rewritten again and the entry written anew.
+last use
+    An entry's modification time: set when it is written, and set again by a hit
+    when it is more than `TOUCH_AFTER` seconds old (a write per read would cost
+    more than it tells).
+trim
+    What the first `write` of a process does before writing: remove the entries
+    not used for PyTensor's own age limit of a compiled module
+    (``config.cmodule__age_thresh_use``, 24 days by default), and while the
+    entries take more than `MAX_TOTAL` bytes, the least recently used ones,
+    down to three quarters of it; and temporary files a killed writer left, an
+    hour old. Every edit of a model writes an entry (its constants are part of
+    the key), so without it the folder only grows. Only files named as the store
+    names them are removed. A trim that removes an entry another process has
+    just written again loses that entry, never a value: the next compilation
+    misses and rewrites.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
+import time
 import warnings
 from pathlib import Path
 
 from pytensor import config
 
-__all__ = ["ENV", "MAGIC", "MAX_BYTES", "discard", "folder", "read", "write"]
+__all__ = ["ENV", "MAGIC", "MAX_BYTES", "MAX_TOTAL", "TOUCH_AFTER", "discard", "folder", "read", "trim", "write"]
 
 #: The environment variable that moves the store (a folder) or turns it off (``off``).
 ENV = "INNERGRAPH_REWRITTEN_CACHE"
@@ -39,7 +56,23 @@ MAGIC = b"innergraph rewritten graph\n"
 #: Entries larger than this are not written (a graph holding large constants: loading it would cost what it saves).
 MAX_BYTES = 64 * 2**20
 
+#: Above this many bytes of entries, a trim removes the least recently used ones, down to 3/4 of it.
+MAX_TOTAL = 256 * 2**20
+
+#: A hit sets its entry's last use again when it is older than this (seconds).
+TOUCH_AFTER = 3600.0
+
+#: A temporary file older than this (seconds) was left by a writer that was killed.
+STALE_TEMPORARY = 3600.0
+
 _DIGEST = 32
+
+#: The names the store gives its files: an entry, a temporary file (`write`).
+_ENTRY = re.compile(r"[0-9a-f]{64}\.graph")
+_TEMPORARY = re.compile(r"\.[0-9a-f]{16}\..+\.tmp")
+
+#: Whether this process has trimmed the store (the first `write` does).
+_trimmed = False
 
 
 def folder() -> Path | None:
@@ -74,7 +107,17 @@ def read(key: str) -> bytes | None:
     if hashlib.sha256(payload).digest() != head[len(MAGIC) :]:
         _corrupted(path, "its digest does not match its content (truncated or overwritten)")
         return None
+    _used(path)
     return payload
+
+
+def _used(path: Path) -> None:
+    """Set ``path``'s last use to now when it is older than `TOUCH_AFTER`; a store this process cannot write keeps its times."""
+    try:
+        if time.time() - path.stat().st_mtime > TOUCH_AFTER:
+            os.utime(path)
+    except OSError:
+        pass
 
 
 def discard(key: str, why: str) -> None:
@@ -98,9 +141,13 @@ def _corrupted(path: Path, why: str) -> None:
 
 def write(key: str, payload: bytes) -> bool:
     """Store ``payload`` under ``key`` atomically; False when turned off, too large or the folder is not writable."""
+    global _trimmed
     path = _path(key)
     if path is None or len(payload) > MAX_BYTES:
         return False
+    if not _trimmed:
+        _trimmed = True
+        trim()
     data = MAGIC + hashlib.sha256(payload).digest() + payload
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -115,3 +162,51 @@ def write(key: str, payload: bytes) -> bool:
     except OSError:
         return False
     return True
+
+
+def trim(now: float | None = None) -> int:
+    """Remove unused, excess and stale files of the store (see "trim" above); the number of files removed.
+
+    ``now``: the time to judge ages against (seconds since the epoch; the clock by default).
+    """
+    where = folder()
+    if where is None:
+        return 0
+    now = time.time() if now is None else now
+    entries: list[tuple[float, int, Path]] = []
+    removed = 0
+    try:
+        listing = list(os.scandir(where))
+    except OSError:  # no folder yet, or not readable
+        return 0
+    for item in listing:
+        try:
+            stat = item.stat(follow_symlinks=False)
+        except OSError:  # removed meanwhile
+            continue
+        path = Path(item.path)
+        if _TEMPORARY.fullmatch(item.name):
+            if now - stat.st_mtime > STALE_TEMPORARY:
+                removed += _remove(path)
+        elif _ENTRY.fullmatch(item.name):
+            if now - stat.st_mtime > config.cmodule__age_thresh_use:
+                removed += _remove(path)
+            else:
+                entries.append((stat.st_mtime, stat.st_size, path))
+    total = sum(size for _, size, _ in entries)
+    if total > MAX_TOTAL:
+        for _, size, path in sorted(entries):
+            if total <= MAX_TOTAL * 3 // 4:
+                break
+            removed += _remove(path)
+            total -= size
+    return removed
+
+
+def _remove(path: Path) -> int:
+    """1 when ``path`` was removed by this call, 0 when it was gone already or cannot be removed."""
+    try:
+        path.unlink()
+    except OSError:
+        return 0
+    return 1
