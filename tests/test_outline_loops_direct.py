@@ -21,7 +21,7 @@ import pytensor
 import pytensor.tensor as pt
 import pytest
 from pytensor.compile.mode import Mode
-from pytensor.graph.basic import Apply, Constant, Variable
+from pytensor.graph.basic import Apply, Variable
 from pytensor.graph.fg import FunctionGraph
 from pytensor.scan.op import Scan as NativeScan
 from pytensor.tensor.basic import ScalarFromTensor, TensorFromScalar
@@ -44,8 +44,9 @@ from innergraph.rewriting.outline_loops import (
     outline_loops,
 )
 from consumer_nodes import function
+from typed import one_tensor
 
-PY = Mode(linker="py", optimizer=None)
+PY = Mode(linker="py", optimizer="None")
 
 
 @pytest.fixture(autouse=True)
@@ -198,7 +199,7 @@ def test_loop_groups():
     order = [n for n in four.toposort() if _is_loop(n)]
     assert [n for g in groups for n in g] == sorted(order, key=lambda n: (groups[0][0].op != n.op, order.index(n)))
     assert all(len({n.inputs[0] for n in g}) == 1 for g in groups) and groups[0][0].inputs[0] is not groups[1][0].inputs[0]
-    values = [X[0], X[1], X[2], X[0][:4], 0.3, 0.9]
+    values: list[Any] = [X[0], X[1], X[2], X[0][:4], 0.3, 0.9]
     got = outlined(four, values, expect=2)
     want = sum(numpy_trace(v, 0.3, 0.9)[-1] for v in values[:2]) + sum(_other_trace(v, 0.3, 0.9)[-1] for v in values[2:4])
     np.testing.assert_allclose(got[0], want, rtol=1e-12)
@@ -260,9 +261,9 @@ def test_three_loops_are_three_calls_of_one_body():
 
 def test_only_for_the_numba_linker_unless_forced():
     fgraph, *_ = three_loops()
-    with pytensor.config.change_flags(mode=Mode(linker="py", optimizer=None)):
+    with pytensor.config.change_flags(mode=Mode(linker="py", optimizer="None")):
         assert outline_loops(fgraph) == 0 and len(loops(fgraph)) == 3
-    with pytensor.config.change_flags(mode=Mode(linker="numba", optimizer=None)):
+    with pytensor.config.change_flags(mode=Mode(linker="numba", optimizer="None")):
         assert outline_loops(fgraph) == 1 and len(calls(fgraph)) == 3
 
 
@@ -413,7 +414,7 @@ def test_sequences_from_other_outputs_of_equal_nodes_are_leaves():
     second = pt.split(v, sizes, n_splits=2)[1]
     fgraph, region = _pair([scan(first, a, w)[-1] + scan(second, a, w)[-1]], u, v, a, w, sizes)
     assert not any(str(t[0].op).startswith("Split") for t in region.tuples)
-    values = [np.arange(6.0) / 7, np.arange(6.0, 12.0) / 7, 0.3, 0.9, np.array([2, 4])]
+    values: list[Any] = [np.arange(6.0) / 7, np.arange(6.0, 12.0) / 7, 0.3, 0.9, np.array([2, 4])]
     got = outlined(fgraph, values, expect=1)
     want = numpy_trace(values[0][:2], 0.3, 0.9)[-1] + numpy_trace(values[1][2:], 0.3, 0.9)[-1]
     np.testing.assert_allclose(got[0], want, rtol=1e-12)
@@ -440,10 +441,10 @@ def test_inline_outlined_loops():
     x, y, a, w, b = pt.dvector("x"), pt.dvector("y"), pt.dscalar("a"), pt.dscalar("w"), pt.dscalar("b")
     plain = lifted([x, y, a, w], [scan(x, a, w)[-1] + scan(y, a, w)[-1]])
     assert inline_outlined_loops(plain) == 0 and len(loops(plain)) == 2  # not outlined: nothing to inline
-    doubled = innergraph.call(lambda v: v * 2.0, b)  # a call without a loop stays
+    doubled = one_tensor(innergraph.call(lambda v: v * 2.0, b))  # a call without a loop stays
     fgraph = lifted([x, y, a, w, b], [scan(x, a, w)[-1] + scan(y, a, w)[-1] + doubled])
     # a call whose body holds PyTensor's own Scan (not lifted): a loop call too
-    native = innergraph.call(lambda xv, av, wv: scan(xv, av, wv, fn=other_step)[-1], x, a, w)
+    native = one_tensor(innergraph.call(lambda xv, av, wv: scan(xv, av, wv, fn=other_step)[-1], x, a, w))
     assert any(isinstance(n.op, NativeScan) for n in scope_toposort(body_of(native.owner.inputs[0]).outputs))
     fgraph.add_output(native)
     values = [X[0], X[1], 0.3, 0.9, 1.5]
