@@ -642,6 +642,7 @@ def test_accumulators_the_sums_do_not_take_stay():
         (lambda r, u: u + pt.exp(u), [XS * XS], X0, [XV, X0V]),
         (lambda r, u: pt.add(u, r, r), [XS * XS], X0, [XV, X0V]),  # three terms
         (lambda r, u: r + r, [XS * XS], X0, [XV, X0V]),  # no state
+        (lambda r, u: pt.add(u), [XS * XS], X0, [XV, X0V]),  # an Add of one input: no term
     ]
     for update, seqs, init, values in cases:
         (final,) = accumulator(update, 1, seqs, init)
@@ -712,7 +713,72 @@ def test_summed_term_directly():
     assert push_out._summed_term(u + pt.dot(a, b), u, {a}, set()) is None  # b not a row
     assert push_out._summed_term(u + pt.dot(a, b), a, {a, b}, set()) is None  # the state is not a term
     assert push_out._summed_term(u, u, {a, b}, set()) is None  # no node
+    assert push_out._summed_term(pt.add(u), u, {a, b}, {a}) is None  # an Add of the state alone
     r = pt.dmatrix("r")
     assert push_out._summed_term(u + r, u, {r}, set()) is None and push_out._summed_term(u + r, u, set(), {r}) is not None
     v = pt.dvector("v")
     assert push_out._summed_term(u + v, u, set(), {v}) is None  # another rank: the term is broadcast
+
+
+# ---- what the first run's survivors showed
+
+
+def test_an_untraced_state_starting_from_the_first_rows_is_not_an_after_loop_value():
+    """A state whose initial value is ``xs[:n]`` (as a sequence's rows look) changes every step: a nit-sot reading it stays."""
+    x, u, k = pt.dscalar("x"), pt.dvector("u"), pt.dscalar("k")
+    op = native([x, u, k], [u * x * k, u * 0.5 + 1.0], n_seqs=1, n_nit_sot=1, n_untraced=1, n_non_seqs=1)
+    per_step, _ = outs(op, N, XS, XS[:N], N, K)
+    fg, sig = sig_of([per_step], [XS, K])
+    (carry,) = sig.having(Meaning.CARRY)
+    assert carry.params[0][1] not in AfterLoop(sig) and carry.params[0][1] not in AfterLoop(sig, mit_mot=False)
+    for rewrite in (push_out_sequence_work, push_out_per_step_outputs):
+        fg, count, after = run(rewrite, [XS, K], [per_step], [XV, KV])
+        assert len(scans(fg)) == 1 and nit_sots(fg) == 1  # (the sequence push-out may make the row x[None] a sequence)
+    state, rows = XV.copy(), []
+    for xv in XV:
+        rows.append(state * xv * KV)
+        state = state * 0.5 + 1.0
+    np.testing.assert_allclose(after[0], rows, rtol=1e-12)
+
+
+def test_outer_work_behind_the_rows_is_not_walked():
+    """The rows are determinants of a batch of matrices (a Blockwise in the outer graph): the vectorized work stops at them."""
+    mats: Any = pt.tensor3("mats")
+    dets = pt.linalg.det(mats)
+    assert any(isinstance(n.op, pt.blockwise.Blockwise) for n in scope_toposort([dets]))
+    y = nit_loop(lambda x, k: pt.exp(x) * k, sequence=dets, steps=dets.shape[0])
+    values = [np.random.default_rng(3).normal(size=(4, 2, 2)), KV]
+    fg, count, after = run(push_out_sequence_work, [mats, K], [y], values)
+    assert count == 1 and not scans(fg)
+    np.testing.assert_allclose(after[0], np.exp(np.linalg.det(values[0])) * KV, rtol=1e-12)
+
+
+def test_consumers_the_passes_do_not_take_are_left():
+    """A call (not counted) beside a loop: every pass leaves it, and still changes the loop."""
+    from consumer_nodes import call_node
+    from typed import param
+
+    p0, p1 = param(0, X0.type), param(1, K.type)
+    called = call_node([pt.exp(p0) * p1], [X0, K]).outputs[0]
+    y, z = nit_loop(lambda x, k: pt.exp(x) * k, lambda x, k: pt.sin(k))
+    fg, count, after = run(push_out_sequence_work, [XS, K, X0], [called, y, z], [XV, KV, X0V])
+    assert count == 1 and not scans(fg) and any(isinstance(n.op, Call) for n in fg.apply_nodes)
+    np.testing.assert_allclose(after[0], np.exp(X0V) * KV, rtol=1e-12)
+    nit = lambda x, m1, m0, k: m0 * k  # noqa: E731
+    fg, count, _ = run(push_out_per_step_outputs, [XS, BUF, K, X0], [called, *mit_mot_loop(nit)], [XV, BV, KV, X0V])
+    assert count == 1 and nit_sots(fg) == 0
+    (final,) = accumulator(lambda r, u: u + r, 1, [XS * XS], X0)
+    fg, count, _ = run(push_out_dot_sums, [XS, X0, K], [called, final], [XV, X0V, KV])
+    assert count == 1 and not scans(fg)
+
+
+def test_a_step_count_that_is_also_an_argument_is_not_walked():
+    """The step count, computed through a Blockwise, is also the loop's non-sequence: the vectorized work stops at it."""
+    mats: Any = pt.tensor3("mats")
+    steps = pt.cast(pt.linalg.det(mats)[0], "int64")
+    x, k = pt.dscalar("x"), pt.lscalar("k")
+    op = native([x, k], [pt.exp(x) * k], n_seqs=1, n_nit_sot=1, n_non_seqs=1)
+    y = one(op, steps, XS, steps, steps)
+    fg, count, after = run(push_out_sequence_work, [XS, mats], [y], [XV, np.array([[[3.0, 0.0], [0.0, 1.0]]])])
+    assert count == 1 and not scans(fg)
+    np.testing.assert_allclose(after[0], np.exp(XV[:3]) * 3, rtol=1e-12)
