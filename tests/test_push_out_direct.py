@@ -29,6 +29,7 @@ from pytensor.scan.op import Scan as NativeScan
 from pytensor.scan.op import ScanInfo
 from pytensor.scan.utils import expand_empty
 from pytensor.tensor.basic import Alloc, ScalarFromTensor
+from pytensor.tensor.blockwise import Blockwise
 from pytensor.tensor.elemwise import DimShuffle, Elemwise
 from pytensor.tensor.subtensor import Subtensor
 
@@ -350,29 +351,42 @@ def test_an_until_loop_and_a_loop_without_taps_are_left():
     assert count == 0 and nit_sots(fg) == 1
 
 
+def mit_mot_rows(nit: Callable[[float, float, float, float], float], xv: np.ndarray, bv: np.ndarray, kv: float) -> tuple[list[float], np.ndarray]:
+    """`mit_mot_loop`'s loop in NumPy over these rows, buffer and non-sequence: the nit-sot's rows and the final buffer."""
+    buffer, rows = bv.copy(), []
+    for t, x in enumerate(xv):
+        m1, m0 = buffer[t], buffer[t + 1]
+        rows.append(nit(x, m1, m0, kv))
+        buffer[t + 2] = m1 * 0.5 + m0 + x
+    return rows, buffer
+
+
 def test_two_loops_of_one_body_each_get_their_own_taps():
-    """The second loop of a body reuses the first one's vectorized graph, over its own buffer, rows and count."""
-    nit = lambda x, m1, m0, k: m1 * 2.0 + m0 * k + x  # noqa: E731
-    x, m1, m0, k = pt.dscalar("x"), pt.dscalar("m_1"), pt.dscalar("m0"), pt.dscalar("k")
-    op = native([x, m1, m0, k], [m1 * 0.5 + m0 + x, nit(x, m1, m0, k)], n_seqs=1, mit_mot=[((-1, 0), (1,))], n_nit_sot=1, n_non_seqs=1)
+    """The second loop of a body reuses the first one's vectorized graph, over its own buffer, rows, count and non-sequence
+    (or only those that differ); a nit-sot reading the buffer at two taps is vectorized for each loop (no template)."""
+    one_tap = lambda x, m1, m0, k: m0 * k + x  # noqa: E731
+    two_taps = lambda x, m1, m0, k: m1 * 2.0 + m0 * k + x  # noqa: E731
     buf2, k2 = pt.dvector("buf2"), pt.dscalar("k2")
-    first = outs(op, N, XS, BUF, N, K)
-    second = outs(op, YS.shape[0], YS, buf2, YS.shape[0], k2)
-
-    def merged_then_pushed(g: FunctionGraph) -> int:
-        MergeOptimizer().rewrite(g)
-        return push_out_per_step_outputs(g)
-
     b2 = np.linspace(-1.0, 1.0, 8)
-    fg, count, after = run(merged_then_pushed, [XS, BUF, K, YS, buf2, k2], [first[1], second[1], first[0], second[0]], [XV, BV, KV, YV, b2, -0.5])
-    assert count == 2 and nit_sots(fg) == 0
-    np.testing.assert_allclose(after[0], mit_mot_numpy(nit)[0], rtol=1e-12)
-    buffer, rows = b2.copy(), []
-    for t, xv in enumerate(YV):
-        rows.append(buffer[t] * 2.0 + buffer[t + 1] * -0.5 + xv)
-        buffer[t + 2] = buffer[t] * 0.5 + buffer[t + 1] + xv
-    np.testing.assert_allclose(after[1], rows, rtol=1e-12)
-    np.testing.assert_allclose(after[3], buffer, rtol=1e-12)
+    for nit, other_rows in [(one_tap, True), (one_tap, False), (two_taps, True)]:
+        x, m1, m0, k = pt.dscalar("x"), pt.dscalar("m_1"), pt.dscalar("m0"), pt.dscalar("k")
+        op = native([x, m1, m0, k], [m1 * 0.5 + m0 + x, nit(x, m1, m0, k)], n_seqs=1, mit_mot=[((-1, 0), (1,))], n_nit_sot=1, n_non_seqs=1)
+        first = outs(op, N, XS, BUF, N, K)
+        second = outs(op, YS.shape[0], YS, buf2, YS.shape[0], k2) if other_rows else outs(op, N, XS, buf2, N, K)
+
+        def merged_then_pushed(g: FunctionGraph) -> int:
+            MergeOptimizer().rewrite(g)
+            return push_out_per_step_outputs(g)
+
+        inputs, values = [XS, BUF, K, YS, buf2, k2], [XV, BV, KV, YV, b2, -0.5]
+        fg, count, after = run(merged_then_pushed, inputs, [first[1], second[1], first[0], second[0]], values)
+        assert count == 2 and nit_sots(fg) == 0
+        rows, buffer = mit_mot_rows(nit, XV, BV, KV)
+        np.testing.assert_allclose(after[0], rows, rtol=1e-12)
+        np.testing.assert_allclose(after[2], buffer, rtol=1e-12)
+        rows, buffer = mit_mot_rows(nit, YV, b2, -0.5) if other_rows else mit_mot_rows(nit, XV, b2, KV)
+        np.testing.assert_allclose(after[1], rows, rtol=1e-12)
+        np.testing.assert_allclose(after[3], buffer, rtol=1e-12)
 
 
 def test_the_count_is_a_constant_and_the_template_follows_it():
@@ -744,13 +758,14 @@ def test_an_untraced_state_starting_from_the_first_rows_is_not_an_after_loop_val
 def test_outer_work_behind_the_rows_is_not_walked():
     """The rows are determinants of a batch of matrices (a Blockwise in the outer graph): the vectorized work stops at them."""
     mats: Any = pt.tensor3("mats")
-    dets = pt.linalg.det(mats)
-    assert any(isinstance(n.op, pt.blockwise.Blockwise) for n in scope_toposort([dets]))
+    dets: Any = pt.linalg.det(mats)
+    assert any(isinstance(n.op, Blockwise) for n in scope_toposort([dets]))
     y = nit_loop(lambda x, k: pt.exp(x) * k, sequence=dets, steps=dets.shape[0])
-    values = [np.random.default_rng(3).normal(size=(4, 2, 2)), KV]
+    batch = np.random.default_rng(3).normal(size=(4, 2, 2))
+    values = [batch, KV]
     fg, count, after = run(push_out_sequence_work, [mats, K], [y], values)
     assert count == 1 and not scans(fg)
-    np.testing.assert_allclose(after[0], np.exp(np.linalg.det(values[0])) * KV, rtol=1e-12)
+    np.testing.assert_allclose(after[0], np.exp(np.linalg.det(batch)) * KV, rtol=1e-12)
 
 
 def test_consumers_the_passes_do_not_take_are_left():
@@ -775,7 +790,8 @@ def test_consumers_the_passes_do_not_take_are_left():
 def test_a_step_count_that_is_also_an_argument_is_not_walked():
     """The step count, computed through a Blockwise, is also the loop's non-sequence: the vectorized work stops at it."""
     mats: Any = pt.tensor3("mats")
-    steps = pt.cast(pt.linalg.det(mats)[0], "int64")
+    dets: Any = pt.linalg.det(mats)
+    steps = pt.cast(dets[0], "int64")
     x, k = pt.dscalar("x"), pt.lscalar("k")
     op = native([x, k], [pt.exp(x) * k], n_seqs=1, n_nit_sot=1, n_non_seqs=1)
     y = one(op, steps, XS, steps, steps)
