@@ -335,10 +335,40 @@ def test_a_nit_sot_that_needs_a_blockwise_stays():
     op = native([x, m0, m1], [m1 + x, pt.linalg.det(m0)], n_seqs=1, mit_mot=[((0, 1), (2,))], n_nit_sot=1)
     xs, buf = pt.tensor3("xs3"), pt.tensor3("buf3")
     buffer, dets = outs(op, xs.shape[0], xs, buf, xs.shape[0])
+    buf2: Any = pt.tensor3("buf3b")
+    buffer2, dets2 = outs(op, xs.shape[0], xs, buf2, xs.shape[0])  # a second loop of the body: the answer kept is kept
     rng = np.random.default_rng(0)
-    values = [rng.normal(size=(3, 2, 2)), rng.normal(size=(5, 2, 2))]
-    fg, count, _ = run(push_out_per_step_outputs, [xs, buf], [dets, buffer], values)
-    assert count == 0 and nit_sots(fg) == 1
+    values = [rng.normal(size=(3, 2, 2)), rng.normal(size=(5, 2, 2)), rng.normal(size=(5, 2, 2))]
+
+    def merged_then_pushed(g: FunctionGraph) -> int:
+        MergeOptimizer().rewrite(g)
+        return push_out_per_step_outputs(g)
+
+    fg, count, after = run(merged_then_pushed, [xs, buf, buf2], [dets, buffer, dets2, buffer2], values)
+    assert count == 0 and nit_sots(fg) == 2
+    np.testing.assert_allclose(after[0], np.linalg.det(taps_0(values[0], values[1])), rtol=1e-12)
+
+
+def taps_0(xv: np.ndarray, bv: np.ndarray) -> np.ndarray:
+    """What tap 0 reads at each step of a mit-mot of in taps (0, 1), out tap 2 written as ``m_1 + x``."""
+    buffer, read = bv.copy(), []
+    for t, x in enumerate(xv):
+        read.append(buffer[t].copy())
+        buffer[t + 2] = buffer[t + 1] + x
+    return np.array(read)
+
+
+def test_a_nit_sot_summing_a_row_of_taps_is_computed_after_the_loop():
+    """A sum over a tap (not elementwise, but batched without a Blockwise) moves out too: only the sequence push-out asks for elementwise work."""
+    x, m0, m1 = pt.dvector("x"), pt.dvector("m0"), pt.dvector("m1")
+    op = native([x, m0, m1], [m1 + x, (m0 * x).sum()], n_seqs=1, mit_mot=[((0, 1), (2,))], n_nit_sot=1)
+    xm, buf = pt.dmatrix("xm"), pt.dmatrix("bufm")
+    buffer, sums = outs(op, xm.shape[0], xm, buf, xm.shape[0])
+    rng = np.random.default_rng(4)
+    values = [rng.normal(size=(3, 2)), rng.normal(size=(5, 2))]
+    fg, count, after = run(push_out_per_step_outputs, [xm, buf], [sums, buffer], values)
+    assert count == 1 and nit_sots(fg) == 0
+    np.testing.assert_allclose(after[0], (taps_0(values[0], values[1]) * values[0]).sum(axis=1), rtol=1e-12)
 
 
 def test_an_until_loop_and_a_loop_without_taps_are_left():
@@ -444,6 +474,58 @@ def test_a_loop_of_row_wise_outputs_is_replaced_by_them():
         np.testing.assert_allclose(mine, theirs, rtol=1e-12)
 
 
+def test_rows_of_rows_and_the_same_row_every_step():
+    """Per-step rows that are vectors: a matrix, padded with zero rows, and a vector value allocated for every step."""
+    x, k = pt.dvector("x"), pt.dvector("kv")
+    op = native([x, k], [pt.exp(x) * k, pt.sin(k)], n_seqs=1, n_nit_sot=2, n_non_seqs=1)
+    xm, kv = pt.dmatrix("xm"), pt.dvector("kvec")
+    six = i64(6)
+    for length in (xm.shape[0], six):
+        y, z = outs(op, xm.shape[0], xm, length, length, kv)
+        rng = np.random.default_rng(5)
+        values = [rng.normal(size=(4, 3)), rng.normal(size=3)]
+        fg, count, after = run(push_out_sequence_work, [xm, kv], [y, z], values)
+        assert count == 1 and not scans(fg) and not any(isinstance(n.op, Call) for n in fg.apply_nodes)
+        pad = np.zeros((0 if length is not six else 2, 3))
+        np.testing.assert_allclose(after[0], np.concatenate([np.exp(values[0]) * values[1], pad]), rtol=1e-12)
+        np.testing.assert_allclose(after[1], np.concatenate([np.tile(np.sin(values[1]), (4, 1)), pad]), rtol=1e-12)
+
+
+def test_a_dead_output_does_not_keep_the_loop():
+    """Only the live results count: a nit-sot no one reads (and that is not row-wise) does not keep the loop."""
+    x, k = pt.dvector("x"), pt.dvector("kv")
+    op = native([x, k], [pt.exp(x) * k, pt.dot(x, k)], n_seqs=1, n_nit_sot=2, n_non_seqs=1)
+    xm, kv = pt.dmatrix("xm"), pt.dvector("kvec")
+    y, _ = outs(op, xm.shape[0], xm, xm.shape[0], xm.shape[0], kv)
+    rng = np.random.default_rng(6)
+    values = [rng.normal(size=(4, 3)), rng.normal(size=3)]
+    fg, count, after = run(push_out_sequence_work, [xm, kv], [y], values)
+    assert count == 1 and not scans(fg)
+    np.testing.assert_allclose(after[0], np.exp(values[0]) * values[1], rtol=1e-12)
+
+
+def test_loops_each_pass_skips_do_not_stop_it():
+    """A chain of loops, each reading the one before: a loop the pass leaves (for each reason it has) is followed by one it takes."""
+    x, s, k = pt.dscalar("x"), pt.dscalar("s"), pt.dscalar("k")
+    stops = native([x, s], [s + pt.exp(x) * pt.sin(x), pt.gt(s, 1e9)], n_seqs=1, n_sit_sot=1, as_while=True)
+    first = one(stops, N, XS, expand_empty(pt.shape_padleft(X0), N))[-1]
+    no_targets = native([x, s, k], [s * x + k], n_seqs=1, n_sit_sot=1, n_non_seqs=1)
+    second = one(no_targets, N, XS, expand_empty(pt.shape_padleft(first), N), K)[-1]
+    cheap = native([x, s, k], [s * 0.5 + x * 2.0 * s + x], n_seqs=1, n_sit_sot=1, n_non_seqs=1)
+    third = one(cheap, N, XS, expand_empty(pt.shape_padleft(second), N), K)[-1]
+    last = nit_loop(lambda x, k: pt.exp(x) * k, sequence=XS * third)
+    fg, count, after = run(push_out_sequence_work, [XS, X0, K], [last], [XV * 0.1, X0V, KV])
+    assert count == 1 and len(scans(fg)) == 3
+    state = X0V
+    for xv in XV * 0.1:
+        state = state + np.exp(xv) * np.sin(xv)
+    for xv in XV * 0.1:
+        state = state * xv + KV
+    for xv in XV * 0.1:
+        state = state * 0.5 + xv * 2.0 * state + xv
+    np.testing.assert_allclose(after[0], np.exp(XV * 0.1 * state) * KV, rtol=1e-12)
+
+
 def test_rows_the_loop_never_writes_stay_zero():
     y, z = nit_loop(lambda x, k: x * k, lambda x, k: k * 2.0, length=i64(7))
     fg, count, after = run(push_out_sequence_work, [XS, K], [y, z], [XV, KV])
@@ -523,6 +605,19 @@ def test_row_wise_targets():
     assert targets == [work] and read == {x}
     targets, read = push_out._row_wise_targets([pt.dot(pt.stack([x, y]), pt.stack([s, s]))], {x, y}, set())
     assert targets == [] and read == {x, y}
+
+
+def test_row_wise_targets_in_lazy_branches_are_not_taken():
+    from pytensor.ifelse import ifelse
+
+    x, s = pt.dscalar("x"), pt.dscalar("s")
+    ex = pt.exp(x)
+    lazy: Any = ifelse(pt.gt(s, 0), ex, s)
+    targets, read = push_out._row_wise_targets([s + lazy], {x}, set())
+    assert targets == [] and read == {x}
+    doubled = ex * 2.0
+    targets, read = push_out._row_wise_targets([s + lazy + doubled], {x}, set())  # computed on every step too: taken
+    assert targets == [ex, doubled] and read == set()
 
 
 def test_loops_that_share_a_body_share_the_pushed_out_work():
@@ -640,6 +735,12 @@ def test_a_state_accumulating_a_sequence_of_products_becomes_its_sum():
     fg, count, after = run(push_out_dot_sums, [XS, X0], [final], [XV, X0V])
     assert count == 1 and not scans(fg)
     np.testing.assert_allclose(after[0], X0V + (XV * XV[::-1]).sum(), rtol=1e-12)
+    xm: Any = pt.dmatrix("xm")
+    (final,) = accumulator(lambda r, u: u + r, 1, [xm * xm], YS)  # rows of vectors: summed over the steps, not within a row
+    xmv = np.random.default_rng(7).normal(size=(4, 5))
+    fg, count, after = run(push_out_dot_sums, [xm, YS], [final], [xmv, YV])
+    assert count == 1 and not scans(fg)
+    np.testing.assert_allclose(after[0], YV + (xmv * xmv).sum(axis=0), rtol=1e-12)
     (final,) = accumulator(lambda r, u: r + u, 1, [(XS * 2.0).dimshuffle(0)[1:]], X0)  # through views; the state second
     fg, count, after = run(push_out_dot_sums, [XS, X0], [final], [XV, X0V])
     assert count == 1 and not scans(fg)
