@@ -4,7 +4,7 @@
 digest of the payload and the payload, written to a temporary file and renamed over the
 entry, checked when read (a corrupted entry is removed with one warning); a hit sets an
 old entry's last use, and a process's first write trims the store (unused, excess and
-stale files). Every test
+stale files) when it was last trimmed more than an hour ago. Every test
 here works in a folder of its own (``INNERGRAPH_REWRITTEN_CACHE``), never in PyTensor's
 compile directory, and compiles nothing.
 """
@@ -364,32 +364,85 @@ def test_trim_skips_a_file_another_process_removed_meanwhile(where: Path, trimme
 def test_trim_counts_a_file_it_could_not_remove_as_kept(where: Path, trimmed: None, monkeypatch: pytest.MonkeyPatch) -> None:
     (old,) = _entries(where, AGE + 1, now=1e9)
 
-    def refused(self: Path, missing_ok: bool = False) -> None:
+    def refused(path: str) -> None:
         raise PermissionError("read-only")
 
-    monkeypatch.setattr(Path, "unlink", refused)
+    monkeypatch.setattr(os, "unlink", refused)
     assert store.trim(now=1e9) == 0
     assert old.exists()
 
 
-def test_the_first_write_of_a_process_trims_and_the_next_do_not(where: Path, untrimmed: None) -> None:
+def _old_entry(where: Path, name: str) -> Path:
+    """A file named as an entry, unused for longer than PyTensor's age limit."""
+    path = where / f"{name * 64}.graph"
+    path.write_bytes(b"y")
+    return _aged(path, AGE + 60)
+
+
+def test_the_first_write_of_a_process_trims_and_sets_the_stamp_and_the_next_do_not(where: Path, untrimmed: None) -> None:
     where.mkdir(parents=True)
-    first = where / f"{'e' * 64}.graph"
-    first.write_bytes(b"y")
-    _aged(first, AGE + 60)
+    first = _old_entry(where, "e")
     assert write(KEY, b"payload") is True
     assert not first.exists() and store._trimmed is True
-    second = where / f"{'f' * 64}.graph"
-    second.write_bytes(b"y")
-    _aged(second, AGE + 60)
+    assert time.time() - (where / store.STAMP).stat().st_mtime < 60
+    _aged(where / store.STAMP, 2 * HOUR)
+    second = _old_entry(where, "f")
     assert write(KEY, b"other") is True
     assert second.exists()
 
 
-def test_a_write_that_is_refused_trims_nothing(where: Path, untrimmed: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_process_trims_only_when_the_last_trim_is_older_than_an_hour(where: Path, untrimmed: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert store.TRIM_EVERY == HOUR and store.STAMP == ".trimmed"
     where.mkdir(parents=True)
-    old = where / f"{'e' * 64}.graph"
-    old.write_bytes(b"y")
-    _aged(old, AGE + 60)
+    stamp = where / store.STAMP
+    stamp.touch()
+    _aged(stamp, HOUR - 60)  # another process trimmed 59 minutes ago
+    old = _old_entry(where, "e")
+    assert write(KEY, b"payload") is True
+    assert old.exists() and store._trimmed is True
+    monkeypatch.setattr(store, "_trimmed", False)  # a new process, an hour and a minute after that trim
+    _aged(stamp, HOUR + 60)
+    assert write(KEY, b"other") is True
+    assert not old.exists()
+    assert time.time() - stamp.stat().st_mtime < 60
+
+
+def test_the_stamp_is_no_entry_and_a_trim_keeps_it(where: Path, trimmed: None) -> None:
+    where.mkdir(parents=True)
+    stamp = where / store.STAMP
+    stamp.touch()
+    _aged(stamp, 2 * AGE)
+    assert store.trim() == 0
+    assert stamp.exists()
+
+
+def test_a_store_whose_stamp_cannot_be_read_or_set_is_not_trimmed(where: Path, untrimmed: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    where.mkdir(parents=True)
+    old = _old_entry(where, "e")
+    real_stat = Path.stat
+
+    def unreadable(self: Path, **kwargs: Any) -> os.stat_result:
+        if self.name == store.STAMP:
+            raise PermissionError("no permission")
+        return real_stat(self, **kwargs)
+
+    monkeypatch.setattr(Path, "stat", unreadable)
+    assert write(KEY, b"payload") is True
+    assert old.exists()
+    monkeypatch.setattr(Path, "stat", real_stat)
+    monkeypatch.setattr(store, "_trimmed", False)
+
+    def unwritable(self: Path, *args: Any, **kwargs: Any) -> None:
+        raise PermissionError("read-only")
+
+    monkeypatch.setattr(Path, "touch", unwritable)
+    assert write(KEY, b"other") is True
+    assert old.exists()
+
+
+def test_a_write_that_is_refused_trims_nothing(where: Path, untrimmed: None) -> None:
+    where.mkdir(parents=True)
+    old = _old_entry(where, "e")
     assert write(KEY, b"x" * (MAX_BYTES + 1)) is False
     assert old.exists() and store._trimmed is False
+    assert not (where / store.STAMP).exists()
