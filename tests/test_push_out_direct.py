@@ -608,7 +608,7 @@ def test_row_wise_targets():
 
 
 def test_row_wise_targets_in_lazy_branches_are_not_taken():
-    from pytensor.ifelse import ifelse
+    from pytensor.conditional.op import ifelse
 
     x, s = pt.dscalar("x"), pt.dscalar("s")
     ex = pt.exp(x)
@@ -899,3 +899,25 @@ def test_a_step_count_that_is_also_an_argument_is_not_walked():
     fg, count, after = run(push_out_sequence_work, [XS, mats], [y], [XV, np.array([[[3.0, 0.0], [0.0, 1.0]]])])
     assert count == 1 and not scans(fg)
     np.testing.assert_allclose(after[0], np.exp(XV[:3]) * 3, rtol=1e-12)
+
+
+def test_a_loop_passing_one_variable_twice_keeps_no_template():
+    """The first loop of a body passes k for both non-sequences: its vectorized graph cannot be rebound for a loop passing two."""
+    x, m1, m0, a, b = pt.dscalar("x"), pt.dscalar("m_1"), pt.dscalar("m0"), pt.dscalar("a"), pt.dscalar("b")
+    op = native([x, m1, m0, a, b], [m1 * 0.5 + m0 + x, m0 * a + b + x], n_seqs=1, mit_mot=[((-1, 0), (1,))], n_nit_sot=1, n_non_seqs=2)
+    buf2 = pt.dvector("buf2")
+    buffer1, rows1 = outs(op, N, XS, BUF, N, K, K)
+    later: Any = rows1.sum()  # the second loop reads the first's rows: it comes second
+    buffer2, rows2 = outs(op, N, XS, buf2, N, K, later)
+
+    def merged_then_pushed(g: FunctionGraph) -> int:
+        MergeOptimizer().rewrite(g)
+        return push_out_per_step_outputs(g)
+
+    b2 = np.linspace(-1.0, 1.0, 8)
+    fg, count, after = run(merged_then_pushed, [XS, BUF, K, buf2], [rows1, rows2, buffer1, buffer2], [XV, BV, KV, b2])
+    assert count == 2 and nit_sots(fg) == 0
+    first, _ = mit_mot_rows(lambda x, m1, m0, k: m0 * k + k + x, XV, BV, KV)
+    np.testing.assert_allclose(after[0], first, rtol=1e-12)
+    second, _ = mit_mot_rows(lambda x, m1, m0, k: m0 * k + sum(first) + x, XV, b2, KV)
+    np.testing.assert_allclose(after[1], second, rtol=1e-12)
