@@ -278,6 +278,11 @@ def test_fold_constant_work():
     assert folded[2] is not live and isinstance(folded[2].owner.inputs[1], Constant)  # live work reads the folded constant
     assert equal_computations([folded[2]], [XS + pt.constant(np.asarray([7.0, 9.0]))])
     assert folded[3] is boom  # its evaluation raised: left for constant folding
+    late = three * 5.0  # after work that does not fold, and after work whose evaluation raised
+    for first in (XS * K, boom):
+        after_it = fold_constant_work([first, late], stop=set())
+        assert after_it[0] is first and isinstance(after_it[1], Constant)
+        np.testing.assert_array_equal(after_it[1].data, [15.0, 20.0])
     assert fold_constant_work([live], stop={XS, total}) == [live]  # the walk stops at ``stop``
     same = XS * K
     assert fold_constant_work([same], stop={XS})[0] is same  # nothing to fold: the outputs themselves
