@@ -30,6 +30,7 @@ from pytensor.tensor.shape import Shape_i
 import innergraph
 from innergraph.core.graph import body_of, scope_toposort
 from innergraph.ops.call import Call
+from innergraph.ops.loop import ForiLoop
 from innergraph.rewriting.lift import lift_native
 from innergraph.rewriting.outline_loops import (
     MIN_LOOPS,
@@ -44,7 +45,7 @@ from innergraph.rewriting.outline_loops import (
     outline_loops,
 )
 from consumer_nodes import function
-from typed import one_tensor
+from typed import one_tensor, param
 
 PY = Mode(linker="py", optimizer="None")
 
@@ -477,14 +478,15 @@ def test_initial_values_from_constants():
         np.testing.assert_allclose(got[0], numpy_trace(X[0], 0.5, 0.9)[-1] + numpy_trace(X[1], 0.7, 0.9)[-1], rtol=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug, not fixed here (innergraph/ is another engineer's): `_Region._up` takes any function-typed input as "
-    "shared (`or is_function(first)`), so calls of two different bodies in the copies' scaffolding are "
-    "walked as alike and the body calls the first copy's body for every copy"
-))
 def test_sequences_computed_by_calls_of_different_bodies():
     """Each loop's sequence is a call of its own body (``exp(v) * 2``, ``exp(v) * 3``): the calls are equal
-    Ops over different function variables, so they are not one computation."""
+    Ops over different function variables, so they are not one computation.
+
+    Found by this file's mutation run (2026-12-02): `_Region._up` took any function-typed input as
+    shared (``or is_function(first)``), so the calls were walked as alike and the call body called
+    the first copy's body for every copy (84.59 for 77.04, also from two `OpFromGraph` nodes with a
+    dead output each, which the lift makes calls). `_alike` now asks for the same function variables.
+    """
     x, y, a, w = pt.dvector("x"), pt.dvector("y"), pt.dscalar("a"), pt.dscalar("w")
     twice = one_tensor(innergraph.call(lambda v: pt.exp(v) * 2.0, x))
     thrice = one_tensor(innergraph.call(lambda v: pt.exp(v) * 3.0, y))
@@ -497,7 +499,8 @@ def test_sequences_computed_by_calls_of_different_bodies():
 
 
 def test_an_invariant_of_its_own_before_a_shared_one():
-    """``non_sequences=[b_i, w]``: each loop's own scale, then the shared weight; both are params."""
+    """``non_sequences=[b_i, w]``: each loop's own scale, then the shared weight; both are params, the
+    scales whether inputs of the graph or computed by nodes that are not alike (``exp(b)``, ``c * c``)."""
     x, y, a, w, b, c = pt.dvector("x"), pt.dvector("y"), pt.dscalar("a"), pt.dscalar("w"), pt.dscalar("b"), pt.dscalar("c")
 
     def scaled(x_t: Any, acc: Any, scale: Any, w: Any) -> Any:
@@ -512,8 +515,23 @@ def test_an_invariant_of_its_own_before_a_shared_one():
             acc = acc * 0.9 + scale * x_t
         return acc
 
-    fgraph = lifted([x, y, a, w, b, c], [loop(x, b) + loop(y, c)])
-    got = outlined(fgraph, [X[0], X[1], 0.3, 0.9, 1.5, -2.0], expect=1)
-    np.testing.assert_allclose(got[0], numpy_loop(X[0], 1.5) + numpy_loop(X[1], -2.0), rtol=1e-12)
-    ins = sorted((frozenset(c.inputs[1:]) for c in calls(fgraph)), key=lambda s: x in s)
-    assert ins == [frozenset({y, a, w, c}), frozenset({x, a, w, b})]
+    for own_b, own_c, values in [(b, c, (1.5, -2.0)), (pt.exp(b), c * c, (np.exp(1.5), 4.0))]:
+        fgraph = lifted([x, y, a, w, b, c], [loop(x, own_b) + loop(y, own_c)])
+        got = outlined(fgraph, [X[0], X[1], 0.3, 0.9, 1.5, -2.0], expect=1)
+        np.testing.assert_allclose(got[0], numpy_loop(X[0], values[0]) + numpy_loop(X[1], values[1]), rtol=1e-12)
+        ins = sorted((frozenset(c.inputs[1:]) for c in calls(fgraph)), key=lambda s: x in s)
+        assert ins == [frozenset({y, a, w, own_c}), frozenset({x, a, w, own_b})]
+
+
+def test_loops_alone_are_refused():
+    """Two for-loops of one body over their own step counts, their results read by one node: the region
+    is the loops alone, no scaffolding to share."""
+    n, m, a = pt.lscalar("n"), pt.lscalar("m"), pt.dscalar("a")
+    s = param(0, a.type)
+    fn = function([s * 2.0 + 1.0], [a.type])
+    first, second = (ForiLoop(0, 1).make_node(fn, steps, a).outputs[0] for steps in (n, m))
+    fgraph = FunctionGraph([n, m, a], [first + second], clone=False)
+    (group,) = loop_groups(fgraph)
+    assert len(_Region(fgraph, group).tuples) == 1
+    got = outlined(fgraph, [3, 2, 0.5], expect=0)
+    np.testing.assert_allclose(got[0], 11.0 + 5.0)
