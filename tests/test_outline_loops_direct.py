@@ -529,7 +529,7 @@ def test_loops_alone_are_refused():
     n, m, a = pt.lscalar("n"), pt.lscalar("m"), pt.dscalar("a")
     s = param(0, a.type)
     fn = function([s * 2.0 + 1.0], [a.type])
-    first, second = (ForiLoop(0, 1).make_node(fn, steps, a).outputs[0] for steps in (n, m))
+    first, second = (one_tensor(ForiLoop(0, 1).make_node(fn, steps, a).outputs[0]) for steps in (n, m))
     fgraph = FunctionGraph([n, m, a], [first + second], clone=False)
     (group,) = loop_groups(fgraph)
     assert len(_Region(fgraph, group).tuples) == 1
