@@ -12,6 +12,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
+from pytensor.compile.builders import OpFromGraph
 from pytensor.compile.mode import Mode
 from pytensor.graph.basic import Constant
 from pytensor.graph.traversal import graph_inputs
@@ -226,3 +227,27 @@ def test_loops_of_different_constant_lengths_are_left_alone():
     got = f(np.arange(3.0), np.arange(4.0))
     np.testing.assert_array_equal(got[0], [0.0, 1.0])
     np.testing.assert_array_equal(got[1], [0.0, 1.0, 2.0])
+
+
+def test_loops_over_sequences_of_different_opfromgraphs_keep_their_own():
+    """Two `OpFromGraph` nodes with a dead output each (the lift makes them calls, of two bodies) feed two
+    loops of one step: the calls are equal Ops over different bodies and must not be outlined as one.
+
+    Outlining took every function-typed input as shared (2026-12-02): both loops then read the first
+    body's sequence, 84.59 for vanilla's 77.04.
+    """
+    def build():
+        x, y, a, w, v = pt.dvector("x"), pt.dvector("y"), pt.dscalar("a"), pt.dscalar("w"), pt.dvector("v")
+        twice = OpFromGraph([v], [pt.exp(v) * 2.0, v + 1.0])
+        thrice = OpFromGraph([v], [pt.exp(v) * 3.0, v + 2.0])
+        loops = [
+            pytensor.scan(step, sequences=[f(s)[0]], outputs_info=[a], non_sequences=[w], return_updates=False)[-1]
+            for f, s in ((twice, x), (thrice, y))
+        ]
+        return [x, y, a, w], [loops[0] + loops[1]]
+
+    values = [np.linspace(0.0, 1.0, 5), np.linspace(1.0, 2.0, 5), 0.3, 0.9]
+    (expected,) = vanilla(build, values)
+    for mode in (NUMBA, CALLS):
+        fn = compiled(build, mode)
+        np.testing.assert_allclose(fn(*values), expected, rtol=1e-13)

@@ -205,6 +205,9 @@ class _Region:
             len(set(nodes)) == self.k
             and not isinstance(first.op, (InnerGraph, Output))
             and all(n.op == first.op and len(n.inputs) == len(first.inputs) for n in nodes)
+            # equal Ops of consumers over different bodies (a call of ``exp(v) * 2`` and one of
+            # ``exp(v) * 3``) compute different things: alike only over the same function variables
+            and all(n.inputs[j] is u for n in nodes for j, u in enumerate(first.inputs) if is_function(u))
             and all(
                 len(n.outputs) == len(first.outputs) and all(o.type == p.type for o, p in zip(n.outputs, first.outputs))
                 for n in nodes
@@ -247,7 +250,7 @@ class _Region:
             if self._same_tuple(variables):
                 continue
             first = variables[0]
-            if all(v is first for v in variables) or is_function(first):
+            if all(v is first for v in variables):
                 self._shared_leaf(first)
                 continue
             if _constant_only(first) and all(_constant_only(v) and equal_computations([v], [first]) for v in variables):
