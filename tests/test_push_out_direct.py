@@ -23,6 +23,7 @@ import pytensor.tensor as pt
 from pytensor.compile.mode import Mode
 from pytensor.graph.basic import Apply, Constant, Variable, equal_computations
 from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.replace import clone_replace
 from pytensor.graph.rewriting.basic import MergeOptimizer
 from pytensor.scalar import UnaryScalarOp, upgrade_to_float
 from pytensor.scan.op import Scan as NativeScan
@@ -304,6 +305,7 @@ def test_a_nit_sot_reading_final_taps_is_computed_after_the_loop():
     nit = lambda x, m1, m0, k: m1 * 2.0 + m0 * k + x  # noqa: E731
     fg, count, after = run(push_out_per_step_outputs, [XS, BUF, K], mit_mot_loop(nit), [XV, BV, KV])
     assert count == 1 and nit_sots(fg) == 0 and len(scans(fg)) == 1
+    assert not any(isinstance(n.op, Call) for n in fg.apply_nodes)  # one loop of its body: the work stays inline
     rows, final = mit_mot_numpy(nit)
     np.testing.assert_allclose(after[0], rows, rtol=1e-12)
     np.testing.assert_allclose(after[1], final, rtol=1e-12)
@@ -881,16 +883,21 @@ def test_consumers_the_passes_do_not_take_are_left():
 
     p0, p1 = param(0, X0.type), param(1, K.type)
     called = call_node([pt.exp(p0) * p1], [X0, K]).outputs[0]
-    y, z = nit_loop(lambda x, k: pt.exp(x) * k, lambda x, k: pt.sin(k))
+    c = np.exp(X0V) * KV
+    # each loop reads the call's value (as its non-sequence, or its state's initial value): the call comes first
+    y, z = clone_replace(nit_loop(lambda x, k: pt.exp(x) * k, lambda x, k: pt.sin(k)), {K: called})
     fg, count, after = run(push_out_sequence_work, [XS, K, X0], [called, y, z], [XV, KV, X0V])
     assert count == 1 and not scans(fg) and any(isinstance(n.op, Call) for n in fg.apply_nodes)
-    np.testing.assert_allclose(after[0], np.exp(X0V) * KV, rtol=1e-12)
+    np.testing.assert_allclose(after[0], c, rtol=1e-12)
+    np.testing.assert_allclose(after[1], np.exp(XV) * c, rtol=1e-12)
     nit = lambda x, m1, m0, k: m0 * k  # noqa: E731
-    fg, count, _ = run(push_out_per_step_outputs, [XS, BUF, K, X0], [called, *mit_mot_loop(nit)], [XV, BV, KV, X0V])
+    fg, count, after = run(push_out_per_step_outputs, [XS, BUF, K, X0], clone_replace(mit_mot_loop(nit), {K: called}), [XV, BV, KV, X0V])
     assert count == 1 and nit_sots(fg) == 0
-    (final,) = accumulator(lambda r, u: u + r, 1, [XS * XS], X0)
-    fg, count, _ = run(push_out_dot_sums, [XS, X0, K], [called, final], [XV, X0V, KV])
+    np.testing.assert_allclose(after[0], mit_mot_rows(lambda x, m1, m0, k: m0 * k, XV, BV, c)[0], rtol=1e-12)
+    (final,) = accumulator(lambda r, u: u + r, 1, [XS * XS], called)
+    fg, count, after = run(push_out_dot_sums, [XS, X0, K], [final], [XV, X0V, KV])
     assert count == 1 and not scans(fg)
+    np.testing.assert_allclose(after[0], c + (XV * XV).sum(), rtol=1e-12)
 
 
 def test_a_step_count_that_is_also_an_argument_is_not_walked():
@@ -926,3 +933,95 @@ def test_a_loop_passing_one_variable_twice_keeps_no_template():
     np.testing.assert_allclose(after[0], first, rtol=1e-12)
     second, _ = mit_mot_rows(lambda x, m1, m0, k: m0 * k + sum(first) + x, XV, b2, KV)
     np.testing.assert_allclose(after[1], second, rtol=1e-12)
+
+
+def test_a_tap_above_the_written_one_is_not_final():
+    """In taps (0, 2), out tap 1: tap 2 reads row t + 2, which step t + 1 writes; only tap 0's reads are the final buffer's rows."""
+    x, m0, m2 = pt.dscalar("x"), pt.dscalar("m0"), pt.dscalar("m2")
+    op = native([x, m0, m2], [m0 * 0.5 + m2 + x, m2 * 3.0, m0 * 3.0], n_seqs=1, mit_mot=[((0, 2), (1,))], n_nit_sot=2)
+    buffer, reads_2, reads_0 = outs(op, N, XS, BUF, N, N)
+    fg, count, after = run(push_out_per_step_outputs, [XS, BUF], [reads_2, reads_0, buffer], [XV, BV])
+    assert count == 1 and nit_sots(fg) == 1
+    bv, read_2, read_0 = BV.copy(), [], []
+    for t, xv in enumerate(XV):
+        read_2.append(bv[t + 2] * 3.0)
+        read_0.append(bv[t] * 3.0)
+        bv[t + 1] = bv[t] * 0.5 + bv[t + 2] + xv
+    np.testing.assert_allclose(after[0], read_2, rtol=1e-12)
+    np.testing.assert_allclose(after[1], read_0, rtol=1e-12)
+    np.testing.assert_allclose(after[2], bv, rtol=1e-12)
+
+
+def test_the_vectorized_work_is_kept_as_the_body_template():
+    nit = lambda x, m1, m0, k: m0 * k + x  # noqa: E731
+    per_step, buffer = mit_mot_loop(nit)
+    fg, sig = sig_of([per_step, buffer], [XS, BUF, K])
+    (slot,) = sig.having(Meaning.PER_STEP_OUTPUT)
+    ((_, out),) = slot.outputs
+    values = AfterLoop(sig)
+    templates: dict[Any, Any] = {}
+    first = values.vectorized([out], templates)
+    assert first is not None and len(templates) == 1
+    ((firsts, n, template),) = templates.values()
+    assert n is sig.header[0] and list(template) == first and len(firsts) == 3  # the rows, the buffer and k
+    again = values.vectorized([out], templates)
+    assert again == first and again is not template  # the same loop's variables: the template itself, as a new list
+    rows, _ = mit_mot_numpy(nit)
+    np.testing.assert_allclose(evaluate(fg.inputs, first, [XV, BV, KV])[0], rows, rtol=1e-12)
+    # a body read at two taps of one buffer binds that buffer twice: no template
+    per_step, buffer = mit_mot_loop(lambda x, m1, m0, k: m1 * m0 + x)
+    fg, sig = sig_of([per_step, buffer], [XS, BUF, K])
+    (slot,) = sig.having(Meaning.PER_STEP_OUTPUT)
+    templates = {}
+    assert AfterLoop(sig).vectorized([slot.outputs[0][1]], templates) is not None and templates == {}
+
+
+def test_a_step_count_passed_as_an_argument_keeps_no_template():
+    """The first loop passes its step count as its non-sequence too: a later loop of the body passing another value must not get its count."""
+    x, m1, m0, k = pt.dscalar("x"), pt.dscalar("m_1"), pt.dscalar("m0"), pt.lscalar("k")
+    op = native([x, m1, m0, k], [m1 * 0.5 + m0 + x, m0 * k + x], n_seqs=1, mit_mot=[((-1, 0), (1,))], n_nit_sot=1, n_non_seqs=1)
+    buffer1, rows1 = outs(op, N, XS, BUF, N, N)
+    two: Any = pt.cast(rows1[0] * 0.0 + 2.0, "int64")  # 2, read from the first loop: the second loop comes second
+    buf2 = pt.dvector("buf2")
+    buffer2, rows2 = outs(op, YS.shape[0], YS, buf2, YS.shape[0], two)
+
+    def merged_then_pushed(g: FunctionGraph) -> int:
+        MergeOptimizer().rewrite(g)
+        return push_out_per_step_outputs(g)
+
+    b2 = np.linspace(-1.0, 1.0, 8)
+    fg, count, after = run(merged_then_pushed, [XS, BUF, YS, buf2], [rows1, rows2, buffer1, buffer2], [XV, BV, YV, b2])
+    assert count == 2 and nit_sots(fg) == 0
+    np.testing.assert_allclose(after[0], mit_mot_rows(lambda x, m1, m0, k: m0 * k + x, XV, BV, 4)[0], rtol=1e-12)
+    np.testing.assert_allclose(after[1], mit_mot_rows(lambda x, m1, m0, k: m0 * k + x, YV, b2, 2)[0], rtol=1e-12)
+
+
+def test_the_sequence_push_out_reads_no_tap_of_a_buffer():
+    """Row-wise work next to a mit-mot tap: the work moves out, the tap (whose final rows the loop itself writes) stays in."""
+    nit = lambda x, m1, m0, k: pt.exp(x) * pt.sin(x) * m0  # noqa: E731
+    fg, count, after = run(push_out_sequence_work, [XS, BUF, K], mit_mot_loop(nit), [XV, BV, KV])
+    assert count == 1 and len(scans(fg)) == 1 and nit_sots(fg) == 1
+    rows, _ = mit_mot_numpy(lambda x, m1, m0, k: np.exp(x) * np.sin(x) * m0)
+    np.testing.assert_allclose(after[0], rows, rtol=1e-12)
+
+
+def test_row_wise_work_an_output_and_the_body_both_read():
+    x, s = pt.dscalar("x"), pt.dscalar("s")
+    ex = pt.exp(x)
+    targets, read = push_out._row_wise_targets([ex, s * ex], {x}, set())
+    assert targets == [ex] and read == set()
+
+
+def test_dot_sums_after_a_loop_without_accumulators_and_past_one_they_leave():
+    """A loop with no accumulator, then one whose first accumulator is read twice and whose second is taken."""
+    x, s = pt.dscalar("x"), pt.dscalar("s")
+    plain = native([x, s], [s * x + 1.0], n_seqs=1, n_sit_sot=1)
+    first = one(plain, N, XS, expand_empty(pt.shape_padleft(X0), N))[-1]
+    r, u, w = pt.dscalar("r"), pt.dscalar("u"), pt.dscalar("w")
+    op = native([r, u, w], [u * 2.0, u + r, w + r], n_seqs=1, n_nit_sot=1, n_untraced=2)
+    doubled, u_final, w_final = outs(op, N, XS * XS, first, K, N)
+    fg, count, after = run(push_out_dot_sums, [XS, X0, K], [doubled, u_final, w_final], [XV, X0V, KV])
+    assert count == 1 and len(scans(fg)) == 2
+    sig = [sig for sig in consumers(fg) if sig.having(Meaning.CARRY)][0]
+    assert len(sig.having(Meaning.CARRY)) == 1  # u stays: its running value is read by another output
+    np.testing.assert_allclose(after[2], KV + (XV * XV).sum(), rtol=1e-12)
