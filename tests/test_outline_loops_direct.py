@@ -44,7 +44,7 @@ from innergraph.rewriting.outline_loops import (
     loop_groups,
     outline_loops,
 )
-from consumer_nodes import function
+from consumer_nodes import call_node, function
 from typed import one_tensor, param
 
 PY = Mode(linker="py", optimizer="None")
@@ -435,6 +435,11 @@ def test_alike():
     assert not region._alike([add, (f + g).owner])  # other output types
     fn = region.tuples[0][0].inputs[0]
     assert not region._alike([fn.owner, fn.owner.clone()])  # a body is never part of the region
+    # calls (one Op for every body): of one function variable over other arguments, alike; of two bodies, not
+    s = param(0, a.type)
+    body = function([s * 2.0, s * 3.0], [a.type])
+    assert region._alike([Call().make_node(body, a), Call().make_node(body, w)])
+    assert not region._alike([call_node([s * 2.0, s * 3.0], [a]), call_node([s * 4.0, s * 5.0], [w])])
     out_nodes = [c for c, _ in fgraph.clients[fgraph.outputs[0]]]
     assert not region._alike([*out_nodes, *(o.clone() for o in out_nodes)])
 
@@ -551,7 +556,7 @@ def test_the_walk_down_goes_on_past_an_output_whose_readers_differ():
     raw = group[1].outputs[0]
     ((reader, _),) = fgraph.clients[raw]
     assert str(reader.op) == "Subtensor{start:}"
-    fgraph.replace(reader.outputs[0], raw[1:10**6])
+    fgraph.replace(reader.outputs[0], one_tensor(raw)[1:10**6])
     region = _Region(fgraph, group)
     assert [(str(v[0].owner.op), v[0].owner.outputs.index(v[0])) for v in region._outputs()] == [
         ("Scan{scan_fn, in-graph}", 0), ("Subtensor{i}", 0),
@@ -560,3 +565,14 @@ def test_the_walk_down_goes_on_past_an_output_whose_readers_differ():
     assert outline_loops(fgraph, force=True) == 1
     for got, want in zip(run(fgraph, [X[0], X[1], 0.3, 0.9]), before, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_a_shared_invariant_computed_from_constants_is_built_into_the_body():
+    """``w = sum([0.2, 0.3, 0.4])``, read by every loop: computed from constants alone (and no view), the
+    body computes it, no call passes it."""
+    x, y, a = pt.dvector("x"), pt.dvector("y"), pt.dscalar("a")
+    w = pt.constant(np.array([0.2, 0.3, 0.4])).sum()
+    fgraph = lifted([x, y, a], [scan(x, a, w)[-1] + scan(y, a, w)[-1]])
+    got = outlined(fgraph, [X[0], X[1], 0.3], expect=1)
+    np.testing.assert_allclose(got[0], numpy_trace(X[0], 0.3, 0.9)[-1] + numpy_trace(X[1], 0.3, 0.9)[-1], rtol=1e-12)
+    assert sorted([v.name for v in c.inputs[1:]] for c in calls(fgraph)) == [["a", "x"], ["a", "y"]]
