@@ -526,6 +526,15 @@ def test_an_invariant_of_its_own_before_a_shared_one():
         np.testing.assert_allclose(got[0], numpy_loop(X[0], values[0]) + numpy_loop(X[1], values[1]), rtol=1e-12)
         ins = sorted((frozenset(c.inputs[1:]) for c in calls(fgraph)), key=lambda s: x in s)
         assert ins == [frozenset({y, a, w, own_c}), frozenset({x, a, w, own_b})]
+    # equal scales computed from constants, one node after the lift's merge; given the second loop its own
+    # (a pass may leave equal computations unmerged), the body builds the first's, w is still a param
+    fgraph = lifted([x, y, a, w], [loop(x, pt.constant(np.float64(0.25)) * 2.0) + loop(y, pt.constant(np.float64(0.25)) * 2.0)])
+    (group,) = loop_groups(fgraph)
+    assert group[0].inputs[4] is group[1].inputs[4]
+    fgraph.change_node_input(group[1], 4, pt.constant(np.float64(0.25)) * 2.0, import_missing=True)
+    got = outlined(fgraph, [X[0], X[1], 0.3, 0.9], expect=1)
+    np.testing.assert_allclose(got[0], numpy_loop(X[0], 0.5) + numpy_loop(X[1], 0.5), rtol=1e-12)
+    assert sorted([v.name for v in c.inputs[1:]] for c in calls(fgraph)) == [["w", "a", "x"], ["w", "a", "y"]]
 
 
 def test_loops_alone_are_refused():
