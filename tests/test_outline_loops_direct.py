@@ -585,3 +585,25 @@ def test_a_shared_invariant_computed_from_constants_is_built_into_the_body():
     got = outlined(fgraph, [X[0], X[1], 0.3], expect=1)
     np.testing.assert_allclose(got[0], numpy_trace(X[0], 0.3, 0.9)[-1] + numpy_trace(X[1], 0.3, 0.9)[-1], rtol=1e-12)
     assert sorted([v.name for v in c.inputs[1:]] for c in calls(fgraph)) == [["a", "x"], ["a", "y"]]
+
+
+def test_more_params_than_cached_small_ints():
+    """Each loop reads 300 invariants of its own: 302 params, a count beyond CPython's cached ints, and
+    the group is outlined (the test of duplicate params compares the counts by value)."""
+    x, y, a = pt.dvector("x"), pt.dvector("y"), pt.dscalar("a")
+    bs, cs = ([pt.dscalar(f"{name}{i}") for i in range(300)] for name in "bc")
+
+    def many(x_t: Any, acc: Any, *scales: Any) -> Any:
+        total = scales[0]
+        for scale in scales[1:]:
+            total = total + scale
+        return acc * 0.5 + x_t * total
+
+    def loop(v: Variable, own: list[Any]) -> Any:
+        return pytensor.scan(many, sequences=[v], outputs_info=[a], non_sequences=own, return_updates=False)[-1]
+
+    fgraph = lifted([x, y, a, *bs, *cs], [loop(x, bs) + loop(y, cs)])
+    (group,) = loop_groups(fgraph)
+    assert len(_Region(fgraph, group)._params() or []) == 302
+    assert outline_loops(fgraph, force=True) == 1
+    assert sorted(len(c.inputs) for c in calls(fgraph)) == [303, 303] and not loops(fgraph)
