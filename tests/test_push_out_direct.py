@@ -1025,3 +1025,21 @@ def test_dot_sums_after_a_loop_without_accumulators_and_past_one_they_leave():
     sig = [sig for sig in consumers(fg) if sig.having(Meaning.CARRY)][0]
     assert len(sig.having(Meaning.CARRY)) == 1  # u stays: its running value is read by another output
     np.testing.assert_allclose(after[2], KV + (XV * XV).sum(), rtol=1e-12)
+
+
+def test_row_wise_work_reading_an_invariant_blockwise_stays_and_the_pass_goes_on():
+    """``exp(x) * det(m)``: the determinant of the non-sequence is a Blockwise, so the work does not vectorize and stays in the loop;
+    the loop after it (reading its result) is still pushed out."""
+    x, s, m = pt.dscalar("x"), pt.dscalar("s"), pt.dmatrix("m")
+    op = native([x, s, m], [s * 0.5 + pt.exp(x) * pt.linalg.det(m)], n_seqs=1, n_sit_sot=1, n_non_seqs=1)
+    mat = pt.dmatrix("mat")
+    trace = one(op, N, XS, expand_empty(pt.shape_padleft(X0), N), mat)
+    last = nit_loop(lambda x, k: pt.exp(x) * k, sequence=XS * trace[-1])
+    mv = np.array([[2.0, 0.5], [0.25, 1.0]])
+    fg, count, after = run(push_out_sequence_work, [XS, X0, K, mat], [last], [XV, X0V, KV, mv])
+    assert count == 1 and len(scans(fg)) == 1
+    assert [s.args[0] for s in only_sig(fg).having(Meaning.SEQUENCE)] == fg.inputs[:1]  # x itself: exp(x) * det(m) stays
+    state = X0V
+    for xv in XV:
+        state = state * 0.5 + np.exp(xv) * np.linalg.det(mv)
+    np.testing.assert_allclose(after[0], np.exp(XV * state) * KV, rtol=1e-12)
