@@ -13,8 +13,9 @@ after each pass, and compared with a NumPy loop.
 from __future__ import annotations
 
 import signal
+from types import SimpleNamespace
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytensor
@@ -28,6 +29,7 @@ from pytensor.tensor.basic import ScalarFromTensor, TensorFromScalar
 from pytensor.tensor.shape import Shape_i
 
 import innergraph
+import innergraph.rewriting.outline_loops as outline_module
 from innergraph.core.graph import body_of, scope_toposort
 from innergraph.ops.call import Call
 from innergraph.ops.loop import ForiLoop
@@ -38,6 +40,7 @@ from innergraph.rewriting.outline_loops import (
     _equal_constants,
     _is_loop,
     _is_view,
+    _might_merge,
     _Region,
     _value,
     inline_outlined_loops,
@@ -607,3 +610,33 @@ def test_more_params_than_cached_small_ints():
     assert len(_Region(fgraph, group)._params() or []) == 302
     assert outline_loops(fgraph, force=True) == 1
     assert sorted(len(c.inputs) for c in calls(fgraph)) == [303, 303] and not loops(fgraph)
+
+
+class _Headers:
+    """`signature` stood in for: node i's header is the constant ``headers[i]`` (None: no signature)."""
+
+    def __init__(self, headers: Any):
+        self.headers = headers
+        self.saved = outline_module.signature
+
+    def __call__(self, node: Any) -> Any:
+        value = self.headers[node]
+        return None if value is None else SimpleNamespace(header=(pt.constant(value),))
+
+    def __enter__(self) -> None:
+        setattr(outline_module, "signature", self)
+
+    def __exit__(self, *exc: Any) -> None:
+        setattr(outline_module, "signature", self.saved)
+
+
+def test_might_merge():
+    """Loops may run the same steps when two headers are equal; a loop without a signature (a form whose
+    signature is fixed) is left to the other rewrites. 300 loops: counts beyond CPython's cached ints."""
+    fgraph, *_ = three_loops()
+    (group,) = loop_groups(fgraph)
+    with _Headers(dict.fromkeys(group)):
+        assert loop_groups(fgraph) == []
+    for headers, merge in [([4, 5], False), ([4, 4], True), ([4, None], True), (list(range(300)), False), ([*range(299), 7], True)]:
+        with _Headers(headers):
+            assert _might_merge(cast(Any, range(len(headers)))) is merge, headers
