@@ -637,6 +637,7 @@ def test_might_merge():
     (group,) = loop_groups(fgraph)
     with _Headers(dict.fromkeys(group)):
         assert loop_groups(fgraph) == []
-    for headers, merge in [([4, 5], False), ([4, 4], True), ([4, None], True), (list(range(300)), False), ([*range(299), 7], True)]:
+    cases: list[tuple[list[Any], bool]] = [([4, 5], False), ([4, 4], True), ([4, None], True), (list(range(300)), False), ([*range(299), 7], True)]
+    for headers, merge in cases:
         with _Headers(headers):
             assert _might_merge(cast(Any, range(len(headers)))) is merge, headers
