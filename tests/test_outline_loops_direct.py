@@ -641,3 +641,19 @@ def test_might_merge():
     for headers, merge in cases:
         with _Headers(headers):
             assert _might_merge(cast(Any, range(len(headers)))) is merge, headers
+
+
+def test_a_group_over_another_groups_traces_is_outlined_after_it():
+    """Loops (``other_step``) over the traces of a group of loops (``step``): the groups are outlined in
+    the graph's order, the first alone, then the second around the first's calls (2 groups). Taken the
+    other way round, the second group's walk up would take the first's loops into its own body (1)."""
+    x, y, a, w = pt.dvector("x"), pt.dvector("y"), pt.dscalar("a"), pt.dscalar("w")
+    fx, fy = scan(x, a, w), scan(y, a, w)
+    fgraph = lifted([x, y, a, w], [scan(fx, a, w, fn=other_step)[-1] + scan(fy, a, w, fn=other_step)[-1]])
+    assert [len(g) for g in loop_groups(fgraph)] == [2, 2]
+    got = outlined(fgraph, [X[0], X[1], 0.3, 0.9], expect=2)
+    want = sum(_other_trace(numpy_trace(v, 0.3, 0.9), 0.3, 0.9)[-1] for v in X[:2])
+    np.testing.assert_allclose(got[0], want, rtol=1e-12)
+    (fn,) = {c.inputs[0] for c in calls(fgraph)}
+    inner = [n for n in scope_toposort(body_of(fn).outputs) if isinstance(n.op, Call)]
+    assert len(calls(fgraph)) == 2 and len(inner) == 1 and not loops(fgraph)
