@@ -445,6 +445,11 @@ def test_alike():
     assert not region._alike([call_node([s * 2.0, s * 3.0], [a]), call_node([s * 4.0, s * 5.0], [w])])
     out_nodes = [c for c, _ in fgraph.clients[fgraph.outputs[0]]]
     assert not region._alike([*out_nodes, *(o.clone() for o in out_nodes)])
+    # a group of 300 loops: 300 distinct nodes are alike (counts beyond CPython's cached ints), 299 and a repeat not
+    many = _Region.__new__(_Region)
+    many.k = 300
+    adds = [(p + pt.dvector(f"q{i}")).owner for i in range(300)]
+    assert many._alike(adds) and not many._alike([*adds[:299], adds[0]])
 
 
 def test_inline_outlined_loops():
