@@ -450,6 +450,8 @@ def test_alike():
     many.k = 300
     adds = [(p + pt.dvector(f"q{i}")).owner for i in range(300)]
     assert many._alike(adds) and not many._alike([*adds[:299], adds[0]])
+    wide = [pt.add(*(pt.dscalar(f"{name}{i}") for i in range(300))).owner for name in "rt"]  # 300 inputs each
+    assert region._alike(wide)
 
 
 def test_inline_outlined_loops():
