@@ -278,6 +278,13 @@ def test_a_loop_over_another_loops_result_is_refused_and_the_next_group_outlined
     assert [len(g) for g in loop_groups(cyclic)] == [2]
     assert _Region(cyclic, loop_groups(cyclic)[0])._params() is not None  # refused by the cycle check alone
     outlined(cyclic, [X[0], 0.3, 0.9], expect=0)
+    # each loop's sequence scaled by an input of its own, the last param: the walk over the params goes on past it
+    b, c = pt.dscalar("b"), pt.dscalar("c")
+    inner = scan(x * b, a, w)
+    chained = lifted([x, a, w, b, c], [scan(inner * c, a, w)[-1]])
+    (group,) = loop_groups(chained)
+    assert [leaf[-1].name for leaf in _Region(chained, group)._params() or []][-1:] == ["c"]
+    outlined(chained, [X[0], 0.3, 0.9, 1.5, -2.0], expect=0)
     # the refused group first, then one that can be outlined: 1, and the pass ends
     first = scan(x, a, w)
     both = lifted([x, y, z, a, w], [scan(y, a, w, fn=other_step)[-1] + scan(z, a, w, fn=other_step)[-1] + scan(first, a, w)[-1]])
@@ -559,6 +566,13 @@ def test_loops_alone_are_refused():
     assert len(_Region(fgraph, group).tuples) == 1
     got = outlined(fgraph, [3, 2, 0.5], expect=0)
     np.testing.assert_allclose(got[0], 11.0 + 5.0)
+    # each result read by its own exp: the loops and one node, enough to outline
+    first, second = (one_tensor(ForiLoop(0, 1).make_node(fn, steps, a).outputs[0]) for steps in (n, m))
+    fgraph = FunctionGraph([n, m, a], [pt.exp(first) + pt.exp(second)], clone=False)
+    (group,) = loop_groups(fgraph)
+    assert len(_Region(fgraph, group).tuples) == 2
+    got = outlined(fgraph, [3, 2, 0.5], expect=1)
+    np.testing.assert_allclose(got[0], np.exp(11.0) + np.exp(5.0))
 
 
 def test_the_walk_down_goes_on_past_an_output_whose_readers_differ():
@@ -664,3 +678,17 @@ def test_a_group_over_another_groups_traces_is_outlined_after_it():
     (fn,) = {c.inputs[0] for c in calls(fgraph)}
     inner = [n for n in scope_toposort(body_of(fn).outputs) if isinstance(n.op, Call)]
     assert len(calls(fgraph)) == 2 and len(inner) == 1 and not loops(fgraph)
+
+
+def test_read_outside():
+    """A client is outside a copy's region unless a node of that copy's region: by copy number, for
+    groups of more than 256 loops too (numbers beyond CPython's cached ints)."""
+    region = _Region.__new__(_Region)
+    p = pt.dvector("p")
+    inside, outside = (p + 1.0).owner, (p * 2.0).owner
+    region.where = {inside: (3, int("300"))}
+    assert not region._read_outside(inside, int("300"))
+    assert region._read_outside(inside, 299) and region._read_outside(outside, 300)
+    fgraph = FunctionGraph([p], [p + 1.0], clone=False)
+    ((output_node, _),) = fgraph.clients[fgraph.outputs[0]]
+    assert region._read_outside(output_node, 0)
