@@ -459,6 +459,9 @@ def test_alike():
     assert many._alike(adds) and not many._alike([*adds[:299], adds[0]])
     wide = [pt.add(*(pt.dscalar(f"{name}{i}") for i in range(300))).owner for name in "rt"]  # 300 inputs each
     assert region._alike(wide)
+    sizes = pt.lvector("sizes")
+    splits = [pt.split(v, sizes, n_splits=300)[0].owner for v in (p, q)]  # 300 outputs each
+    assert len(splits[0].outputs) == 300 and region._alike(splits)
 
 
 def test_inline_outlined_loops():
