@@ -279,6 +279,9 @@ def test_fold_constant_work():
     assert folded[2] is not live and isinstance(folded[2].owner.inputs[1], Constant)  # live work reads the folded constant
     assert equal_computations([folded[2]], [XS + pt.constant(np.asarray([7.0, 9.0]))])
     assert folded[3] is boom  # its evaluation raised: left for constant folding
+    table = pt.constant(np.array([[2.0, 0.0], [0.0, 3.0]]))
+    det: Any = pt.linalg.det(table)
+    assert fold_constant_work([det], stop=())[0] is det  # only elementwise work and broadcasts fold: a determinant stays
     late = three * 5.0  # after work that does not fold, and after work whose evaluation raised
     for first in (XS * K, boom):
         after_it = fold_constant_work([first, late], stop=set())
