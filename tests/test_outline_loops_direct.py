@@ -695,3 +695,29 @@ def test_read_outside():
     fgraph = FunctionGraph([p], [p + 1.0], clone=False)
     ((output_node, _),) = fgraph.clients[fgraph.outputs[0]]
     assert region._read_outside(output_node, 0)
+
+
+def three_states(x_t: Any, s: Any, t: Any, u: Any, w: Any) -> Any:
+    return s * w + x_t, t * w - x_t, u + s * x_t
+
+
+def test_readers_of_other_tuples_are_not_alike():
+    """Three-state loops; each copy multiplies its first state's final by another state's final, the
+    first copy by one, the second by the other: the products are not one computation, and stay outside."""
+    x, y, a, w = pt.dvector("x"), pt.dvector("y"), pt.dscalar("a"), pt.dscalar("w")
+
+    def loop(v: Variable) -> Any:
+        return pytensor.scan(three_states, sequences=[v], outputs_info=[a, a, a], non_sequences=[w], return_updates=False)
+
+    for swap in (False, True):
+        (sx, tx, ux), (sy, ty, uy) = loop(x), loop(y)
+        first, second = (ux, ty) if not swap else (tx, uy)
+        fgraph = lifted([x, y, a, w], [sx[-1] * first[-1] + sy[-1] * second[-1], tx[-1] + ux[-1] + ty[-1] + uy[-1]])
+        region = _Region(*_pair_nodes(fgraph))
+        assert "Mul" not in [str(t[0].op) for t in region.tuples]
+        outlined(fgraph, [X[0], X[1], 0.3, 0.9], expect=1)
+
+
+def _pair_nodes(fgraph: FunctionGraph) -> tuple[FunctionGraph, list[Apply]]:
+    (group,) = loop_groups(fgraph)
+    return fgraph, group
