@@ -11,6 +11,8 @@ compile directory, and compiles nothing.
 
 import hashlib
 import os
+import subprocess
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -446,3 +448,91 @@ def test_a_write_that_is_refused_trims_nothing(where: Path, untrimmed: None) -> 
     assert write(KEY, b"x" * (MAX_BYTES + 1)) is False
     assert old.exists() and store._trimmed is False
     assert not (where / store.STAMP).exists()
+
+
+# -- boundaries, clocks that were wrong, and a fresh process -------------------------------
+
+NOW = 1_000_000_000  # seconds: exact as a file time, so boundaries hold to the second
+
+
+@pytest.fixture
+def frozen(monkeypatch: pytest.MonkeyPatch) -> int:
+    """The clock stopped at `NOW` for the store (``time.time`` is the module the store reads)."""
+    monkeypatch.setattr(store.time, "time", lambda: float(NOW))
+    return NOW
+
+
+def test_a_hit_at_exactly_an_hour_leaves_the_time_and_one_second_more_sets_it(where: Path, trimmed: None, frozen: int) -> None:
+    path = _aged(_written(where, b"payload"), HOUR, frozen)
+    assert read(KEY) == b"payload"
+    assert path.stat().st_mtime == frozen - HOUR
+    _aged(path, HOUR + 1, frozen)
+    assert read(KEY) == b"payload"
+    assert path.stat().st_mtime > frozen  # set to the real clock's now (utime does not read the frozen one)
+
+
+def test_a_hit_on_an_entry_dated_in_the_future_leaves_its_time(where: Path, trimmed: None, frozen: int) -> None:
+    path = _aged(_written(where, b"payload"), -2 * HOUR, frozen)  # another machine's clock, two hours ahead
+    assert read(KEY) == b"payload"
+    assert path.stat().st_mtime == frozen + 2 * HOUR
+
+
+def test_a_temporary_file_exactly_an_hour_old_is_kept(where: Path, trimmed: None) -> None:
+    where.mkdir(parents=True)
+    tmp = where / f".{KEY[:16]}.abc123.tmp"
+    tmp.touch()
+    _aged(tmp, HOUR, NOW)
+    assert store.trim(now=NOW) == 0 and tmp.exists()
+
+
+def test_files_dated_in_the_future_are_kept(where: Path, trimmed: None) -> None:
+    where.mkdir(parents=True)
+    tmp = where / f".{KEY[:16]}.abc123.tmp"
+    tmp.touch()
+    _aged(tmp, -2 * HOUR, NOW)
+    (future,) = _entries(where, -AGE - HOUR, now=NOW)
+    assert store.trim(now=NOW) == 0
+    assert tmp.exists() and future.exists()
+
+
+def test_a_store_between_three_quarters_and_its_limit_is_left_alone(where: Path, trimmed: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store, "MAX_TOTAL", 1000)
+    made = _entries(where, *[float(10 - k) for k in range(9)], now=NOW)  # 900 bytes: over 750, under 1,000
+    assert store.trim(now=NOW) == 0
+    assert all(p.exists() for p in made)
+
+
+def test_a_stamp_exactly_an_hour_old_or_a_little_in_the_future_trims_nothing(where: Path, untrimmed: None, frozen: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    where.mkdir(parents=True)
+    stamp = where / store.STAMP
+    stamp.touch()
+    old = _aged(_old_entry(where, "e"), AGE + 60, frozen)
+    for age in (HOUR, -HOUR, -600.0):
+        monkeypatch.setattr(store, "_trimmed", False)
+        _aged(stamp, age, frozen)
+        assert write(KEY, b"payload") is True
+        assert old.exists()
+
+
+def test_a_stamp_far_in_the_future_does_not_stop_trimming(where: Path, untrimmed: None, frozen: int) -> None:
+    where.mkdir(parents=True)
+    stamp = where / store.STAMP
+    stamp.touch()
+    _aged(stamp, -HOUR - 1, frozen)  # a clock that was an hour and a second ahead
+    old = _old_entry(where, "e")
+    _aged(old, AGE + 60, frozen)
+    assert write(KEY, b"payload") is True
+    assert not old.exists()
+    assert stamp.stat().st_mtime != frozen + HOUR + 1  # set again
+
+
+def test_a_fresh_process_trims_on_its_first_write(where: Path, tmp_path: Path) -> None:
+    """Not a fixture's doing: a new interpreter's first write trims a store that was never stamped."""
+    where.mkdir(parents=True)
+    old = _old_entry(where, "e")
+    script = (
+        "from innergraph.patching import rewritten_store as s\n"
+        f"assert s.write({KEY!r}, b'payload')\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, env={**os.environ, ENV: str(where)}, cwd=tmp_path)
+    assert not old.exists() and (where / store.STAMP).exists() and entry(where).exists()

@@ -19,7 +19,8 @@ corrupted entry
 last use
     An entry's modification time: set when it is written, and set again by a hit
     when it is more than `TOUCH_AFTER` seconds old (a write per read would cost
-    more than it tells).
+    more than it tells). A time in the future (another machine's clock, on a shared
+    folder) is left as it is: the entry counts as just used.
 trim
     Remove the entries not used for PyTensor's own age limit of a compiled module
     (``config.cmodule__age_thresh_use``, 24 days by default), and while the
@@ -32,8 +33,8 @@ trim
     and rewrites.
 stamp
     ``.trimmed`` in the folder, set by each trim that `write` starts: the first
-    write of a process trims when the stamp is older than `TRIM_EVERY` (or
-    absent), so processes started many times an hour list the folder once an
+    write of a process trims when the stamp is older than `TRIM_EVERY`, absent, or
+    more than that in the future (a clock that was wrong), so processes started many times an hour list the folder once an
     hour, not once each (a listing costs about 20 us an entry).
 """
 
@@ -178,8 +179,8 @@ def _trim_when_due(where: Path) -> None:
     """Trim the store when its stamp is older than `TRIM_EVERY` or absent, setting the stamp first."""
     stamp = where / STAMP
     try:
-        if time.time() - stamp.stat().st_mtime <= TRIM_EVERY:
-            return
+        if abs(time.time() - stamp.stat().st_mtime) <= TRIM_EVERY:
+            return  # trimmed within the hour (a stamp far in the future, another clock's, does not count)
     except FileNotFoundError:
         pass
     except OSError:  # a folder this process cannot read
@@ -211,7 +212,7 @@ def trim(now: float | None = None) -> int:
         if not temporary and not _ENTRY.fullmatch(item.name):
             continue
         try:
-            stat = item.stat(follow_symlinks=False)
+            stat = item.stat()
         except OSError:  # removed meanwhile
             continue
         if temporary:
@@ -223,9 +224,9 @@ def trim(now: float | None = None) -> int:
             entries.append((stat.st_mtime, stat.st_size, item.path))
     total = sum(size for _, size, _ in entries)
     if total > MAX_TOTAL:
-        for _, size, path in sorted(entries):
-            if total <= MAX_TOTAL * 3 // 4:
-                break
+        newest_first = sorted(entries, reverse=True)
+        while total > MAX_TOTAL * 3 // 4:
+            _, size, path = newest_first.pop()
             removed += _remove(path)
             total -= size
     return removed
