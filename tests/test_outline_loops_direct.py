@@ -579,28 +579,32 @@ def test_loops_alone_are_refused():
 
 
 def test_the_walk_down_goes_on_past_an_output_whose_readers_differ():
-    """Two-state loops, the second copy's first state trimmed by another Op (``[1:10**6]`` for ``[1:]``,
+    """Two-state loops, the second copy's first state trimmed by another Op (``[1:10**6]`` for ``[1:]``), or read twice,
     the same rows): the walk down stops at that output but still takes the second state's reads."""
     x, y, a, w = pt.dvector("x"), pt.dvector("y"), pt.dscalar("a"), pt.dscalar("w")
 
     def loop(v: Variable) -> Any:
         return pytensor.scan(two_states, sequences=[v], outputs_info=[a, a], non_sequences=[w], return_updates=False)
 
-    (sx, tx), (sy, ty) = loop(x), loop(y)
-    fgraph = lifted([x, y, a, w], [sx[-1] + sy[-1], tx[-1] * ty[-1]])
-    (group,) = loop_groups(fgraph)
-    raw = group[1].outputs[0]
-    ((reader, _),) = fgraph.clients[raw]
-    assert str(reader.op) == "Subtensor{start:}"
-    fgraph.replace(reader.outputs[0], one_tensor(raw)[1:10**6])
-    region = _Region(fgraph, group)
-    assert [(str(v[0].owner.op), v[0].owner.outputs.index(v[0])) for v in region._outputs()] == [
-        ("Scan{scan_fn, in-graph}", 0), ("Subtensor{i}", 0),
-    ]
-    before = run(fgraph, [X[0], X[1], 0.3, 0.9])
-    assert outline_loops(fgraph, force=True) == 1
-    for got, want in zip(run(fgraph, [X[0], X[1], 0.3, 0.9]), before, strict=True):
-        np.testing.assert_allclose(got, want, rtol=1e-12)
+    for read_twice in (False, True):
+        (sx, tx), (sy, ty) = loop(x), loop(y)
+        fgraph = lifted([x, y, a, w], [sx[-1] + sy[-1], tx[-1] * ty[-1]])
+        (group,) = loop_groups(fgraph)
+        raw = group[1].outputs[0]
+        ((reader, _),) = fgraph.clients[raw]
+        assert str(reader.op) == "Subtensor{start:}"
+        if read_twice:  # the second copy's first state also read as a whole buffer: two readers
+            fgraph.add_output(raw)
+        else:
+            fgraph.replace(reader.outputs[0], one_tensor(raw)[1:10**6])
+        region = _Region(fgraph, group)
+        assert [(str(v[0].owner.op), v[0].owner.outputs.index(v[0])) for v in region._outputs()] == [
+            ("Scan{scan_fn, in-graph}", 0), ("Subtensor{i}", 0),
+        ]
+        before = run(fgraph, [X[0], X[1], 0.3, 0.9])
+        assert outline_loops(fgraph, force=True) == 1
+        for got, want in zip(run(fgraph, [X[0], X[1], 0.3, 0.9]), before, strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
 def test_a_shared_invariant_computed_from_constants_is_built_into_the_body():
