@@ -579,8 +579,8 @@ def test_loops_alone_are_refused():
 
 
 def test_the_walk_down_goes_on_past_an_output_whose_readers_differ():
-    """Two-state loops, the second copy's first state trimmed by another Op (``[1:10**6]`` for ``[1:]``), or read twice,
-    the same rows): the walk down stops at that output but still takes the second state's reads."""
+    """Two-state loops, the second copy's first state trimmed by another Op (``[1:10**6]`` for ``[1:]``, the
+    same rows) or read twice: the walk down stops at that output but still takes the second state's reads."""
     x, y, a, w = pt.dvector("x"), pt.dvector("y"), pt.dscalar("a"), pt.dscalar("w")
 
     def loop(v: Variable) -> Any:
