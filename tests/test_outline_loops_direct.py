@@ -695,7 +695,7 @@ def test_read_outside():
     inside, outside = (p + 1.0).owner, (p * 2.0).owner
     region.where = {inside: (3, int("300"))}
     assert not region._read_outside(inside, int("300"))
-    assert region._read_outside(inside, 299) and region._read_outside(outside, 300)
+    assert region._read_outside(inside, 299) and region._read_outside(inside, 301) and region._read_outside(outside, 300)
     fgraph = FunctionGraph([p], [p + 1.0], clone=False)
     ((output_node, _),) = fgraph.clients[fgraph.outputs[0]]
     assert region._read_outside(output_node, 0)
