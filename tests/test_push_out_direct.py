@@ -254,6 +254,7 @@ def test_first_rows_already():
     assert not push_out._first_rows_already(XS[n], n)
     assert not push_out._first_rows_already(pt.dmatrix("m")[:n, :n], n)
     assert not push_out._first_rows_already(XS, n)
+    assert not push_out._first_rows_already(Subtensor(()).make_node(XS).outputs[0], n)  # a Subtensor of no index
     assert not push_out._first_rows_already(pt.exp(XS), n)
     assert not push_out._first_rows_already(XS[: n + 1], n)
 
