@@ -8,6 +8,8 @@ Values are compared with vanilla PyTensor (innergraph uninstalled), structure wi
 the compiled graph's nodes.
 """
 
+from typing import Any
+
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -240,10 +242,11 @@ def test_loops_over_sequences_of_different_opfromgraphs_keep_their_own():
         x, y, a, w, v = pt.dvector("x"), pt.dvector("y"), pt.dscalar("a"), pt.dscalar("w"), pt.dvector("v")
         twice = OpFromGraph([v], [pt.exp(v) * 2.0, v + 1.0])
         thrice = OpFromGraph([v], [pt.exp(v) * 3.0, v + 2.0])
-        loops = [
-            pytensor.scan(step, sequences=[f(s)[0]], outputs_info=[a], non_sequences=[w], return_updates=False)[-1]
-            for f, s in ((twice, x), (thrice, y))
-        ]
+        loops = []
+        for f, s in ((twice, x), (thrice, y)):
+            outputs: Any = f(s)
+            sequence = outputs[0]  # the second output is dead
+            loops.append(pytensor.scan(step, sequences=[sequence], outputs_info=[a], non_sequences=[w], return_updates=False)[-1])
         return [x, y, a, w], [loops[0] + loops[1]]
 
     values = [np.linspace(0.0, 1.0, 5), np.linspace(1.0, 2.0, 5), 0.3, 0.9]
