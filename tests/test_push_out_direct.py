@@ -402,30 +402,34 @@ def mit_mot_rows(nit: Callable[[float, float, float, float], float], xv: np.ndar
     return rows, buffer
 
 
+#: The second buffer of the tests with two loops of one body.
+B2 = np.linspace(-1.0, 1.0, 8)
+
+
+def merged_then_pushed(g: FunctionGraph) -> int:
+    """Merge first (two loops of one body share one Op and one body), then the per-step push-out."""
+    MergeOptimizer().rewrite(g)
+    return push_out_per_step_outputs(g)
+
+
 def test_two_loops_of_one_body_each_get_their_own_taps():
     """The second loop of a body reuses the first one's vectorized graph, over its own buffer, rows, count and non-sequence
     (or only those that differ); a nit-sot reading the buffer at two taps is vectorized for each loop (no template)."""
     one_tap = lambda x, m1, m0, k: m0 * k + x  # noqa: E731
     two_taps = lambda x, m1, m0, k: m1 * 2.0 + m0 * k + x  # noqa: E731
     buf2, k2 = pt.dvector("buf2"), pt.dscalar("k2")
-    b2 = np.linspace(-1.0, 1.0, 8)
     for nit, other_rows in [(one_tap, True), (one_tap, False), (two_taps, True)]:
         x, m1, m0, k = pt.dscalar("x"), pt.dscalar("m_1"), pt.dscalar("m0"), pt.dscalar("k")
         op = native([x, m1, m0, k], [m1 * 0.5 + m0 + x, nit(x, m1, m0, k)], n_seqs=1, mit_mot=[((-1, 0), (1,))], n_nit_sot=1, n_non_seqs=1)
         first = outs(op, N, XS, BUF, N, K)
         second = outs(op, YS.shape[0], YS, buf2, YS.shape[0], k2) if other_rows else outs(op, N, XS, buf2, N, K)
-
-        def merged_then_pushed(g: FunctionGraph) -> int:
-            MergeOptimizer().rewrite(g)
-            return push_out_per_step_outputs(g)
-
-        inputs, values = [XS, BUF, K, YS, buf2, k2], [XV, BV, KV, YV, b2, -0.5]
+        inputs, values = [XS, BUF, K, YS, buf2, k2], [XV, BV, KV, YV, B2, -0.5]
         fg, count, after = run(merged_then_pushed, inputs, [first[1], second[1], first[0], second[0]], values)
         assert count == 2 and nit_sots(fg) == 0
         rows, buffer = mit_mot_rows(nit, XV, BV, KV)
         np.testing.assert_allclose(after[0], rows, rtol=1e-12)
         np.testing.assert_allclose(after[2], buffer, rtol=1e-12)
-        rows, buffer = mit_mot_rows(nit, YV, b2, -0.5) if other_rows else mit_mot_rows(nit, XV, b2, KV)
+        rows, buffer = mit_mot_rows(nit, YV, B2, -0.5) if other_rows else mit_mot_rows(nit, XV, B2, KV)
         np.testing.assert_allclose(after[1], rows, rtol=1e-12)
         np.testing.assert_allclose(after[3], buffer, rtol=1e-12)
 
@@ -926,16 +930,11 @@ def test_a_loop_passing_one_variable_twice_keeps_no_template():
     later: Any = rows1.sum()  # the second loop reads the first's rows: it comes second
     buffer2, rows2 = outs(op, N, XS, buf2, N, K, later)
 
-    def merged_then_pushed(g: FunctionGraph) -> int:
-        MergeOptimizer().rewrite(g)
-        return push_out_per_step_outputs(g)
-
-    b2 = np.linspace(-1.0, 1.0, 8)
-    fg, count, after = run(merged_then_pushed, [XS, BUF, K, buf2], [rows1, rows2, buffer1, buffer2], [XV, BV, KV, b2])
+    fg, count, after = run(merged_then_pushed, [XS, BUF, K, buf2], [rows1, rows2, buffer1, buffer2], [XV, BV, KV, B2])
     assert count == 2 and nit_sots(fg) == 0
     first, _ = mit_mot_rows(lambda x, m1, m0, k: m0 * k + k + x, XV, BV, KV)
     np.testing.assert_allclose(after[0], first, rtol=1e-12)
-    second, _ = mit_mot_rows(lambda x, m1, m0, k: m0 * k + sum(first) + x, XV, b2, KV)
+    second, _ = mit_mot_rows(lambda x, m1, m0, k: m0 * k + sum(first) + x, XV, B2, KV)
     np.testing.assert_allclose(after[1], second, rtol=1e-12)
 
 
@@ -989,15 +988,10 @@ def test_a_step_count_passed_as_an_argument_keeps_no_template():
     buf2 = pt.dvector("buf2")
     buffer2, rows2 = outs(op, YS.shape[0], YS, buf2, YS.shape[0], two)
 
-    def merged_then_pushed(g: FunctionGraph) -> int:
-        MergeOptimizer().rewrite(g)
-        return push_out_per_step_outputs(g)
-
-    b2 = np.linspace(-1.0, 1.0, 8)
-    fg, count, after = run(merged_then_pushed, [XS, BUF, YS, buf2], [rows1, rows2, buffer1, buffer2], [XV, BV, YV, b2])
+    fg, count, after = run(merged_then_pushed, [XS, BUF, YS, buf2], [rows1, rows2, buffer1, buffer2], [XV, BV, YV, B2])
     assert count == 2 and nit_sots(fg) == 0
     np.testing.assert_allclose(after[0], mit_mot_rows(lambda x, m1, m0, k: m0 * k + x, XV, BV, 4)[0], rtol=1e-12)
-    np.testing.assert_allclose(after[1], mit_mot_rows(lambda x, m1, m0, k: m0 * k + x, YV, b2, 2)[0], rtol=1e-12)
+    np.testing.assert_allclose(after[1], mit_mot_rows(lambda x, m1, m0, k: m0 * k + x, YV, B2, 2)[0], rtol=1e-12)
 
 
 def test_the_sequence_push_out_reads_no_tap_of_a_buffer():
