@@ -34,8 +34,9 @@ trim
 stamp
     ``.trimmed`` in the folder, set by each trim that `write` starts: the first
     write of a process trims when the stamp is older than `TRIM_EVERY`, absent, or
-    more than that in the future (a clock that was wrong), so processes started many times an hour list the folder once an
-    hour, not once each (a listing costs about 20 us an entry).
+    more than that in the future (a clock that was wrong), so processes started
+    many times an hour list the folder once an hour, not once each (a trim of
+    5,000 entries took 25-64 ms).
 """
 
 from __future__ import annotations
@@ -50,7 +51,10 @@ from pathlib import Path
 
 from pytensor import config
 
-__all__ = ["ENV", "MAGIC", "MAX_BYTES", "MAX_TOTAL", "TOUCH_AFTER", "TRIM_EVERY", "discard", "folder", "read", "trim", "write"]
+__all__ = [
+    "ENV", "MAGIC", "MAX_BYTES", "MAX_TOTAL", "STALE_TEMPORARY", "STAMP", "TOUCH_AFTER", "TRIM_EVERY", "discard", "folder", "read",
+    "trim", "write",
+]
 
 #: The environment variable that moves the store (a folder) or turns it off (``off``).
 ENV = "INNERGRAPH_REWRITTEN_CACHE"
@@ -176,7 +180,7 @@ def write(key: str, payload: bytes) -> bool:
 
 
 def _trim_when_due(where: Path) -> None:
-    """Trim the store when its stamp is older than `TRIM_EVERY` or absent, setting the stamp first."""
+    """Trim the store when its stamp is older than `TRIM_EVERY`, absent or as far in the future, setting the stamp first."""
     stamp = where / STAMP
     try:
         if abs(time.time() - stamp.stat().st_mtime) <= TRIM_EVERY:
