@@ -1,13 +1,17 @@
 """Consumer nodes built directly from explicit bodies, for the direct tests of the protocol and the rewrites.
 
 `function` makes a body's function variable, `call_node` and `ifelse_node` the consumers of
-one or two bodies; `K` is the conditional's condition.
+one or two bodies; `K` is the conditional's condition; `evaluate` runs a graph as it stands (`PY`).
 """
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
+
+import numpy as np
+import pytensor
 
 import pytensor.tensor as pt
+from pytensor.compile.mode import Mode
 from pytensor.graph.basic import Apply, Variable
 
 from innergraph.core.fold import fold_function
@@ -18,6 +22,15 @@ from innergraph.ops.ifelse import IfElse
 
 #: The condition of `ifelse_node`'s conditionals.
 K: Any = pt.lscalar("k")
+
+#: The py linker without rewrites: a graph's values as it stands.
+PY = Mode(linker="py", optimizer="None")
+
+
+def evaluate(inputs: Sequence[Variable], outputs: Sequence[Variable], values: Sequence[Any]) -> list[np.ndarray]:
+    """``outputs`` on ``values``, by the py linker without rewrites."""
+    fn = pytensor.function(list(inputs), list(outputs), mode=PY, on_unused_input="ignore")
+    return [np.asarray(v) for v in cast(list[Any], fn(*values))]
 
 
 def function(outputs: Sequence[Any], types: Sequence[Any], fold: bool = True) -> Variable:

@@ -19,10 +19,8 @@ from dataclasses import replace
 from typing import Any, cast
 
 import numpy as np
-import pytensor
 import pytensor.tensor as pt
 import pytest
-from pytensor.compile.mode import Mode
 from pytensor.graph.basic import Apply, Constant, Variable, equal_computations
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import in2out
@@ -51,10 +49,9 @@ from innergraph.rewriting.args import (
     pass_large_constants,
     pass_nested_large_constants,
 )
-from consumer_nodes import K, call_node, function, ifelse_node
+from consumer_nodes import K, call_node, evaluate, function, ifelse_node
 from typed import one_tensor, param
 
-PY = Mode(linker="py", optimizer="None")
 D: Any = pt.dscalar().type
 V: Any = pt.dvector().type
 F32: Any = pt.fscalar().type
@@ -111,12 +108,6 @@ def outputs_of(fn: Variable) -> tuple[Variable, ...]:
 
 def graph(inputs: Sequence[Variable], outputs: Sequence[Variable]) -> FunctionGraph:
     return FunctionGraph(list(inputs), list(outputs), clone=False)
-
-
-def evaluate(inputs: Sequence[Variable], outputs: Sequence[Variable], values: Sequence[Any]) -> list[np.ndarray]:
-    """``outputs`` on ``values``, by the py linker without rewrites."""
-    fn = pytensor.function(list(inputs), list(outputs), mode=PY, on_unused_input="ignore")
-    return [np.asarray(v) for v in cast(list[Any], fn(*values))]
 
 
 def rewritten(rewrite: Callable[[FunctionGraph], int], inputs: Sequence[Variable], outputs: Sequence[Variable], values: Sequence[Any]) -> tuple[FunctionGraph, int]:

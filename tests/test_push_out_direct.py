@@ -20,7 +20,6 @@ from typing import Any, cast
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
-from pytensor.compile.mode import Mode
 from pytensor.graph.basic import Apply, Constant, Variable, equal_computations
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.replace import clone_replace
@@ -50,9 +49,9 @@ from innergraph.rewriting.push_out import (
     push_out_sequence_work,
 )
 from innergraph.testing.rewrites import rewritten
+from consumer_nodes import PY, evaluate
 from vanilla import vanilla_values
 
-PY = Mode(linker="py", optimizer="None")
 XS: Any = pt.dvector("xs")
 YS: Any = pt.dvector("ys")
 BUF: Any = pt.dvector("buf")
@@ -105,12 +104,6 @@ def one(op: NativeScan, *outer: Any) -> Any:
 def outs(op: NativeScan, *outer: Any) -> list[Any]:
     result = op(*outer)
     return list(result) if isinstance(result, list | tuple) else [result]
-
-
-def evaluate(inputs: Sequence[Variable], outputs: Sequence[Variable], values: Sequence[Any]) -> list[np.ndarray]:
-    """``outputs`` on ``values``, by the py linker without rewrites."""
-    fn = pytensor.function(list(inputs), list(outputs), mode=PY, on_unused_input="ignore")
-    return [np.asarray(v) for v in cast(list[Any], fn(*values))]
 
 
 def run(
