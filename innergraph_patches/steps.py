@@ -285,6 +285,7 @@ STEPS: tuple[Step, ...] = (
         _INERT,
         modules=(
             "rewriting/scan_inplace.py",
+            "rewriting/scan_merge.py",
             "rewriting/batch_loops.py",
             "rewriting/outline_loops.py",
             "rewriting/merge_loops.py",

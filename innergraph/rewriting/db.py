@@ -136,6 +136,12 @@ the native Scans that share an Op in place with one validation, and tries no
 candidate that starts from a protected input. ``register_all`` swaps it in and
 ``unregister_all`` puts PyTensor's object back.
 
+PyTensor's own ``scan_merge`` (in ``scan_eqopt2``, 1.6) is, while innergraph is installed,
+`innergraph.rewriting.scan_merge.ScopedScanMerge`, swapped in and out the same way: it
+merges only Scans that sit in the same scopes. Between the lowering and the fold the
+loops of call bodies are native Scans among the outer graph's nodes, and PyTensor's
+pass merged the loops of two bodies that share a step count.
+
 ``innergraph_fold`` is tagged
 ``minimum_compile`` because graphs with in-graph consumers cannot link without
 it; it does *not* carry the ``innergraph`` tag, which selects the optional lift
@@ -165,6 +171,7 @@ from innergraph.rewriting.link_arguments import link_float_constants
 from innergraph.rewriting.ofg_outputs import remove_dead_ofg_outputs
 from innergraph.rewriting.read_back import local_read_of_written_region
 from innergraph.rewriting.scan_inplace import replace_pytensor_pass, restore_pytensor_pass
+from innergraph.rewriting import scan_merge
 from innergraph.rewriting.scan_solve import split_scan_solves, split_scan_solves_jax
 from innergraph.rewriting.outline_loops import inline_outlined_loops, outline_loops
 from innergraph.rewriting.outer import (
@@ -290,6 +297,7 @@ def register_all() -> None:
             _added_keys.setdefault(id(db), set()).update(set(db.__db__) - before)
     add_to_copies(_copied_rewriters())  # PyMC's copies of canonicalize (`innergraph.rewriting.copies`)
     replace_pytensor_pass()  # scan_make_inplace deciding once per shared Op (`innergraph.rewriting.scan_inplace`)
+    scan_merge.replace_pytensor_pass()  # scan_merge within one scope (`innergraph.rewriting.scan_merge`)
     replace_folding_passes()  # an OpFromGraph of constants folded in Python (`innergraph.rewriting.fold_inner_functions`)
 
 
@@ -314,6 +322,7 @@ def unregister_all() -> None:
     """Remove innergraph's rewrites (and the tags only they used) from ``optdb``, its sub-databases and known copies."""
     remove_from_copies(_copied_rewriters())
     restore_pytensor_pass()
+    scan_merge.restore_pytensor_pass()
     restore_folding_passes()
     dbs = {}
     for db, name, rewriter, _, _ in _entries():

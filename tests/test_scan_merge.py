@@ -1,0 +1,163 @@
+"""PyTensor's ``scan_merge`` within one scope (`innergraph.rewriting.scan_merge`).
+
+Between the lowering (1.59) and the fold (48.5) the loops of call bodies are native Scans
+among the outer graph's nodes, and two bodies whose loops run over their first param of
+one type share the step count. PyTensor's ``ScanMerge`` then made one Scan of loops of
+two bodies: the differential programs met it on two outlined loop groups (taps -1 and
+-2) over sequences that come through calls, which innergraph failed to compile ("a
+rewrite broke the closure of a body").
+
+The pass is called directly on FunctionGraphs of two unfolded bodies with a native Scan
+each (merged by MergeOptimizer first, so that they share the step count), beside
+PyTensor's pass on an identical graph; then that program is compiled under the Numba
+linker and compared with vanilla PyTensor.
+"""
+
+from typing import Any
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from pytensor.compile.builders import OpFromGraph
+from pytensor.compile.mode import Mode, optdb
+from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.rewriting.basic import MergeOptimizer
+from pytensor.scan.op import Scan as NativeScan
+from pytensor.scan.rewriting.merge import ScanMerge
+
+import innergraph
+from innergraph.core.fold import fold_inner_graphs
+from innergraph.core.graph import param
+from innergraph.rewriting.scan_merge import ScopedScanMerge, homes
+from consumer_nodes import call_node
+from vanilla import vanilla_values
+
+VECTOR = pt.dvector().type
+SCALAR = pt.dscalar().type
+
+
+def _damped(x_t: Any, h: Any) -> Any:
+    return 0.5 * h + pt.tanh(x_t)
+
+
+def _drift(x_t: Any, h: Any) -> Any:
+    return 0.5 * h - x_t
+
+
+def _loop(step: Any, sequence: Any, start: Any) -> Any:
+    return pytensor.scan(step, sequences=[sequence], outputs_info=[start], return_updates=False)[-1]
+
+
+def _two_bodies(second: Any, same_body: bool = False) -> FunctionGraph:
+    """Two calls, each of a body whose loop runs over its param 0 (a vector); param 1 of the second is of type ``second``.
+
+    ``same_body``: both loops in one body instead (the second's start from its param 2).
+    """
+    x, y = pt.dvector("x"), pt.dvector("y")
+    z = second()
+    first_loop = _loop(_damped, param(0, VECTOR), param(1, VECTOR)[0])
+    start = param(2 if same_body else 1, second)
+    second_loop = _loop(_drift, param(0, VECTOR), start if second == SCALAR else start[0])
+    if same_body:
+        node = call_node([first_loop + second_loop], [x, y, z], fold=False)
+        out = node.outputs[0]
+    else:
+        out = call_node([first_loop], [x, y], fold=False).outputs[0] + call_node([second_loop], [x, z], fold=False).outputs[0]
+    fgraph = FunctionGraph([x, y, z], [out], clone=False)
+    MergeOptimizer().rewrite(fgraph)
+    return fgraph
+
+
+def _scans(fgraph: FunctionGraph) -> list[Any]:
+    return [node for node in fgraph.apply_nodes if isinstance(node.op, NativeScan)]
+
+
+def _step_counts(fgraph: FunctionGraph) -> set[Any]:
+    return {node.inputs[0] for node in _scans(fgraph)}
+
+
+@pytest.mark.parametrize("second", [SCALAR, VECTOR], ids=["param 1 of other types", "equal params"])
+def test_pytensors_pass_merges_loops_of_two_bodies(second: Any) -> None:
+    """The hazard: after merging, the two bodies' loops share their step count, and PyTensor's pass makes them one Scan."""
+    fgraph = _two_bodies(second)
+    assert len(_scans(fgraph)) == 2 and len(_step_counts(fgraph)) == 1
+    ScanMerge().rewrite(fgraph)
+    assert len(_scans(fgraph)) == 1
+    if second == SCALAR:
+        with pytest.raises(AssertionError, match="broke the closure of a body"):
+            fold_inner_graphs(fgraph)
+
+
+@pytest.mark.parametrize("second", [SCALAR, VECTOR], ids=["param 1 of other types", "equal params"])
+def test_loops_of_two_bodies_stay_apart(second: Any) -> None:
+    fgraph = _two_bodies(second)
+    ScopedScanMerge().rewrite(fgraph)
+    assert len(_scans(fgraph)) == 2
+    assert fold_inner_graphs(fgraph) == 2  # both bodies still closed
+
+
+def test_loops_of_one_body_are_merged() -> None:
+    fgraph = _two_bodies(VECTOR, same_body=True)
+    assert len(_scans(fgraph)) == 2
+    ScopedScanMerge().rewrite(fgraph)
+    assert len(_scans(fgraph)) == 1
+    assert fold_inner_graphs(fgraph) == 1
+
+
+def test_loops_of_the_outer_graph_are_merged_as_pytensor_merges_them() -> None:
+    x = pt.dvector("x")
+    out = _loop(_damped, x, x[0]) + _loop(_drift, x, x[1])
+    fgraph = FunctionGraph([x], [out], clone=True)
+    MergeOptimizer().rewrite(fgraph)
+    ScopedScanMerge().rewrite(fgraph)
+    assert len(_scans(fgraph)) == 1
+
+
+def test_homes() -> None:
+    apart, together = _two_bodies(SCALAR), _two_bodies(VECTOR, same_body=True)
+    assert sorted(len(h) for h in homes(apart).values()) == [1, 1]
+    assert len(set(homes(apart).values())) == 2
+    assert len(set(homes(together).values())) == 1
+    assert None not in next(iter(homes(together).values()))  # in the body, not in the outer graph
+
+
+def test_the_pass_stands_in_for_pytensors_while_installed() -> None:
+    def merge_passes() -> set[type]:
+        return {type(r) for r in optdb["scan_eqopt2"].__db__["scan_merge"]}
+
+    assert merge_passes() == {ScopedScanMerge}
+    with innergraph.uninstalled():
+        assert merge_passes() == {ScanMerge}
+    assert merge_passes() == {ScopedScanMerge}
+
+
+def _grouped_through_calls() -> tuple[list[Any], Any]:
+    """Four loops over columns of ``m``, two with one tap and two with two, each fed by an OpFromGraph of its own with a dead output.
+
+    innergraph lifts the calls and outlines each group of loops into a body; the two bodies'
+    loops run over their param 0 (a vector): PyTensor's pass merged them.
+    """
+    m = pt.dmatrix("m")
+    values = []
+    for k, (column, taps) in enumerate([(0, (-1,)), (2, (-1,)), (1, (-2,)), (3, (-2,))]):
+        rows = -min(taps)
+        inner = m.type()
+        first = inner[0, column] if taps == (-1,) else inner[:rows, column]
+        sequence, start = OpFromGraph([inner], [pt.tanh(inner[rows:, column]) * (k + 0.5), first, inner + 1.0])(m)[:2]
+        initial = start if taps == (-1,) else {"initial": start, "taps": list(taps)}
+        trace = pytensor.scan(lambda x_t, *h: 0.5 * h[0] + 0.5 * pt.tanh(-x_t * h[-1]), sequences=[sequence],
+                              outputs_info=[initial], return_updates=False)
+        values.append(trace[-1])
+    out = pt.stack(values)
+    return [m], [out, pytensor.grad(out.sum(), m)]
+
+
+def test_loop_groups_through_calls_compile_and_equal_vanilla() -> None:
+    value = np.random.default_rng(7).normal(size=(6, 4))
+    mode = Mode(linker="numba", optimizer="fast_run")
+    inputs, outputs = _grouped_through_calls()
+    ours = pytensor.function(inputs, outputs, mode=mode)(value)
+    theirs = vanilla_values(_grouped_through_calls, [value], mode)
+    for a, b in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
