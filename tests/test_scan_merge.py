@@ -29,7 +29,8 @@ from pytensor.scan.rewriting.merge import ScanMerge
 import innergraph
 from innergraph.core.fold import fold_inner_graphs
 from innergraph.core.graph import param
-from innergraph.rewriting.scan_merge import ScopedScanMerge, homes
+from innergraph.rewriting import scan_merge
+from innergraph.rewriting.scan_merge import ScopedScanMerge, homes, replace_pytensor_pass, restore_pytensor_pass
 from consumer_nodes import call_node
 from vanilla import vanilla_values
 
@@ -130,6 +131,45 @@ def test_the_pass_stands_in_for_pytensors_while_installed() -> None:
     with innergraph.uninstalled():
         assert merge_passes() == {ScanMerge}
     assert merge_passes() == {ScopedScanMerge}
+
+
+class FakeDB:
+    """A stand-in for ``optdb`` and its ``scan_eqopt2``: names (and tags) to sets of rewriters."""
+
+    def __init__(self, **members: Any):
+        self.__db__ = {name: set(rewriters) for name, rewriters in members.items()}
+
+    def __getitem__(self, name: str) -> Any:
+        (only,) = self.__db__[name]
+        return only
+
+
+def test_replacing_pytensors_pass_in_a_db(monkeypatch: Any) -> None:
+    import pytensor.compile.mode
+
+    monkeypatch.setattr(scan_merge, "_swapped", [])
+    theirs = ScanMerge()
+    theirs.name = "scan_merge"
+    sub = FakeDB(scan_merge=[theirs], scan=[theirs], other=[])
+    monkeypatch.setattr(pytensor.compile.mode, "optdb", FakeDB(scan_eqopt2=[sub]))
+    replace_pytensor_pass()
+    (ours,) = sub.__db__["scan_merge"]
+    assert type(ours) is ScopedScanMerge and ours.name == "scan_merge"
+    assert sub.__db__["scan"] == {ours} and sub.__db__["other"] == set()
+    replace_pytensor_pass()  # once only
+    assert sub.__db__["scan_merge"] == {ours} and len(scan_merge._swapped) == 1
+    restore_pytensor_pass()
+    assert sub.__db__ == {"scan_merge": {theirs}, "scan": {theirs}, "other": set()} and scan_merge._swapped == []
+    # two PyTensor rewriters under the name, or none of PyTensor's class: not the registration as released, left alone
+    for members in ([theirs, ScanMerge()], [], [ScopedScanMerge()]):
+        sub = FakeDB(scan_merge=members)
+        monkeypatch.setattr(pytensor.compile.mode, "optdb", FakeDB(scan_eqopt2=[sub]))
+        replace_pytensor_pass()
+        assert sub.__db__ == {"scan_merge": set(members)} and scan_merge._swapped == []
+    db = FakeDB(other=[theirs])  # no scan_eqopt2
+    monkeypatch.setattr(pytensor.compile.mode, "optdb", db)
+    replace_pytensor_pass()
+    assert db.__db__ == {"other": {theirs}} and scan_merge._swapped == []
 
 
 def _grouped_through_calls() -> tuple[list[Any], Any]:
