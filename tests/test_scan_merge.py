@@ -115,6 +115,21 @@ def test_loops_of_the_outer_graph_are_merged_as_pytensor_merges_them() -> None:
     assert len(_scans(fgraph)) == 1
 
 
+def test_homes_are_found_once_per_run_and_only_for_two_scans_or_more(monkeypatch: Any) -> None:
+    found = []
+    monkeypatch.setattr(scan_merge, "homes", lambda fgraph: found.append(fgraph) or homes(fgraph))
+    fgraph = _two_bodies(SCALAR)
+    ScopedScanMerge().rewrite(fgraph)
+    assert found == [fgraph] and len(_scans(fgraph)) == 2
+    x = pt.dvector("x")
+    single = FunctionGraph([x], [call_node([_loop(_damped, param(0, VECTOR), param(0, VECTOR)[0])], [x], fold=False).outputs[0]])
+    ScopedScanMerge().rewrite(single)
+    assert found == [fgraph]  # one Scan: PyTensor's pass asks nothing
+    plain = FunctionGraph([x], [_loop(_damped, x, x[0]) + _loop(_drift, x, x[1])])
+    ScopedScanMerge().rewrite(plain)
+    assert found == [fgraph]  # no body: one scope, no walk
+
+
 def test_homes() -> None:
     apart, together = _two_bodies(SCALAR), _two_bodies(VECTOR, same_body=True)
     assert sorted(len(h) for h in homes(apart).values()) == [1, 1]

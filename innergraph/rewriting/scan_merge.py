@@ -57,27 +57,39 @@ def homes(fgraph: FunctionGraph) -> dict[Apply, frozenset[Apply | None]]:
 
 
 class ScopedScanMerge(ScanMerge):
-    """``scan_merge`` that merges only Scans with equal homes (module docstring)."""
+    """``scan_merge`` that merges only Scans with equal homes (module docstring).
+
+    The homes are found once per run of the pass, at its first question: a graph with
+    fewer than two Scans costs nothing more than PyTensor's pass.
+    """
 
     def __init__(self) -> None:
         super().__init__()
+        self._fgraph: FunctionGraph | None = None
         self._homes: dict[Apply, frozenset[Apply | None]] | None = None
 
     def apply(self, fgraph: FunctionGraph) -> None:
-        if not any(isinstance(node.op, InnerGraph) for node in fgraph.apply_nodes):
-            super().apply(fgraph)
-            return
-        outer, self._homes = self._homes, homes(fgraph)
+        outer = self._fgraph, self._homes
+        self._fgraph, self._homes = fgraph, None
         try:
             super().apply(fgraph)
         finally:
-            self._homes = outer
+            self._fgraph, self._homes = outer
 
     def belongs_to_set(self, node: Apply, set_nodes: Sequence[Apply]) -> bool:
-        where = self._homes
-        if where is not None and where.get(node) != where.get(set_nodes[0]):
-            return False
+        if self._fgraph is not None:
+            if self._homes is None:
+                self._homes = _homes_if_scoped(self._fgraph)
+            if self._homes.get(node) != self._homes.get(set_nodes[0]):
+                return False
         return bool(super().belongs_to_set(node, set_nodes))
+
+
+def _homes_if_scoped(fgraph: FunctionGraph) -> dict[Apply, frozenset[Apply | None]]:
+    """`homes`, or none for a graph without an unfolded body: one scope, every Scan at home in it."""
+    if not any(isinstance(node.op, InnerGraph) for node in fgraph.apply_nodes):
+        return {}
+    return homes(fgraph)
 
 
 #: The rewriter `replace_pytensor_pass` put in ``scan_eqopt2`` in place of PyTensor's, and PyTensor's.
