@@ -98,6 +98,44 @@ def test_loops_of_two_bodies_stay_apart(second: Any) -> None:
     assert fold_inner_graphs(fgraph) == 2  # both bodies still closed
 
 
+def _outer_and_body_of_constant_length() -> FunctionGraph:
+    """A loop of five steps in the outer graph, and one of five steps in a body (over its param 0)."""
+    x = pt.dvector("x")
+    outer = pytensor.scan(lambda h: 0.5 * h + 1.0, outputs_info=[x[0]], n_steps=5, return_updates=False)[-1]
+    inner = pytensor.scan(lambda h: 0.5 * h - 1.0, outputs_info=[param(0, VECTOR)[0]], n_steps=5, return_updates=False)[-1]
+    return FunctionGraph([x], [outer + call_node([inner], [x], fold=False).outputs[0]], clone=False)
+
+
+def test_a_loop_of_a_body_and_one_of_the_outer_graph_stay_apart() -> None:
+    """Constant step counts are equal wherever the loops are: PyTensor's pass merges across the scopes."""
+    theirs, ours = _outer_and_body_of_constant_length(), _outer_and_body_of_constant_length()
+    ScanMerge().rewrite(theirs)
+    assert len(_scans(theirs)) == 1
+    ScopedScanMerge().rewrite(ours)
+    assert len(_scans(ours)) == 2
+    assert fold_inner_graphs(ours) == 1
+
+
+def test_a_call_holding_a_loop_as_long_as_an_outer_one() -> None:
+    """Through the public API: a body of ``innergraph.call`` with a loop of five steps beside an outer loop of five.
+
+    PyTensor's pass made them one Scan in the outer graph, reading the body's param: "a
+    rewrite broke the closure of a body" (cvm; the guard removed, it fails).
+    """
+    x = pt.dvector("x")
+    outer = pytensor.scan(lambda h: 0.5 * h + 1.0, outputs_info=[x[0]], n_steps=5, return_updates=False)[-1]
+
+    def body(v: Any) -> Any:
+        return pytensor.scan(lambda h: 0.5 * h - pt.tanh(h), outputs_info=[v[1]], n_steps=5, return_updates=False)[-1]
+
+    f = pytensor.function([x], outer + innergraph.call(body, x), mode=Mode(linker="cvm", optimizer="fast_run"))
+    value = np.array([0.3, -1.2, 2.0])
+    a, b = value[0], value[1]
+    for _ in range(5):
+        a, b = 0.5 * a + 1.0, 0.5 * b - np.tanh(b)
+    np.testing.assert_allclose(f(value), a + b, rtol=1e-14)
+
+
 def test_loops_of_one_body_are_merged() -> None:
     fgraph = _two_bodies(VECTOR, same_body=True)
     assert len(_scans(fgraph)) == 2

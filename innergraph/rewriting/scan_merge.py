@@ -17,10 +17,11 @@ loops live in its own inner graph. With innergraph, ``scan_eqopt2`` runs after
 ``innergraph_lower`` and before ``innergraph_fold`` (48.5), so the loops of call bodies
 (lifted ``OpFromGraph`` nodes, outlined loop groups) are native Scans among the outer
 graph's nodes, and two bodies whose loops run over their first param of one type have
-the very same step count (``Shape_i{0}`` of one ``NominalVariable``, merged). Merged
-across bodies, one Scan reads the params of both: a param of one body's type in the
-other's body breaks its closure (the fold refuses it), and with equal param types each
-body would run the other's loop on its own arguments.
+the very same step count (``Shape_i{0}`` of one ``NominalVariable``, merged); loops of a
+constant length are as long wherever they are. Merged across scopes, one Scan reads the
+params of both: a body's param in the outer graph, or a param of one body's type in the
+other's body, breaks a closure (the fold refuses it), and with equal param types each body
+would run the other's loop on its own arguments.
 
 `ScopedScanMerge` takes PyTensor's place while innergraph is installed and adds one
 condition to ``belongs_to_set``: Scans are merged only when their homes are equal, so
