@@ -71,7 +71,7 @@ from innergraph.testing.recipes import Param, Recipe, Step
 #: which still cover every stratum.
 CI = 40
 THOROUGH = {"py": 500, "cvm": 600, "numba": 400, "jax": 500}
-FEWER = 14
+FEWER = 15  # the fewest that leave every linker as many programs with loops as there are FEATURES
 
 #: The orders of derivation of a run's programs under each linker, in proportion (shuffled by
 #: the run's seed): every order at least once; third derivatives cost most, so they are few,

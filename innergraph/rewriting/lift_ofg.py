@@ -86,7 +86,9 @@ def _holds_inner_graphs(op: OpFromGraph) -> bool:
     Such an Op stays native for now: dead-slot removal on the call lifted from an
     OpFromGraph around a Scan, with a repeated argument, broke a body's closure
     once its gradient was taken (found by the thorough differential run; kept as
-    ``tests/test_lift_ofg.py::test_an_op_from_graph_holding_a_scan_stays_native``).
+    ``tests/test_lift_ofg.py::test_an_op_from_graph_holding_a_scan_stays_native``). That
+    program lifts correctly since (design/opfromgraph.md); the guard stays until a
+    thorough run judges such lifts.
     """
     from pytensor.graph.op import HasInnerGraph
 

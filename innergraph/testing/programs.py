@@ -164,6 +164,16 @@ class Group:
     ``step`` is a recipe over scalars: the sequence's row, the state's taps, the
     non-sequence; the state is damped towards tanh of its value. The group's value stacks
     each loop's last state (``last``) or the sum of its trace.
+
+    ``through`` (one scale per loop, or empty): loop ``k``'s sequence, initial rows and
+    non-sequence are outputs of an ``OpFromGraph`` of its own over the whole matrix (the
+    sequence ``tanh(m[rows:, column]) * through[k]``) beside a dead ``m + 1``, which
+    innergraph lifts into a call: K calls with equal Ops over different bodies and one
+    argument, feeding K loops of one step that read no constant of their own and whose
+    lengths are no constants (``n_steps`` all None; the matrix's rows symbolic in two of its
+    three shapes), so that outlining takes the group (a group of column slices has constant
+    column indices or step counts that differ, which it refuses, or equal ones, which it
+    leaves to loop merging); outlining once took those calls for one computation.
     """
 
     matrix: int
@@ -172,6 +182,7 @@ class Group:
     n_steps: tuple[int | None, ...]
     step: Recipe
     last: bool
+    through: tuple[float, ...] = ()
 
 
 Expr = Leaf | Loop | Cond | Graph | Group
@@ -237,11 +248,21 @@ def _build_group(group: Group, scope: list[Any]) -> Any:
         return before.type.filter_variable(0.5 * before + 0.5 * pt.tanh(value.sum()))
 
     values = []
-    for column, taps, n_steps in zip(group.columns, group.taps, group.n_steps, strict=True):
+    for k, (column, taps, n_steps) in enumerate(zip(group.columns, group.taps, group.n_steps, strict=True)):
         rows = -min(taps)
-        initial = matrix[0, column] if taps == (-1,) else {"initial": matrix[:rows, column], "taps": list(taps)}
-        trace = pytensor.scan(step, sequences=[matrix[rows:, column]], outputs_info=[initial],
-                              non_sequences=[matrix[-1, column]], n_steps=n_steps, return_updates=False)
+        if group.through:
+            m = matrix.type()
+            outputs: Any = OpFromGraph(
+                [m], [pt.tanh(m[rows:, column]) * group.through[k], m[0, column] if taps == (-1,) else m[:rows, column],
+                      m[-1, column], m + 1.0],
+            )(matrix)
+            sequence, first, last = outputs[0], outputs[1], outputs[2]  # outputs[3], m + 1, is dead
+        else:
+            sequence, last = matrix[rows:, column], matrix[-1, column]
+            first = matrix[0, column] if taps == (-1,) else matrix[:rows, column]
+        initial = first if taps == (-1,) else {"initial": first, "taps": list(taps)}
+        trace = pytensor.scan(step, sequences=[sequence], outputs_info=[initial],
+                              non_sequences=[last], n_steps=n_steps, return_updates=False)
         values.append(trace[-1] if group.last else trace.sum())
     return pt.stack(values)
 
@@ -331,7 +352,7 @@ def _build_loop(loop: Loop, scope: list[Any]) -> Any:
 
 #: The features a program can have (`features`), which the differential test covers in every run.
 LOOP_FEATURES = ("sit-sot", "mit-sot", "nit-sot", "untraced", "shared", "multi-tap sequence", "until")
-FEATURES = (*LOOP_FEATURES, "ifelse", "opfromgraph", "nesting", "group")
+FEATURES = (*LOOP_FEATURES, "ifelse", "opfromgraph", "nesting", "group", "group through calls")
 
 
 def features(program: Program) -> frozenset[str]:
@@ -350,6 +371,8 @@ def _collect(expr: Expr, found: set[str], inside: bool) -> None:
         return
     if isinstance(expr, Group):
         found.add("group")
+        if expr.through:
+            found.add("group through calls")
         return
     if inside:
         found.add("nesting")
@@ -401,6 +424,8 @@ _GROUP_SHAPES: tuple[Shape, ...] = (((6, 4), (6, 4)), ((None, 4), (6, 4)), ((Non
 _GROUP_TAPS = {1: ((-1,), (-2,)), 2: ((-2, -1), (-3, -1), (-3, -2))}
 _SEQUENCE_TAPS = ((0,), (-1,), (-1, 0), (0, 1), (-2, 0))
 _MIT_SOT_TAPS = ((-2, -1), (-3, -1), (-2,), (-3, -2, -1))
+#: The scales of a group's sequences through calls (`Group.through`).
+_THROUGH_SCALES = (0.5, 2.0, 3.0, -1.5)
 
 
 @dataclass(frozen=True)
@@ -453,7 +478,7 @@ def draw_program(pick: Picker, want: frozenset[str] = frozenset(), depth: int = 
         inputs.append(pick.choice(_LONG_SHAPES))  # their states and sequences need a vector of 3 or more
     if "shared" in want and not any(None not in s[0] for s in inputs):
         inputs.append(pick.choice([s for s in _INPUT_SHAPES if None not in s[0]]))
-    if "group" in want:
+    if want & {"group", "group through calls"}:
         inputs.append(pick.choice(_GROUP_SHAPES))
     expr, _ = _draw_expr(pick, sizes, list(inputs), depth, want, top=True)
     return Program(tuple(inputs), expr, pick.choice(list(orders)) if order is None else order)
@@ -466,7 +491,7 @@ def _draw_expr(pick: Picker, sizes: Sizes, scope: list[Shape], depth: int, want:
     if kind == "leaf":
         return _draw_leaf(pick, sizes, scope)
     if kind == "group":
-        return _draw_group(pick, sizes, scope)
+        return _draw_group(pick, sizes, scope, want)
     if kind == "loop":
         return _draw_loop(pick, sizes, scope, depth, want, top)
     inner = want - {"ifelse" if kind == "cond" else "opfromgraph", "compound", "nesting"}
@@ -484,7 +509,7 @@ def _draw_expr(pick: Picker, sizes: Sizes, scope: list[Shape], depth: int, want:
 def _kind(pick: Picker, depth: int, want: frozenset[str], top: bool, loops: bool) -> str:
     if depth == 0:
         return "leaf"
-    if "group" in want:
+    if want & {"group", "group through calls"}:
         if not loops:
             raise ValueError("draw_program: a group wanted from a program without loops")
         return "group"
@@ -510,8 +535,13 @@ def _draw_leaf(pick: Picker, sizes: Sizes, scope: list[Shape]) -> tuple[Leaf, Sh
     return Leaf(recipe, args), recipe.shapes[-1]
 
 
-def _draw_group(pick: Picker, sizes: Sizes, scope: list[Shape]) -> tuple[Group, Shape]:
-    """A group over a matrix of `_GROUP_SHAPES` in scope: 2 to 4 of its columns in any order."""
+def _draw_group(pick: Picker, sizes: Sizes, scope: list[Shape], want: frozenset[str] = frozenset()) -> tuple[Group, Shape]:
+    """A group over a matrix of `_GROUP_SHAPES` in scope: 2 to 4 of its columns in any order.
+
+    Its sequences go through calls (`Group.through`) when ``want`` asks for it, else in one
+    group of three: each loop's scale its own, or in one of three such groups every scale one
+    (the bodies still differ by their columns).
+    """
     matrix = pick.choice([i for i, s in enumerate(scope) if s in _GROUP_SHAPES])
     rows, n_columns = scope[matrix][1]
     # every column in some order half the time: the case where the K slices are the matrix itself
@@ -526,7 +556,12 @@ def _draw_group(pick: Picker, sizes: Sizes, scope: list[Shape]) -> tuple[Group, 
                     for _ in columns)
     scalar = Param("float64", (), ())
     step = draw_steps(pick, (scalar,) * (len(first) + 2), max_steps=sizes.recipe_steps, nesting=0)
-    group = Group(matrix, columns, taps, n_steps, step, pick.boolean())
+    through: tuple[float, ...] = ()
+    if "group through calls" in want or pick.integer(0, 2) == 0:
+        scales = pick.sublist(_THROUGH_SCALES, min_size=len(columns), max_size=len(columns), unique=True)
+        through = tuple(scales) if pick.integer(0, 2) else (scales[0],) * len(columns)
+        n_steps = (None,) * len(columns)  # each loop as long as its call's output: no constant to refuse or merge on
+    group = Group(matrix, columns, taps, n_steps, step, pick.boolean(), through)
     return group, ((len(columns),), (len(columns),))
 
 
