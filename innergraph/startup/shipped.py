@@ -133,6 +133,7 @@ SHIPPED: dict[str, tuple[str, ...]] = {
         "rewriting/read_back.py",
         "rewriting/remerge.py",
         "rewriting/scan_inplace.py",
+        "rewriting/scan_merge.py",
         "rewriting/scan_solve.py",
         "rewriting/share_branch.py",
         "rewriting/simplify.py",
