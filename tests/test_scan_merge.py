@@ -28,10 +28,10 @@ from pytensor.scan.rewriting.merge import ScanMerge
 
 import innergraph
 from innergraph.core.fold import fold_inner_graphs
-from innergraph.core.graph import param
 from innergraph.rewriting import scan_merge
 from innergraph.rewriting.scan_merge import ScopedScanMerge, homes, replace_pytensor_pass, restore_pytensor_pass
 from consumer_nodes import call_node
+from typed import param, recording
 from vanilla import vanilla_values
 
 VECTOR = pt.dvector().type
@@ -154,8 +154,8 @@ def test_loops_of_the_outer_graph_are_merged_as_pytensor_merges_them() -> None:
 
 
 def test_homes_are_found_once_per_run_and_only_for_two_scans_or_more(monkeypatch: Any) -> None:
-    found = []
-    monkeypatch.setattr(scan_merge, "homes", lambda fgraph: found.append(fgraph) or homes(fgraph))
+    found: list[FunctionGraph] = []
+    monkeypatch.setattr(scan_merge, "homes", recording(found, homes))
     fgraph = _two_bodies(SCALAR)
     ScopedScanMerge().rewrite(fgraph)
     assert found == [fgraph] and len(_scans(fgraph)) == 2
@@ -237,7 +237,8 @@ def _grouped_through_calls() -> tuple[list[Any], Any]:
         rows = -min(taps)
         inner = m.type()
         first = inner[0, column] if taps == (-1,) else inner[:rows, column]
-        sequence, start = OpFromGraph([inner], [pt.tanh(inner[rows:, column]) * (k + 0.5), first, inner + 1.0])(m)[:2]
+        outputs: Any = OpFromGraph([inner], [pt.tanh(inner[rows:, column]) * (k + 0.5), first, inner + 1.0])(m)
+        sequence, start = outputs[:2]
         initial = start if taps == (-1,) else {"initial": start, "taps": list(taps)}
         trace = pytensor.scan(lambda x_t, *h: 0.5 * h[0] + 0.5 * pt.tanh(-x_t * h[-1]), sequences=[sequence],
                               outputs_info=[initial], return_updates=False)
