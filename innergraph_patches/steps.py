@@ -286,6 +286,7 @@ STEPS: tuple[Step, ...] = (
         modules=(
             "rewriting/scan_inplace.py",
             "rewriting/scan_merge.py",
+            "rewriting/stand_in.py",
             "rewriting/batch_loops.py",
             "rewriting/outline_loops.py",
             "rewriting/merge_loops.py",

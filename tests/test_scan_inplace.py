@@ -315,7 +315,7 @@ class FakeDB:
 def test_replacing_pytensors_pass_in_a_db(monkeypatch):
     import pytensor.compile.mode
 
-    monkeypatch.setattr(scan_inplace, "_swapped", [])
+    monkeypatch.setattr(scan_inplace.STAND_IN, "swapped", [])
     theirs = ScanInplaceOptimizer()
     theirs.name = "scan_make_inplace"
     db = FakeDB(scan_make_inplace=[theirs], inplace=[theirs], other=[])
@@ -325,19 +325,19 @@ def test_replacing_pytensors_pass_in_a_db(monkeypatch):
     assert type(ours) is SharedScanInplace and ours.name == "scan_make_inplace"
     assert db.__db__["inplace"] == {ours} and db.__db__["other"] == set()
     replace_pytensor_pass()  # once only
-    assert db.__db__["scan_make_inplace"] == {ours} and len(scan_inplace._swapped) == 1
+    assert db.__db__["scan_make_inplace"] == {ours} and len(scan_inplace.STAND_IN.swapped) == 1
     restore_pytensor_pass()
-    assert db.__db__ == {"scan_make_inplace": {theirs}, "inplace": {theirs}, "other": set()} and scan_inplace._swapped == []
+    assert db.__db__ == {"scan_make_inplace": {theirs}, "inplace": {theirs}, "other": set()} and scan_inplace.STAND_IN.swapped == []
     # two PyTensor rewriters under the name, or none of PyTensor's class: not the registration as released, left alone
     for members in ([theirs, ScanInplaceOptimizer()], [], [SharedScanInplace()]):
         db = FakeDB(scan_make_inplace=members)
         monkeypatch.setattr(pytensor.compile.mode, "optdb", db)
         replace_pytensor_pass()
-        assert db.__db__ == {"scan_make_inplace": set(members)} and scan_inplace._swapped == []
+        assert db.__db__ == {"scan_make_inplace": set(members)} and scan_inplace.STAND_IN.swapped == []
     db = FakeDB(inplace=[theirs])  # no pass of that name
     monkeypatch.setattr(pytensor.compile.mode, "optdb", db)
     replace_pytensor_pass()
-    assert db.__db__ == {"inplace": {theirs}} and scan_inplace._swapped == []
+    assert db.__db__ == {"inplace": {theirs}} and scan_inplace.STAND_IN.swapped == []
 
 
 def graphs():

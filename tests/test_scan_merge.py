@@ -200,7 +200,7 @@ class FakeDB:
 def test_replacing_pytensors_pass_in_a_db(monkeypatch: Any) -> None:
     import pytensor.compile.mode
 
-    monkeypatch.setattr(scan_merge, "_swapped", [])
+    monkeypatch.setattr(scan_merge.STAND_IN, "swapped", [])
     theirs = ScanMerge()
     theirs.name = "scan_merge"
     sub = FakeDB(scan_merge=[theirs], scan=[theirs], other=[])
@@ -210,19 +210,19 @@ def test_replacing_pytensors_pass_in_a_db(monkeypatch: Any) -> None:
     assert type(ours) is ScopedScanMerge and ours.name == "scan_merge"
     assert sub.__db__["scan"] == {ours} and sub.__db__["other"] == set()
     replace_pytensor_pass()  # once only
-    assert sub.__db__["scan_merge"] == {ours} and len(scan_merge._swapped) == 1
+    assert sub.__db__["scan_merge"] == {ours} and len(scan_merge.STAND_IN.swapped) == 1
     restore_pytensor_pass()
-    assert sub.__db__ == {"scan_merge": {theirs}, "scan": {theirs}, "other": set()} and scan_merge._swapped == []
+    assert sub.__db__ == {"scan_merge": {theirs}, "scan": {theirs}, "other": set()} and scan_merge.STAND_IN.swapped == []
     # two PyTensor rewriters under the name, or none of PyTensor's class: not the registration as released, left alone
     for members in ([theirs, ScanMerge()], [], [ScopedScanMerge()]):
         sub = FakeDB(scan_merge=members)
         monkeypatch.setattr(pytensor.compile.mode, "optdb", FakeDB(scan_eqopt2=[sub]))
         replace_pytensor_pass()
-        assert sub.__db__ == {"scan_merge": set(members)} and scan_merge._swapped == []
+        assert sub.__db__ == {"scan_merge": set(members)} and scan_merge.STAND_IN.swapped == []
     db = FakeDB(other=[theirs])  # no scan_eqopt2
     monkeypatch.setattr(pytensor.compile.mode, "optdb", db)
     replace_pytensor_pass()
-    assert db.__db__ == {"other": {theirs}} and scan_merge._swapped == []
+    assert db.__db__ == {"other": {theirs}} and scan_merge.STAND_IN.swapped == []
 
 
 def _grouped_through_calls() -> tuple[list[Any], Any]:

@@ -54,8 +54,8 @@ from pytensor.graph.utils import InconsistencyError
 from pytensor.scan.op import Scan as NativeScan
 from pytensor.scan.rewriting.inplace import ScanInplaceOptimizer
 
-from innergraph.rewriting.copies import swap_registered
 from innergraph.rewriting.lift import was_lifted
+from innergraph.rewriting.stand_in import StandIn
 
 __all__ = ["SharedScanInplace"]
 
@@ -229,32 +229,18 @@ class _Pass:
                 node = new[0]
 
 
-#: The rewriter `replace_pytensor_pass` put in ``optdb`` in place of PyTensor's, and PyTensor's.
-_swapped: list[tuple[Any, Any]] = []
-
 #: PyTensor's name of the pass replaced.
 PASS_NAME = "scan_make_inplace"
+
+#: PyTensor's ``scan_make_inplace`` in ``optdb``, and its stand-in.
+STAND_IN = StandIn(PASS_NAME, ScanInplaceOptimizer, SharedScanInplace)
 
 
 def replace_pytensor_pass() -> None:
     """Put a `SharedScanInplace` in ``optdb`` in place of PyTensor's ``scan_make_inplace`` (same name, tags, position)."""
-    from pytensor.compile.mode import optdb
-
-    if _swapped or PASS_NAME not in optdb.__db__:
-        return
-    originals = [r for r in optdb.__db__[PASS_NAME] if type(r) is ScanInplaceOptimizer]
-    if len(originals) != 1:
-        return  # not PyTensor's registration as released: leave it alone
-    original, ours = originals[0], SharedScanInplace()
-    ours.name = original.name
-    swap_registered(optdb, original, ours)
-    _swapped.append((original, ours))
+    STAND_IN.replace()
 
 
 def restore_pytensor_pass() -> None:
     """Undo `replace_pytensor_pass`: PyTensor's own rewriter object back in every tag."""
-    from pytensor.compile.mode import optdb
-
-    while _swapped:
-        original, ours = _swapped.pop()
-        swap_registered(optdb, ours, original)
+    STAND_IN.restore()

@@ -41,7 +41,7 @@ from pytensor.scan.op import Scan as NativeScan
 from pytensor.scan.rewriting.merge import ScanMerge
 
 from innergraph.core.graph import InnerGraph, scope_toposort
-from innergraph.rewriting.copies import swap_registered
+from innergraph.rewriting.stand_in import StandIn
 
 __all__ = ["ScopedScanMerge", "homes", "replace_pytensor_pass", "restore_pytensor_pass"]
 
@@ -93,34 +93,19 @@ def _homes_if_scoped(fgraph: FunctionGraph) -> dict[Apply, frozenset[Apply | Non
     return homes(fgraph)
 
 
-#: The rewriter `replace_pytensor_pass` put in ``scan_eqopt2`` in place of PyTensor's, and PyTensor's.
-_swapped: list[tuple[Any, Any]] = []
-
 #: PyTensor's name of the pass replaced, and of the database that holds it.
 PASS_NAME = "scan_merge"
 DATABASE = "scan_eqopt2"
 
+#: PyTensor's ``scan_merge`` in ``scan_eqopt2``, and its stand-in.
+STAND_IN = StandIn(PASS_NAME, ScanMerge, ScopedScanMerge, DATABASE)
+
 
 def replace_pytensor_pass() -> None:
     """Put a `ScopedScanMerge` in ``scan_eqopt2`` in place of PyTensor's ``scan_merge`` (same name and tags)."""
-    from pytensor.compile.mode import optdb
-
-    if _swapped or DATABASE not in optdb.__db__:
-        return
-    db = optdb[DATABASE]
-    originals = [r for r in db.__db__.get(PASS_NAME, ()) if type(r) is ScanMerge]
-    if len(originals) != 1:
-        return  # not PyTensor's registration as released: leave it alone
-    original, ours = originals[0], ScopedScanMerge()
-    ours.name = original.name
-    swap_registered(db, original, ours)
-    _swapped.append((original, ours))
+    STAND_IN.replace()
 
 
 def restore_pytensor_pass() -> None:
     """Undo `replace_pytensor_pass`: PyTensor's own rewriter object back in every tag."""
-    from pytensor.compile.mode import optdb
-
-    while _swapped:
-        original, ours = _swapped.pop()
-        swap_registered(optdb[DATABASE], ours, original)
+    STAND_IN.restore()

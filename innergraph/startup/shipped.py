@@ -137,6 +137,7 @@ SHIPPED: dict[str, tuple[str, ...]] = {
         "rewriting/scan_solve.py",
         "rewriting/share_branch.py",
         "rewriting/simplify.py",
+        "rewriting/stand_in.py",
         "rewriting/tracks.py",
         "rewriting/until_while.py",
         "rewriting/untrace.py",
