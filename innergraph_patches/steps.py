@@ -253,6 +253,7 @@ STEPS: tuple[Step, ...] = (
             "rewriting/duplicates.py",
             "rewriting/simplify.py",
             "rewriting/copies.py",
+            "rewriting/stand_in.py",
             "rewriting/debugmode.py",
             "rewriting/untrace.py",
             "rewriting/tracks.py",
@@ -286,7 +287,6 @@ STEPS: tuple[Step, ...] = (
         modules=(
             "rewriting/scan_inplace.py",
             "rewriting/scan_merge.py",
-            "rewriting/stand_in.py",
             "rewriting/batch_loops.py",
             "rewriting/outline_loops.py",
             "rewriting/merge_loops.py",
