@@ -32,7 +32,8 @@ is uninstalled (`innergraph.rewriting.outer`), for copies this module does not k
 
 `swap_registered` is the other edit innergraph makes to a rewrite database: one of
 PyTensor's passes replaced by innergraph's under the same name and tags, and back
-(`innergraph.rewriting.scan_inplace`, `innergraph.rewriting.fold_inner_functions`).
+(`innergraph.rewriting.stand_in`, for ``scan_make_inplace`` and ``scan_merge``;
+`innergraph.rewriting.fold_inner_functions`).
 """
 
 from __future__ import annotations

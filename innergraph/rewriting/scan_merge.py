@@ -15,7 +15,7 @@ of the graph that runs the same number of steps and replaces each group by one S
 In vanilla PyTensor every Scan it sees is in the outer graph: an ``OpFromGraph``'s
 loops live in its own inner graph. With innergraph, ``scan_eqopt2`` runs after
 ``innergraph_lower`` and before ``innergraph_fold`` (48.5), so the loops of call bodies
-(lifted ``OpFromGraph`` nodes, outlined loop groups) are native Scans among the outer
+(``innergraph.call``, lifted ``OpFromGraph`` nodes, outlined loop groups) are native Scans among the outer
 graph's nodes, and two bodies whose loops run over their first param of one type have
 the very same step count (``Shape_i{0}`` of one ``NominalVariable``, merged); loops of a
 constant length are as long wherever they are. Merged across scopes, one Scan reads the
@@ -44,6 +44,7 @@ from innergraph.core.graph import InnerGraph, scope_toposort
 from innergraph.rewriting.stand_in import StandIn
 
 __all__ = ["ScopedScanMerge", "homes", "replace_pytensor_pass", "restore_pytensor_pass"]
+
 
 def homes(fgraph: FunctionGraph) -> dict[Apply, frozenset[Apply | None]]:
     """The home of every native Scan of ``fgraph``: the scopes it is in, each named by its inner-graph node (None: the outer graph)."""
