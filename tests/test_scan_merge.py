@@ -186,6 +186,66 @@ def test_the_pass_stands_in_for_pytensors_while_installed() -> None:
     assert merge_passes() == {ScopedScanMerge}
 
 
+#: The graph passes PyTensor runs while bodies are unfolded (between ``innergraph_lift``, 0.04, and
+#: ``innergraph_fold``, 48.5) that innergraph has read, and why each keeps every node in its scopes.
+#: A pass that builds one node from *siblings* (as ``scan_merge`` and ``elemwise_fusion`` do) can
+#: combine nodes of two bodies; one that replaces a node by an expression of its own ancestors cannot.
+SCOPE_SAFE = {
+    "innergraph.rewriting.db.FunctionRewriter": "innergraph's own passes, which walk one scope at a time",
+    "innergraph.rewriting.scan_merge.ScopedScanMerge": "scan_merge within one scope (this file)",
+    "pytensor.compile.mode.PrintCurrentFunctionGraph": "prints the graph",
+    "pytensor.graph.rewriting.basic.MergeOptimizer": "merges equal nodes over the same inputs: the same value in any scope",
+    "pytensor.tensor.rewriting.shape.ShapeOptimizer": "attaches the shape feature",
+    "pytensor.tensor.rewriting.shape.UnShapeOptimizer": "detaches it",
+    "pytensor.tensor.rewriting.assumptions.DrainSpecifyAssumptions": "replaces each assumption node by its input",
+    "pytensor.tensor.rewriting.blas.GemmOptimizer": "rewrites one sum of products into a gemm of that sum's own inputs",
+    "pytensor.tensor.rewriting.linalg.reassociate_matmul.ReassociateMatmulChain": "reassociates one chain of products from the chain's own inputs",
+}
+
+
+def _graph_passes(rewriter: Any, path: str, found: dict[str, set[str]]) -> None:
+    """Record the graph passes in ``rewriter``, looking inside databases and the rewriters that hold rewriters."""
+    from pytensor.graph.rewriting.basic import (
+        EquilibriumGraphRewriter,
+        GraphRewriter,
+        SequentialGraphRewriter,
+        WalkingGraphRewriter,
+    )
+    from pytensor.graph.rewriting.db import RewriteDatabase
+
+    if isinstance(rewriter, RewriteDatabase):
+        for name in sorted(rewriter._names):
+            for member in rewriter.__db__.get(name, ()):
+                _graph_passes(member, f"{path}/{name}", found)
+    elif isinstance(rewriter, SequentialGraphRewriter):
+        for member in list(rewriter):
+            _graph_passes(member, path, found)
+    elif isinstance(rewriter, EquilibriumGraphRewriter):
+        for member in [*rewriter.global_rewriters, *rewriter.final_rewriters, *rewriter.cleanup_rewriters]:
+            _graph_passes(member, path, found)
+    elif isinstance(rewriter, GraphRewriter) and not isinstance(rewriter, WalkingGraphRewriter):
+        module = type(rewriter).__module__
+        if module.startswith("pytensor.innergraph."):  # the patched PyTensor's innergraph: one name in both forms
+            module = module.removeprefix("pytensor.")
+        found.setdefault(f"{module}.{type(rewriter).__qualname__}", set()).add(path)
+
+
+def test_every_graph_pass_while_bodies_are_unfolded_keeps_scopes() -> None:
+    """A PyTensor that adds a pass there (or innergraph not standing in for ``scan_merge``) fails here, naming it.
+
+    Node rewriters replace one node by an expression of its ancestors, so they are not
+    listed; the passes that hold them (walking, equilibrium, sequential) are looked into.
+    """
+    found: dict[str, set[str]] = {}
+    for name, position in optdb.__position__.items():
+        if 0.04 < position < 48.5:
+            for member in optdb.__db__.get(name, ()):
+                _graph_passes(member, name, found)
+    unknown = {kind: sorted(where) for kind, where in found.items() if kind not in SCOPE_SAFE}
+    assert not unknown, f"graph passes that run while bodies are unfolded and may combine nodes of two scopes: {unknown}"
+    assert "innergraph.rewriting.scan_merge.ScopedScanMerge" in found
+
+
 class FakeDB:
     """A stand-in for ``optdb`` and its ``scan_eqopt2``: names (and tags) to sets of rewriters."""
 
