@@ -93,10 +93,7 @@ MODULES: dict[str, dict[str, object]] = {
     "innergraph/rewriting/remerge.py": _one_file("tests/test_remerge.py"),  # about 4 s a mutant on one core
     "innergraph/rewriting/scan_inplace.py": _one_file("tests/test_scan_inplace.py"),  # about 2.5 s a mutant at load 2-3
     "innergraph/rewriting/scan_merge.py": _one_file("tests/test_scan_merge.py", "-k", "not compile"),  # about 2.7 s a mutant at load 4
-    "innergraph/rewriting/stand_in.py": {  # the swap of the two passes that use it, in stand-in databases
-        "tests": [["tests/test_scan_merge.py", "-k", "in_a_db or stands_in"], ["tests/test_scan_inplace.py", "-k", "in_a_db"]],
-        "sample": 12,
-    },
+    "innergraph/rewriting/stand_in.py": _one_file("tests/test_stand_in.py"),  # the swap of the two passes that use it
     "innergraph/rewriting/scan_solve.py": _one_file("tests/test_scan_solve.py"),  # about 6 s a mutant on one core
     "innergraph/rewriting/share_branch.py": _one_file("tests/test_share_branch.py"),  # about 4 s a mutant at load 3-4
     "innergraph/rewriting/simplify.py": _one_file("tests/test_rewrites.py", "-k", "simplif or one_new_body"),  # about 5 s a mutant on one core

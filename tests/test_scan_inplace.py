@@ -11,7 +11,7 @@ The pass is first called directly (so that a planted fault fails fast) on Functi
 native Scans built here with every kind of state (mit-mot, mit-sot, sit-sot, untraced, beside
 sequences and nit-sots), marked lifted, and compared with PyTensor's pass on an identical
 copy: the inputs each Scan destroys, the attempts made, the Op the copies share, the
-allocations duplicated, and the swap of the two passes in a stand-in ``optdb``.
+allocations duplicated (the swap of the two passes: ``tests/test_stand_in.py``).
 """
 
 import numpy as np
@@ -303,41 +303,6 @@ def test_an_unlifted_graph_gets_pytensors_pass(attempts):
     new = [n for n in fgraph.toposort() if isinstance(n.op, NativeScan)]
     assert [n.op.destroy_map for n in new] == [{0: [2]}] * 2 and attempts == []
     assert new[0].op is not new[1].op  # PyTensor's pass gives each node an Op of its own
-
-
-class FakeDB:
-    """An ``optdb`` of rewriters by name and tag."""
-
-    def __init__(self, **members):
-        self.__db__ = {name: set(rewriters) for name, rewriters in members.items()}
-
-
-def test_replacing_pytensors_pass_in_a_db(monkeypatch):
-    import pytensor.compile.mode
-
-    monkeypatch.setattr(scan_inplace.STAND_IN, "swapped", [])
-    theirs = ScanInplaceOptimizer()
-    theirs.name = "scan_make_inplace"
-    db = FakeDB(scan_make_inplace=[theirs], inplace=[theirs], other=[])
-    monkeypatch.setattr(pytensor.compile.mode, "optdb", db)
-    replace_pytensor_pass()
-    (ours,) = db.__db__["scan_make_inplace"]
-    assert type(ours) is SharedScanInplace and ours.name == "scan_make_inplace"
-    assert db.__db__["inplace"] == {ours} and db.__db__["other"] == set()
-    replace_pytensor_pass()  # once only
-    assert db.__db__["scan_make_inplace"] == {ours} and len(scan_inplace.STAND_IN.swapped) == 1
-    restore_pytensor_pass()
-    assert db.__db__ == {"scan_make_inplace": {theirs}, "inplace": {theirs}, "other": set()} and scan_inplace.STAND_IN.swapped == []
-    # two PyTensor rewriters under the name, or none of PyTensor's class: not the registration as released, left alone
-    for members in ([theirs, ScanInplaceOptimizer()], [], [SharedScanInplace()]):
-        db = FakeDB(scan_make_inplace=members)
-        monkeypatch.setattr(pytensor.compile.mode, "optdb", db)
-        replace_pytensor_pass()
-        assert db.__db__ == {"scan_make_inplace": set(members)} and scan_inplace.STAND_IN.swapped == []
-    db = FakeDB(inplace=[theirs])  # no pass of that name
-    monkeypatch.setattr(pytensor.compile.mode, "optdb", db)
-    replace_pytensor_pass()
-    assert db.__db__ == {"inplace": {theirs}} and scan_inplace.STAND_IN.swapped == []
 
 
 def graphs():

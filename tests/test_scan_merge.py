@@ -29,7 +29,7 @@ from pytensor.scan.rewriting.merge import ScanMerge
 import innergraph
 from innergraph.core.fold import fold_inner_graphs
 from innergraph.rewriting import scan_merge
-from innergraph.rewriting.scan_merge import ScopedScanMerge, homes, replace_pytensor_pass, restore_pytensor_pass
+from innergraph.rewriting.scan_merge import ScopedScanMerge, homes
 from consumer_nodes import call_node
 from typed import param, recording
 from vanilla import vanilla_values
@@ -244,45 +244,6 @@ def test_every_graph_pass_while_bodies_are_unfolded_keeps_scopes() -> None:
     unknown = {kind: sorted(where) for kind, where in found.items() if kind not in SCOPE_SAFE}
     assert not unknown, f"graph passes that run while bodies are unfolded and may combine nodes of two scopes: {unknown}"
     assert "innergraph.rewriting.scan_merge.ScopedScanMerge" in found
-
-
-class FakeDB:
-    """A stand-in for ``optdb`` and its ``scan_eqopt2``: names (and tags) to sets of rewriters."""
-
-    def __init__(self, **members: Any):
-        self.__db__ = {name: set(rewriters) for name, rewriters in members.items()}
-
-    def __getitem__(self, name: str) -> Any:
-        (only,) = self.__db__[name]
-        return only
-
-
-def test_replacing_pytensors_pass_in_a_db(monkeypatch: Any) -> None:
-    import pytensor.compile.mode
-
-    monkeypatch.setattr(scan_merge.STAND_IN, "swapped", [])
-    theirs = ScanMerge()
-    theirs.name = "scan_merge"
-    sub = FakeDB(scan_merge=[theirs], scan=[theirs], other=[])
-    monkeypatch.setattr(pytensor.compile.mode, "optdb", FakeDB(scan_eqopt2=[sub]))
-    replace_pytensor_pass()
-    (ours,) = sub.__db__["scan_merge"]
-    assert type(ours) is ScopedScanMerge and ours.name == "scan_merge"
-    assert sub.__db__["scan"] == {ours} and sub.__db__["other"] == set()
-    replace_pytensor_pass()  # once only
-    assert sub.__db__["scan_merge"] == {ours} and len(scan_merge.STAND_IN.swapped) == 1
-    restore_pytensor_pass()
-    assert sub.__db__ == {"scan_merge": {theirs}, "scan": {theirs}, "other": set()} and scan_merge.STAND_IN.swapped == []
-    # two PyTensor rewriters under the name, or none of PyTensor's class: not the registration as released, left alone
-    for members in ([theirs, ScanMerge()], [], [ScopedScanMerge()]):
-        sub = FakeDB(scan_merge=members)
-        monkeypatch.setattr(pytensor.compile.mode, "optdb", FakeDB(scan_eqopt2=[sub]))
-        replace_pytensor_pass()
-        assert sub.__db__ == {"scan_merge": set(members)} and scan_merge.STAND_IN.swapped == []
-    db = FakeDB(other=[theirs])  # no scan_eqopt2
-    monkeypatch.setattr(pytensor.compile.mode, "optdb", db)
-    replace_pytensor_pass()
-    assert db.__db__ == {"other": {theirs}} and scan_merge.STAND_IN.swapped == []
 
 
 def _grouped_through_calls() -> tuple[list[Any], Any]:
