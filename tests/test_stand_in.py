@@ -38,7 +38,7 @@ USERS = [
 
 
 @pytest.mark.parametrize(("module", "theirs_class", "ours_class", "database"), USERS, ids=["scan_make_inplace", "scan_merge"])
-def test_replacing_pytensors_pass_in_a_db(monkeypatch: Any, module: Any, theirs_class: type, ours_class: type,
+def test_replacing_pytensors_pass_in_a_db(monkeypatch: Any, module: Any, theirs_class: Any, ours_class: Any,
                                           database: str | None) -> None:
     name = module.PASS_NAME
 
@@ -47,7 +47,7 @@ def test_replacing_pytensors_pass_in_a_db(monkeypatch: Any, module: Any, theirs_
         return db
 
     monkeypatch.setattr(module.STAND_IN, "swapped", [])
-    theirs: Any = theirs_class()
+    theirs = theirs_class()
     theirs.name = name
     db = install(FakeDB(**{name: [theirs], "tag": [theirs], "other": []}))
     module.replace_pytensor_pass()
