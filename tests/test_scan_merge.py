@@ -8,9 +8,12 @@ two bodies: the differential programs met it on two outlined loop groups (taps -
 rewrite broke the closure of a body").
 
 The pass is called directly on FunctionGraphs of two unfolded bodies with a native Scan
-each (merged by MergeOptimizer first, so that they share the step count), beside
-PyTensor's pass on an identical graph; then that program is compiled under the Numba
-linker and compared with vanilla PyTensor.
+each (merged by MergeOptimizer first, so that they share the step count), and of a body
+loop beside an outer loop of one constant length, beside PyTensor's pass on an identical
+graph; then graphs are compiled: ``innergraph.call`` of a body holding a loop (cvm,
+against a NumPy loop) and that program (Numba, against vanilla PyTensor). A last test lists
+every graph pass PyTensor runs while bodies are unfolded and fails on one innergraph has
+not read. The swap of the two passes is in ``tests/test_stand_in.py``.
 """
 
 from typing import Any
