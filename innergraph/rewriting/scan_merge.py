@@ -40,6 +40,7 @@ from pytensor.graph.fg import FunctionGraph
 from pytensor.scan.op import Scan as NativeScan
 from pytensor.scan.rewriting.merge import ScanMerge
 
+from innergraph.core.fold import has_inner_graphs
 from innergraph.core.graph import InnerGraph, scope_toposort
 from innergraph.rewriting.stand_in import StandIn
 
@@ -89,7 +90,7 @@ class ScopedScanMerge(ScanMerge):
 
 def _homes_if_scoped(fgraph: FunctionGraph) -> dict[Apply, frozenset[Apply | None]]:
     """`homes`, or none for a graph without an unfolded body: one scope, every Scan at home in it."""
-    if not any(isinstance(node.op, InnerGraph) for node in fgraph.apply_nodes):
+    if not has_inner_graphs(fgraph):
         return {}
     return homes(fgraph)
 
