@@ -14,7 +14,7 @@ the py linker without rewrites, against NumPy.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytensor.tensor as pt
@@ -36,16 +36,21 @@ P0: Any = param(0, V)
 X: Any = pt.dvector("x")
 XV = np.array([0.5, -1.0, 2.0, 0.25])
 
-_A = float64("a")
+_A: Any = float64("a")
 #: a Composite of two outputs; the bodies below read its first only (fusion prunes the second)
 TWO_OUTPUTS = Composite([_A], [_A + 1.0, _A * 2.0])
 
 
 def _body(*outputs: Any) -> Body:
     """The body of one vector param computing ``outputs`` (from `P0`)."""
-    data = function(list(outputs), [V]).data
+    data = cast(Constant, function(list(outputs), [V])).data
     assert isinstance(data, Body)
     return data
+
+
+def _composite(x: Any) -> Any:
+    """`TWO_OUTPUTS` applied to ``x``: its first output."""
+    return cast(list[Any], Elemwise(TWO_OUTPUTS)(x))[0]
 
 
 def _chain() -> Body:
@@ -85,7 +90,7 @@ def _run(body: Body) -> np.ndarray:
         (lambda: _body(pt.exp(P0), P0.sum()), False),  # one, beside a reduction of a param
         (lambda: _body(pt.exp(P0) * 2.0), True),  # two, chained
         (lambda: _body(pt.exp(P0), pt.sin(P0)), True),  # two siblings
-        (lambda: _body(Elemwise(TWO_OUTPUTS)(P0)[0]), True),  # one, a Composite
+        (lambda: _body(_composite(P0)), True),  # one, a Composite
         (lambda: _body(pt.exp(P0).sum()), True),  # a reduction of an elementwise result
         (_nested, True),  # no elementwise node, a nested body
     ],
@@ -122,7 +127,7 @@ def test_a_chain_becomes_one_composite_of_the_same_values() -> None:
 
 
 def test_a_lone_composite_loses_the_output_nobody_reads() -> None:
-    body = _body(Elemwise(TWO_OUTPUTS)(P0)[0])
+    body = _body(_composite(P0))
     fused = fuse_body(body)
     (before,) = _elemwise(body)
     (after,) = _elemwise(fused)
@@ -191,7 +196,7 @@ def test_a_body_marked_rewritten_after_its_fusion_is_fused_again() -> None:
 def _calls(*bodies: Body) -> tuple[FunctionGraph, list[Variable]]:
     """A FunctionGraph summing a call of each body on `X`, and the calls' function inputs."""
     nodes = [Call().make_node(Constant(b.type, b), X) for b in bodies]
-    total = nodes[0].outputs[0]
+    total: Any = nodes[0].outputs[0]
     for node in nodes[1:]:
         total = total + node.outputs[0]
     fgraph = FunctionGraph([X], [total], clone=False)
@@ -213,6 +218,18 @@ def test_fuse_bodies_replaces_only_the_bodies_it_changes() -> None:
     assert new.type == chain_fn.type
     (out,) = evaluate([X], fgraph.outputs, [XV])
     np.testing.assert_allclose(out, np.exp(XV) + np.exp(XV) * 2.0)
+
+
+def test_fuse_bodies_replaces_a_body_by_an_equal_copy() -> None:
+    # a body fusion may change but leaves equal (a reduction of an elementwise result, a
+    # call of a body that stays) is replaced by its copy all the same: a new body, counted
+    reduction, outer = _body(pt.exp(P0).sum()), _body(call_node([pt.exp(P0)], [P0]).outputs[0])
+    fgraph, functions = _calls(reduction, outer)
+    assert fuse_bodies(fgraph) == 2
+    new = _functions(fgraph)
+    assert not set(new) & set(functions)
+    assert [f.data for f in new if isinstance(f, Constant)] == [reduction, outer]
+    assert all(isinstance(f, Constant) and f.data is fuse_body(b) for f, b in zip(new, (reduction, outer), strict=True))
 
 
 def test_fuse_bodies_counts_each_body_and_shares_an_equal_ones_copy() -> None:
