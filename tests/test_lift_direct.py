@@ -4,17 +4,18 @@
 run `lift_native` on loops they compile; `fold_bodies` and `lower_consumers` are reached
 only through compiled functions. These build FunctionGraphs of calls of explicit bodies
 (folded or not, one nested in another), of PyTensor's own Scans, and of both, and call
-`mark_lifted` / `was_lifted`, `lift_native` (its count against literal ones, the op
-classes it leaves, whether it merges: `merge_fully` recorded, and the values against
-NumPy, run by the py linker without rewrites), `lower_consumers`, `_has_functions`
-against a literal table, and `fold_bodies` in graphs lifted or not: its count, which
-bodies it marks rewritten, the large and the small constants it makes arguments and the
-one function constant equal bodies share afterwards, and the body an earlier
-compilation interned.
+`mark_lifted` / `was_lifted` (through a pickle too), `lift_native` (its count against
+literal ones, the op classes it leaves, whether it merges: `merge_fully` recorded, and
+the values against NumPy, run by the py linker without rewrites), `lower_consumers`,
+`_has_functions` against a literal table, and `fold_bodies` in graphs lifted or not: its
+count, which bodies it marks rewritten, the large and the small constants it makes
+arguments and the one function constant equal bodies share afterwards, and the body an
+earlier compilation interned.
 """
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 import numpy as np
@@ -94,7 +95,9 @@ def test_a_graph_is_lifted_once_marked() -> None:
     mark_lifted(fgraph)
     assert was_lifted(fgraph) is True
     assert vars(fgraph)["_innergraph_lifted"] is True  # in the graph's __dict__, which a pickle keeps
-    assert was_lifted(FunctionGraph([X], [pt.exp(X)], clone=False)) is False
+    assert was_lifted(pickle.loads(pickle.dumps(fgraph))) is True
+    unmarked = FunctionGraph([X], [pt.exp(X)], clone=False)
+    assert was_lifted(pickle.loads(pickle.dumps(unmarked))) is False
 
 
 # ---- lift_native
