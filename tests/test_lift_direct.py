@@ -5,8 +5,9 @@ run `lift_native` on loops they compile; `fold_bodies` and `lower_consumers` are
 only through compiled functions. These build FunctionGraphs of calls of explicit bodies
 (folded or not, one nested in another), of PyTensor's own Scans, and of both, and call
 `mark_lifted` / `was_lifted` (through a pickle too), `lift_native` (its count against
-literal ones, the op classes it leaves, whether it merges: `merge_fully` recorded, and
-the values against NumPy, run by the py linker without rewrites), `lower_consumers`,
+literal ones, its rounds and whether it merges: `unfold_inner_graphs` and `merge_fully`
+recorded, the twentieth round an error, the op classes it leaves, and the values against
+NumPy, run by the py linker without rewrites), `lower_consumers`,
 `_has_functions` against a literal table, and `fold_bodies` in graphs lifted or not: its
 count, which bodies it marks rewritten, the large and the small constants it makes
 arguments and the one function constant equal bodies share afterwards, and the body an
@@ -86,6 +87,25 @@ def merges(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     return calls
 
 
+@pytest.fixture
+def rounds(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The graphs of `lift_native`'s rounds (its calls of `unfold_inner_graphs`); a twentieth round raises.
+
+    The bound turns a fixpoint loop that never ends (a mutant's) into a failure at once.
+    """
+    calls: list[Any] = []
+    original = lift.unfold_inner_graphs
+
+    def unfold(fgraph: FunctionGraph, reason: str) -> int:
+        calls.append(fgraph)
+        if len(calls) >= 20:
+            raise RuntimeError("lift_native: twenty rounds")
+        return original(fgraph, reason=reason)
+
+    monkeypatch.setattr(lift, "unfold_inner_graphs", unfold)
+    return calls
+
+
 # ---- marking
 
 
@@ -103,18 +123,20 @@ def test_a_graph_is_lifted_once_marked() -> None:
 # ---- lift_native
 
 
-def test_lifting_a_graph_without_bodies_changes_nothing(merges: list[Any]) -> None:
+def test_lifting_a_graph_without_bodies_changes_nothing(merges: list[Any], rounds: list[Any]) -> None:
     fgraph = FunctionGraph([X], [pt.exp(X) + pt.exp(X)], clone=False)
     before = _ops(fgraph)
     assert lift_native(fgraph) == 0
+    assert rounds == [fgraph]  # one round, which finds nothing
     assert _ops(fgraph) == before and merges == []
     assert was_lifted(fgraph)
 
 
-def test_lifting_unfolds_a_folded_call(merges: list[Any]) -> None:
+def test_lifting_unfolds_a_folded_call(merges: list[Any], rounds: list[Any]) -> None:
     # one body came in: no merge, so the two exp(x) of the outer graph stay two
     fgraph = FunctionGraph([X], [_call(pt.exp(P0) * 2.0) + pt.exp(X) + pt.exp(X)], clone=False)
     assert lift_native(fgraph) == 1
+    assert len(rounds) == 2
     assert merges == [] and was_lifted(fgraph)
     (function,) = _functions(fgraph)
     assert not isinstance(function, Constant) and isinstance(function.owner.op, InnerGraph)
@@ -143,11 +165,12 @@ def test_lifting_a_call_and_a_scan_counts_both_and_merges(merges: list[Any]) -> 
     np.testing.assert_allclose(out, np.exp(XV) * 2.0 + _looped(XV))
 
 
-def test_lifting_reaches_a_nested_call_at_the_fixpoint(merges: list[Any]) -> None:
-    # the first round unfolds the outer body only; its call of the inner one is then visible
+def test_lifting_unfolds_a_nested_call_with_its_caller(merges: list[Any], rounds: list[Any]) -> None:
+    # one round unfolds both, the nested body with the outer one; a second finds nothing
     inner = call_node([pt.exp(P0) * 2.0], [P0]).outputs[0]
     fgraph = FunctionGraph([X], [_call(inner + 1.0)], clone=False)
     assert lift_native(fgraph) == 2
+    assert len(rounds) == 2
     assert merges == [fgraph]
     assert _count(fgraph, InnerGraph) == 2 and not any(isinstance(f, Constant) for f in _functions(fgraph))
     (out,) = evaluate([X], fgraph.outputs, [XV])
