@@ -24,7 +24,7 @@ from pytensor.graph.basic import Apply, Constant, Variable, equal_computations
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.replace import clone_replace
 from pytensor.graph.rewriting.basic import MergeOptimizer
-from pytensor.scalar import UnaryScalarOp, upgrade_to_float
+from pytensor.scalar import Composite, UnaryScalarOp, float64, upgrade_to_float
 from pytensor.scan.op import Scan as NativeScan
 from pytensor.scan.op import ScanInfo
 from pytensor.scan.utils import expand_empty
@@ -287,6 +287,14 @@ def test_fold_constant_work():
     f32 = pt.constant(np.asarray([1.0, 2.0], dtype="float32")) * pt.constant(np.asarray(2.0, dtype="float32"))
     f32_folded: Any = fold_constant_work([f32], stop=())[0]
     assert isinstance(f32_folded, Constant) and f32_folded.data.dtype == "float32" and f32_folded.type == f32.type
+
+
+def test_fold_constant_work_leaves_a_node_of_two_outputs():
+    # one storage cell per folded node: a two-output Elemwise of constants is left to constant folding, as a
+    # single-output node with a non-constant input is (the `or` of the guard, not an `and`)
+    a = float64("a")
+    first, second = Elemwise(Composite([a], [a + 1.0, a * 2.0]))(pt.constant(np.asarray([1.0, 2.0])))
+    assert fold_constant_work([first, second], stop=()) == [first, second]
 
 
 def test_template_key():
@@ -970,6 +978,20 @@ def test_the_vectorized_work_is_kept_as_the_body_template():
     (slot,) = sig.having(Meaning.PER_STEP_OUTPUT)
     templates = {}
     assert AfterLoop(sig).vectorized([slot.outputs[0][1]], templates) is not None and templates == {}
+
+
+def test_a_loop_with_a_live_state_is_refused_before_any_vectorization():
+    """The whole-loop push-out needs every live result row-wise: a live state refuses it before any work is vectorized."""
+    state, exps = accumulator(lambda r, u: [u + r, pt.exp(r)], 1, [XS], pt.constant(np.asarray(0.0)), extra=1)
+    fg, sig = sig_of([state, exps], [XS])
+    templates: dict[Any, Any] = {}
+    assert push_out._pushed_outputs(fg, sig, AfterLoop(sig), row_wise=True, templates=templates) == {}
+    assert templates == {}
+    # the same loop with its state dead: its one row-wise output is pushed, and its work vectorized once
+    fg, sig = sig_of([exps], [XS])
+    pushed = push_out._pushed_outputs(fg, sig, AfterLoop(sig), row_wise=True, templates=templates)
+    assert list(pushed) == fg.outputs and len(templates) == 1
+    np.testing.assert_allclose(evaluate(fg.inputs, list(pushed.values()), [XV])[0], np.exp(XV), rtol=1e-12)
 
 
 def test_a_step_count_passed_as_an_argument_keeps_no_template():
