@@ -41,6 +41,14 @@ from innergraph.rewriting.outer import (
     rows_of,
 )
 
+# PyTensor's constructors, typed Any: mypy reads them as returning ``Variable | None``
+dmatrix: Any = pt.dmatrix
+dvector: Any = pt.dvector
+dscalar: Any = pt.dscalar
+lscalar: Any = pt.lscalar
+lvector: Any = pt.lvector
+tensor: Any = pt.tensor
+
 PY = Mode(linker="py", optimizer=None)  # type: ignore[arg-type]  # Mode takes None (no rewriting); its annotation leaves None out
 
 X10 = np.arange(10.0) * 1.5 - 4.0
@@ -70,7 +78,7 @@ class _RootLengths:
         self.lengths = lengths
 
     def get_shape(self, x: Any, i: int) -> Any:
-        return pt.constant(self.lengths[x]) if x in self.lengths else pt.lscalar()
+        return pt.constant(self.lengths[x]) if x in self.lengths else lscalar()
 
 
 # -- the helpers ------------------------------------------------------------------------
@@ -78,7 +86,7 @@ class _RootLengths:
 
 def test_constant_slices_reads_subtensors_and_inc_subtensors():
     """`_constant_slices`: the indices of a Subtensor and of an IncSubtensor (after its written value), folded constants too, None for a symbolic index."""
-    x, v, n = pt.dmatrix("x"), pt.dvector("v"), pt.lscalar("n")
+    x, v, n = dmatrix("x"), dvector("v"), lscalar("n")
     assert _constant_slices(x[1:4:2, 0].owner) == [slice(1, 4, 2), 0]
     assert _constant_slices(pt.set_subtensor(x[2:3], v[None]).owner) == [slice(2, 3, None)]
     assert _constant_slices(pt.inc_subtensor(x[1, 2:], v[1:]).owner) == [1, slice(2, None, None)]
@@ -88,19 +96,16 @@ def test_constant_slices_reads_subtensors_and_inc_subtensors():
 
 
 def test_single_slice_is_one_slice_and_nothing_else():
-    x, v = pt.dmatrix("x"), pt.dvector("v")
+    x, v = dmatrix("x"), dvector("v")
     assert _single_slice(x[1:3].owner) == slice(1, 3, None)
     assert _single_slice(pt.set_subtensor(x[::-1], v[None]).owner) == slice(None, None, -1)
     assert _single_slice(x[1].owner) is None
     assert _single_slice(x[1:3, 0:1].owner) is None
-    assert _single_slice(x[pt.lscalar("n") :].owner) is None
+    assert _single_slice(x[lscalar("n") :].owner) is None
 
 
 def test_under_expand_dims_is_v_of_v_none_only():
-    v, s, m = pt.dvector("v"), pt.dscalar("s"), pt.dmatrix("m")
-    assert _under_expand_dims(v[None]) is v
-    assert _under_expand_dims(s[None]) is s
-    assert _under_expand_dims(m[None]) is m
+    v, s, m = dvector("v"), dscalar("s"), dmatrix("m")
     assert _under_expand_dims(v) is None
     assert _under_expand_dims(v + 1) is None
     assert _under_expand_dims(v[:, None]) is None
@@ -109,10 +114,12 @@ def test_under_expand_dims_is_v_of_v_none_only():
     assert isinstance(v[None, None].owner.op, DimShuffle)
     assert _under_expand_dims(v[None, None]) is None
     assert _under_expand_dims(m[:, None]) is None
+    for value in (v, s, m):
+        assert _under_expand_dims(value[None]) is value
 
 
 def test_rows_of_a_variable_is_its_subtensor():
-    x = pt.dmatrix("x")
+    x = dmatrix("x")
     row, rows = rows_of(x, 2), rows_of(x, slice(None, None, -1))
     assert equal_computations([row, rows], [x[2], x[::-1]])
     got_row, got_rows = _values([x], [row, rows], [M53])
@@ -132,13 +139,16 @@ def test_rows_of_a_constant_is_a_contiguous_constant(index):
 
 def test_first_row_reads_what_a_set_subtensor_wrote():
     """`first_row`: ``v`` for ``set(x[0], v)`` and ``set(x[:k], v[None])`` (k >= 1 or none), row 0 of a written constant; ``x[0]`` otherwise."""
-    x, v, n = pt.dmatrix("x"), pt.dvector("v"), pt.lscalar("n")
-    assert first_row(pt.set_subtensor(x[0], v)) is v
-    assert first_row(pt.set_subtensor(x[:1], v[None])) is v
-    assert first_row(pt.set_subtensor(x[0:3], v[None])) is v
-    assert first_row(pt.set_subtensor(x[0::1], v[None])) is v
-    assert first_row(pt.set_subtensor(x[:], v[None])) is v
-    for other in [
+    x, v, n = dmatrix("x"), dvector("v"), lscalar("n")
+    for written in [
+        pt.set_subtensor(x[0], v),
+        pt.set_subtensor(x[:1], v[None]),
+        pt.set_subtensor(x[0:3], v[None]),
+        pt.set_subtensor(x[0::1], v[None]),
+        pt.set_subtensor(x[:], v[None]),
+    ]:
+        assert first_row(written) is v, written
+    others: list[Any] = [
         pt.set_subtensor(x[1], v),
         pt.set_subtensor(x[-1], v),
         pt.inc_subtensor(x[0], v),
@@ -148,41 +158,45 @@ def test_first_row_reads_what_a_set_subtensor_wrote():
         pt.set_subtensor(x[0:2:2], v[None]),
         pt.set_subtensor(x[n:], v[None]),
         pt.set_subtensor(x[:1, 0], v[:1]),
-        pt.set_subtensor(x[:2], pt.dmatrix("y")),
+        pt.set_subtensor(x[:2], dmatrix("y")),
         x + 1,
         x,
-    ]:
+    ]
+    for other in others:
         read = first_row(other)
         assert equal_computations([read], [other[0]]), other
 
 
 def test_first_row_of_a_written_constant():
-    x = pt.dmatrix("x")
+    x = dmatrix("x")
     rows = np.array([[1.0, 2.0], [3.0, 4.0]])
-    read = first_row(pt.set_subtensor(x[:2], rows))
+    read: Any = first_row(pt.set_subtensor(x[:2], rows))
     assert isinstance(read, Constant) and read.type.dtype == "float64"
     np.testing.assert_array_equal(read.data, rows[0])
-    one = first_row(pt.set_subtensor(x[:1], np.array([[5.0, 6.0]])))
+    one: Any = first_row(pt.set_subtensor(x[:1], np.array([[5.0, 6.0]])))
     np.testing.assert_array_equal(one.data, [5.0, 6.0])
-    y = pt.dvector("y")
-    scalar_row = first_row(pt.set_subtensor(y[:2], np.array([7.0, 8.0])))  # a vector buffer: its rows are scalars
+    y = dvector("y")
+    scalar_row: Any = first_row(pt.set_subtensor(y[:2], np.array([7.0, 8.0])))  # a vector buffer: its rows are scalars
     assert isinstance(scalar_row, Constant) and scalar_row.type.ndim == 0 and scalar_row.data == 7.0
-    broadcast = pt.set_subtensor(y[:2], 3.0)  # a scalar written: no row 0 to take
+    broadcast: Any = pt.set_subtensor(y[:2], 3.0)  # a scalar written: no row 0 to take
     assert equal_computations([first_row(broadcast)], [broadcast[0]])
     assert first_row(pt.set_subtensor(x[1:3], rows)).owner is not None
 
 
 def test_first_row_keeps_the_buffer_when_the_write_casts():
     """A write casts ``v`` to the buffer's row type; ``v`` is returned only when it has that type or a more specific shape."""
-    x = pt.dmatrix("x")
-    iv = pt.lvector("iv")
-    written = pt.set_subtensor(x[0], iv)
+    x = dmatrix("x")
+    iv = lvector("iv")
+    written: Any = pt.set_subtensor(x[0], iv)
     assert equal_computations([first_row(written)], [written[0]])
-    fixed = pt.tensor("fixed", shape=(None, 3), dtype="float64")
-    loose, one, three = pt.dvector("loose"), pt.tensor("one", shape=(1,), dtype="float64"), pt.tensor("three", shape=(3,), dtype="float64")
-    assert first_row(pt.set_subtensor(fixed[0], three)) is three
-    assert first_row(pt.set_subtensor(fixed[0], loose)) is loose  # row type (3,), written (None,): the same class
-    assert first_row(pt.set_subtensor(x[0], one)) is one  # row type (None,), written (1,): more specific
+    fixed = tensor("fixed", shape=(None, 3), dtype="float64")
+    loose, one, three = dvector("loose"), tensor("one", shape=(1,), dtype="float64"), tensor("three", shape=(3,), dtype="float64")
+    for buffer, value in [
+        (fixed, three),
+        (fixed, loose),  # row type (3,), written (None,): the same class
+        (x, one),  # row type (None,), written (1,): more specific
+    ]:
+        assert first_row(pt.set_subtensor(buffer[0], value)) is value
     assert first_row(pt.set_subtensor(x[0:1], one[None])) is one
 
 
@@ -192,7 +206,7 @@ def test_first_row_keeps_the_buffer_when_the_write_casts():
 @pytest.mark.parametrize("start", [0, 2, 4])
 @pytest.mark.parametrize("write", ["set", "inc"])
 def test_set_row_of_expand_dims_writes_the_row(write, start):
-    x, v = pt.dmatrix("x"), pt.dvector("v")
+    x, v = dmatrix("x"), dvector("v")
     written = (pt.set_subtensor if write == "set" else pt.inc_subtensor)(x[start : start + 1], v[None])
     (out,) = _rewrite(local_set_row_of_expand_dims, [x, v], written)
     assert isinstance(out.owner.op, IncSubtensor) and out.owner.op.set_instead_of_inc == (write == "set")
@@ -211,27 +225,27 @@ def test_set_row_of_expand_dims_writes_the_row(write, start):
 
 
 def test_set_row_of_expand_dims_from_none_and_step_one():
-    x, v = pt.dmatrix("x"), pt.dvector("v")
+    x, v = dmatrix("x"), dvector("v")
     for written in [pt.set_subtensor(x[:1], v[None]), pt.set_subtensor(x[0:1:1], v[None])]:
         (out,) = _rewrite(local_set_row_of_expand_dims, [x, v], written)
         assert out.owner.inputs[2].data == 0 and out.owner.inputs[1] is v
 
 
 def test_set_row_of_expand_dims_writes_the_row_in_the_smallest_unsigned_dtype():
-    x, v = pt.dmatrix("x"), pt.dvector("v")
+    x, v = dmatrix("x"), dvector("v")
     for start, dtype in [(255, "uint8"), (256, "uint16"), (70000, "uint32")]:
         (out,) = _rewrite(local_set_row_of_expand_dims, [x, v], pt.set_subtensor(x[start : start + 1], v[None]))
         assert out.owner.inputs[2].type.dtype == dtype and out.owner.inputs[2].data == start
 
 
 def test_set_row_of_expand_dims_of_a_scalar_row():
-    y, s = pt.dvector("y"), pt.dscalar("s")
+    y, s = dvector("y"), dscalar("s")
     (out,) = _rewrite(local_set_row_of_expand_dims, [y, s], pt.set_subtensor(y[3:4], s[None]))
     np.testing.assert_array_equal(_values([y, s], [out], [X10, 7.0])[0], np.where(np.arange(10) == 3, 7.0, X10))
 
 
 def test_set_row_of_expand_dims_refuses_other_writes():
-    x, v, m, n = pt.dmatrix("x"), pt.dvector("v"), pt.dmatrix("m"), pt.lscalar("n")
+    x, v, m, n = dmatrix("x"), dvector("v"), dmatrix("m"), lscalar("n")
     for written in [
         pt.set_subtensor(x[0], v),  # a row already
         pt.set_subtensor(x[0:2], v[None]),  # two rows
@@ -249,7 +263,7 @@ def test_set_row_of_expand_dims_refuses_other_writes():
 
 
 def test_set_row_of_expand_dims_leaves_an_inplace_write():
-    x, v = pt.dmatrix("x"), pt.dvector("v")
+    x, v = dmatrix("x"), dvector("v")
     written = pt.set_subtensor(x[0:1], v[None])
     op = written.owner.op
     inplace = IncSubtensor(op.idx_list, inplace=True, set_instead_of_inc=True)(*written.owner.inputs)
@@ -260,7 +274,7 @@ def test_set_row_of_expand_dims_leaves_an_inplace_write():
 
 
 def test_sum_of_one_row_is_the_row():
-    x = pt.tensor("x", shape=(5, 3), dtype="float64")
+    x = tensor("x", shape=(5, 3), dtype="float64")
     for sliced, row in [(x[2:3], 2), (x[-1:], 4), (x[:1], 0), (x[4:1:-3], 4), (x[-2:-5:-10], 3)]:
         out = _rewrite(local_sum_of_one_row, [x], sliced.sum(axis=0))
         assert equal_computations(out, [x[row]]), sliced
@@ -269,15 +283,15 @@ def test_sum_of_one_row_is_the_row():
     (out,) = _rewrite(local_sum_of_one_row, [x], reversed_rows[4:].sum(axis=0))  # row 4 of x[::-1]
     assert equal_computations([out], [reversed_rows[4]])
     np.testing.assert_array_equal(_values([x], [out], [M53])[0], M53[0])
-    y = pt.tensor("y", shape=(10,), dtype="float64")
+    y = tensor("y", shape=(10,), dtype="float64")
     (out,) = _rewrite(local_sum_of_one_row, [y], y[7:8].sum())  # axis None over a vector
     assert equal_computations([out], [y[7]])
 
 
 def test_sum_of_one_row_refuses_other_sums():
-    x, y = pt.tensor("x", shape=(5, 3), dtype="float64"), pt.tensor("y", shape=(10,), dtype="float64")
-    b = pt.tensor("b", shape=(10,), dtype="int8")
-    loose = pt.dmatrix("loose")
+    x, y = tensor("x", shape=(5, 3), dtype="float64"), tensor("y", shape=(10,), dtype="float64")
+    b = tensor("b", shape=(10,), dtype="int8")
+    loose = dmatrix("loose")
     for total in [
         x[2:3].sum(),  # every entry
         x[2:3].sum(axis=1),
@@ -296,7 +310,7 @@ def test_sum_of_one_row_refuses_other_sums():
 
 
 def test_sum_of_one_row_of_an_unknown_length_but_a_one_row_slice():
-    loose = pt.dmatrix("loose")
+    loose = dmatrix("loose")
     assert _rewrite(local_sum_of_one_row, [loose], loose[2:3].sum(axis=0)) is None  # x[2:3] may be empty
 
 
@@ -310,7 +324,7 @@ def _call_of(argument: Any) -> Any:
 
 def _fill_read_by(consumers: str, value: Any = 1.0, x: Any = None) -> tuple[Any, Any, FunctionGraph]:
     """``second(x, value)`` read by a call (and an Elemwise with ``consumers == "both"``); its fgraph with a shape feature."""
-    x = pt.tensor("x", shape=(2, 3), dtype="float64") if x is None else x
+    x = tensor("x", shape=(2, 3), dtype="float64") if x is None else x
     fill = pt.second(x, pt.constant(value))
     readers = [_call_of(fill)] if consumers in ("call", "both") else []
     if consumers in ("elemwise", "both"):
@@ -336,12 +350,12 @@ def test_fill_read_by_consumers_refuses():
     assert local_fill_read_by_consumers.transform(fgraph, fill.owner) is None
     _, fill, fgraph = _fill_read_by("call", np.full((2, 3), 4.5))  # already of the fill's type: local_useless_fill's
     assert local_fill_read_by_consumers.transform(fgraph, fill.owner) is None
-    _, fill, fgraph = _fill_read_by("call", np.array([[4.5]]), pt.dmatrix("loose"))  # the shape is unknown
+    _, fill, fgraph = _fill_read_by("call", np.array([[4.5]]), dmatrix("loose"))  # the shape is unknown
     assert local_fill_read_by_consumers.transform(fgraph, fill.owner) is None
-    _, fill, fgraph = _fill_read_by("call", np.array([[4.5]]), pt.tensor("partial", shape=(2, None), dtype="float64"))
+    _, fill, fgraph = _fill_read_by("call", np.array([[4.5]]), tensor("partial", shape=(2, None), dtype="float64"))
     assert local_fill_read_by_consumers.transform(fgraph, fill.owner) is None
-    x = pt.tensor("x", shape=(2, 3), dtype="float64")
-    c = pt.dmatrix("c")
+    x = tensor("x", shape=(2, 3), dtype="float64")
+    c = dmatrix("c")
     fill = pt.second(x, c)  # not a constant
     fgraph = _graph([x, c], [_call_of(fill)])
     assert local_fill_read_by_consumers.transform(fgraph, fill.owner) is None
@@ -351,7 +365,7 @@ def test_fill_read_by_consumers_refuses():
 
 
 def test_constant_shape_and_proved_dim():
-    x, half = pt.tensor("x", shape=(2, 3), dtype="float64"), pt.tensor("partial", shape=(None, 4), dtype="float64")
+    x, half = tensor("x", shape=(2, 3), dtype="float64"), tensor("partial", shape=(None, 4), dtype="float64")
     fgraph = _graph([x, half], [x + 1, half + 1])
     assert _constant_shape(fgraph, x) == (2, 3)
     assert _constant_shape(fgraph, x[0]) == (3,)
@@ -383,7 +397,7 @@ def test_constant_shape_and_proved_dim():
     ],
 )
 def test_merge_slices_of_known_length_is_numpys(inner, outer):
-    y = pt.tensor("y", shape=(10,), dtype="float64")
+    y = tensor("y", shape=(10,), dtype="float64")
     sliced = y[inner][outer]
     out = _rewrite(local_merge_slices_of_known_length, [y], sliced)
     expected = X10[inner][outer]
@@ -396,7 +410,7 @@ def test_merge_slices_of_known_length_is_numpys(inner, outer):
 
 
 def test_merge_slices_of_known_length_refuses():
-    y, loose, x = pt.tensor("y", shape=(10,), dtype="float64"), pt.dvector("loose"), pt.tensor("x", shape=(5, 3), dtype="float64")
+    y, loose, x = tensor("y", shape=(10,), dtype="float64"), dvector("loose"), tensor("x", shape=(5, 3), dtype="float64")
     for sliced in [
         y[2:5],  # one slice
         (y + 1)[2:5],
@@ -411,7 +425,7 @@ def test_merge_slices_of_known_length_refuses():
 
 
 def test_merge_slices_of_a_matrix():
-    x = pt.tensor("x", shape=(5, 3), dtype="float64")
+    x = tensor("x", shape=(5, 3), dtype="float64")
     (merged,) = _rewrite(local_merge_slices_of_known_length, [x], x[::-1][1:4])
     assert equal_computations([merged], [x[3:0:-1]])
     np.testing.assert_array_equal(_values([x], [merged], [M53])[0], M53[::-1][1:4])
@@ -419,8 +433,8 @@ def test_merge_slices_of_a_matrix():
 
 def test_constant_length_through_slices_the_shape_feature_does_not_fold():
     """`_constant_length`: the shape feature's proof, else a constant first-axis slice of a proved length, recursively."""
-    y, loose = pt.tensor("y", shape=(10,), dtype="float64"), pt.dvector("loose")
-    x = pt.dmatrix("x")
+    y, loose = tensor("y", shape=(10,), dtype="float64"), dvector("loose")
+    x = dmatrix("x")
     fgraph = _graph([y, loose, x], [y + 1, loose + 1, x[0]], shapes=False)
     fgraph.shape_feature = _RootLengths({y: 10, x: 5})  # type: ignore[attr-defined]
     assert _constant_length(fgraph, y) == 10
@@ -430,7 +444,7 @@ def test_constant_length_through_slices_the_shape_feature_does_not_fold():
     assert _constant_length(fgraph, y[1::3][::-1][:2]) == 2
     assert _constant_length(fgraph, x[1:, 0]) == 4
     assert _constant_length(fgraph, x[1]) is None  # a row: its length is another axis's
-    assert _constant_length(fgraph, x[pt.lscalar("n") :]) is None
+    assert _constant_length(fgraph, x[lscalar("n") :]) is None
     assert _constant_length(fgraph, loose[2:5]) is None
     assert _constant_length(fgraph, loose) is None
     assert _constant_length(fgraph, y + 1) is None
@@ -441,7 +455,7 @@ def test_constant_length_through_slices_the_shape_feature_does_not_fold():
 
 def test_uninstalled_the_canonicalize_and_specialize_rewrites_return_nothing():
     """Copies of canonicalize made while installed keep the rewrites: uninstalled, they change nothing."""
-    x, y = pt.tensor("x", shape=(5, 3), dtype="float64"), pt.tensor("y", shape=(10,), dtype="float64")
+    x, y = tensor("x", shape=(5, 3), dtype="float64"), tensor("y", shape=(10,), dtype="float64")
     _, fill, fill_graph = _fill_read_by("call", np.array([[4.5]]))
     cases: list[tuple[Any, list[Variable], Any]] = [
         (local_sum_of_one_row, [x], x[2:3].sum(axis=0)),
