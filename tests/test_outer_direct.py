@@ -100,6 +100,7 @@ def test_single_slice_is_one_slice_and_nothing_else():
     assert _single_slice(x[1:3].owner) == slice(1, 3, None)
     assert _single_slice(pt.set_subtensor(x[::-1], v[None]).owner) == slice(None, None, -1)
     assert _single_slice(x[1].owner) is None
+    assert _single_slice(x[()].owner) is None  # no index at all
     assert _single_slice(x[1:3, 0:1].owner) is None
     assert _single_slice(x[lscalar("n") :].owner) is None
 
@@ -159,6 +160,7 @@ def test_first_row_reads_what_a_set_subtensor_wrote():
         pt.set_subtensor(x[n:], v[None]),
         pt.set_subtensor(x[:1, 0], v[:1]),
         pt.set_subtensor(x[:2], dmatrix("y")),
+        pt.set_subtensor(x[()], dmatrix("y")),  # no index at all
         x + 1,
         x,
     ]
@@ -181,6 +183,10 @@ def test_first_row_of_a_written_constant():
     broadcast: Any = pt.set_subtensor(y[:2], 3.0)  # a scalar written: no row 0 to take
     assert equal_computations([first_row(broadcast)], [broadcast[0]])
     assert first_row(pt.set_subtensor(x[1:3], rows)).owner is not None
+    no_rows: Any = pt.set_subtensor(x[:2], np.zeros((0, 3)))  # no row 0 to take (a shape error when it runs)
+    assert equal_computations([first_row(no_rows)], [no_rows[0]])
+    empty_row: Any = first_row(pt.set_subtensor(x[:2], np.zeros((2, 0))))  # rows of no columns
+    assert isinstance(empty_row, Constant) and empty_row.data.shape == (0,)
 
 
 def test_first_row_keeps_the_buffer_when_the_write_casts():
@@ -290,7 +296,7 @@ def test_sum_of_one_row_is_the_row():
 
 def test_sum_of_one_row_refuses_other_sums():
     x, y = tensor("x", shape=(5, 3), dtype="float64"), tensor("y", shape=(10,), dtype="float64")
-    b = tensor("b", shape=(10,), dtype="int8")
+    b, i32 = tensor("b", shape=(10,), dtype="int8"), tensor("i32", shape=(10,), dtype="int32")
     loose = dmatrix("loose")
     for total in [
         x[2:3].sum(),  # every entry
@@ -301,11 +307,12 @@ def test_sum_of_one_row_refuses_other_sums():
         x[2:3, 0:2].sum(axis=0),
         x.sum(axis=0),
         (x + 1).sum(axis=0),
-        b[2:3].sum(),  # the sum upcasts
+        b[2:3].sum(),  # the sum upcasts ("int64" sorts before "int8")
+        i32[2:3].sum(),  # and after "int32"
         loose[2:3].sum(axis=0),  # the length is unknown
         y[2:4].sum(),
     ]:
-        assert _rewrite(local_sum_of_one_row, [x, y, b, loose], total) is None, total
+        assert _rewrite(local_sum_of_one_row, [x, y, b, i32, loose], total) is None, total
     assert _rewrite(local_sum_of_one_row, [y], y[2:3].sum(), shapes=False) is None
 
 
