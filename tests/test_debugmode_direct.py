@@ -115,6 +115,16 @@ def test_runnable_memoizes_shared_nodes_and_every_output():
     assert runnable(x) and not runnable(free)  # asked again: from the memo
 
 
+def test_runnable_of_a_variable_reached_twice_before_it_is_known():
+    """``y + sin(y)`` and ``y * y``: ``y`` is on the walk's stack twice; the second time it is known, and the walk goes on."""
+    x, free = pt.dvector("x"), pt.dvector("free")
+    fgraph = FunctionGraph([x], [x * 2], clone=False)
+    assert _Runnable(fgraph)(x + pt.sin(x))
+    assert _Runnable(fgraph)(x * x)
+    assert not _Runnable(fgraph)(free + pt.sin(free))
+    assert not _Runnable(fgraph)(pt.exp(x) + pt.sin(free) * free)
+
+
 # -- _through_hidden ---------------------------------------------------------------------
 
 
