@@ -89,6 +89,7 @@ MODULES: dict[str, dict[str, object]] = {
     "innergraph/rewriting/link_arguments.py": _one_file("tests/test_link_arguments.py"),  # about 7 s a mutant on one core
     "innergraph/rewriting/merge_loops.py": _one_file("tests/test_merge_loops_direct.py"),  # about 2 s a mutant at load 2-3
     "innergraph/rewriting/ofg_outputs.py": _one_file("tests/test_ofg_dead_outputs.py"),  # about 4 s a mutant on one core
+    "innergraph/rewriting/outer.py": _one_file("tests/test_outer_direct.py"),  # about 3.4 s a mutant at load 3-4
     "innergraph/rewriting/outline_loops.py": _one_file("tests/test_outline_loops_direct.py"),  # about 14 s a mutant at load 4-6
     "innergraph/rewriting/outlined.py": _one_file("tests/test_outlined_direct.py"),  # about 4-6 s a mutant at load 3
     "innergraph/rewriting/push_out_cost.py": _one_file("tests/test_push_out_cost.py"),  # about 5 s a mutant on one core
