@@ -230,3 +230,14 @@ def test_forget_hidden_with_pytensors_tracker_after_a_lift_and_a_lowering():
     assert lowered in tracker.all_variables_ever and native in tracker.all_variables_ever
     ((why, old, _, _),) = tracker.reasons[lowered]
     assert why == "lift, then lower" and old is native
+
+
+def test_forget_hidden_counts_what_it_drops():
+    """The count is the records' length before less after: 3 of 4 dropped is 3 (not 4 % 1, which is 0)."""
+    x, free = pt.dvector("x"), pt.dvector("free")
+    tracker = _Tracker([free, x, pt.sin(free), free + x], {})
+    assert forget_hidden(_with_tracker(FunctionGraph([x], [x * 2], clone=False), tracker)) == 3
+    assert tracker.all_variables_ever == [x]
+    tracker = _Tracker([free], {})
+    assert forget_hidden(_with_tracker(FunctionGraph([x], [x * 2], clone=False), tracker)) == 1
+    assert tracker.all_variables_ever == []
