@@ -72,6 +72,7 @@ MODULES: dict[str, dict[str, object]] = {
         "tests": [["tests/test_rewrites.py", "-k", "dead or keeps or pruned or live_slots"], ["tests/test_opfromgraph.py", "-k", "dead"]],
         "sample": 12,
     },
+    "innergraph/rewriting/debugmode.py": _one_file("tests/test_debugmode_direct.py"),  # about 4.5 s a mutant at load 3 (a walk made endless ends at its test's 10 s alarm)
     "innergraph/rewriting/duplicates.py": _one_file(  # about 9.5 s a mutant at load 3-4
         "tests/test_reverse.py", "-k", "duplicate or same_update_and_initial or symmetrically or other_initial_values or one_body_output or one_branch_only"
     ),
