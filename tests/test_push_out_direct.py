@@ -138,6 +138,21 @@ def sig_of(outputs: Sequence[Variable], inputs: Sequence[Variable]) -> tuple[Fun
     return fg, only_sig(fg)
 
 
+
+def test_the_template_follows_a_symbolic_count():
+    """Two loops of one body over the same rows, of ``n1`` and ``n2`` steps (symbolic, one type, so one template): the second gets its own count."""
+    nit = lambda x, m1, m0, k: m0 * k + x  # noqa: E731
+    x, m1, m0, k = pt.dscalar("x"), pt.dscalar("m_1"), pt.dscalar("m0"), pt.dscalar("k")
+    op = native([x, m1, m0, k], [m1 * 0.5 + m0 + x, nit(x, m1, m0, k)], n_seqs=1, mit_mot=[((-1, 0), (1,))], n_nit_sot=1, n_non_seqs=1)
+    n1, n2 = pt.lscalar("n1"), pt.lscalar("n2")
+    first = outs(op, n1, XS, BUF, n1, K)
+    second = outs(op, n2, XS, BUF, n2, K)
+    fg, count, after = run(merged_then_pushed, [XS, BUF, K, n1, n2], [first[1], second[1]], [XV, BV, KV, 4, 3])
+    assert count == 2 and nit_sots(fg) == 0
+    rows, _ = mit_mot_numpy(nit)
+    np.testing.assert_allclose(after[0], rows, rtol=1e-12)
+    np.testing.assert_allclose(after[1], rows[:3], rtol=1e-12)  # the first three steps read what the longer loop's did
+
 # ---- the mit-mot loop: taps (-1, 0) read, tap 1 written
 
 
