@@ -1009,6 +1009,16 @@ def test_a_loop_with_a_live_state_is_refused_before_any_vectorization():
     np.testing.assert_allclose(evaluate(fg.inputs, list(pushed.values()), [XV])[0], np.exp(XV), rtol=1e-12)
 
 
+
+def test_a_loop_of_257_row_wise_outputs_is_pushed_whole():
+    """Counts beyond CPython's cached ints (256): every one of 257 live per-step outputs is row-wise, so all are pushed."""
+    x, k = pt.dscalar("x"), pt.dscalar("k")
+    op = native([x, k], [x * k + float(i) for i in range(257)], n_seqs=1, n_nit_sot=257, n_non_seqs=1)
+    fg, sig = sig_of(outs(op, N, XS, *[N] * 257, K), [XS, K])
+    pushed = push_out._pushed_outputs(fg, sig, AfterLoop(sig), row_wise=True, templates={})
+    assert list(pushed) == fg.outputs
+    np.testing.assert_allclose(evaluate(fg.inputs, [pushed[fg.outputs[-1]]], [XV, KV])[0], XV * KV + 256.0, rtol=1e-12)
+
 def test_a_step_count_passed_as_an_argument_keeps_no_template():
     """The first loop passes its step count as its non-sequence too: a later loop of the body passing another value must not get its count."""
     x, m1, m0, k = pt.dscalar("x"), pt.dscalar("m_1"), pt.dscalar("m0"), pt.lscalar("k")
