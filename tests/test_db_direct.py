@@ -373,3 +373,46 @@ def test_unregister_takes_a_rewriter_out_of_every_tag_and_keeps_the_tag_keys() -
         assert not any(graph in members for members in optdb.__db__.values())
     finally:
         optdb.__db__.pop("test_db_direct_tag", None)
+
+
+def test_uninstall_leaves_a_tag_another_library_emptied_while_installed(registered_nothing: Any) -> None:
+    """Only the keys innergraph's registration made go: an emptied tag of another library stays, as PyTensor leaves it."""
+    with innergraph.uninstalled():
+        with registered_nothing(optdb, "someone_elses", "someone_elses_tag", position=70):
+            pass
+        assert "someone_elses_tag" in optdb.__db__ and not optdb.__db__["someone_elses_tag"]  # PyTensor alone: the key stays
+        optdb.__db__.pop("someone_elses_tag")
+        with registered_nothing(optdb, "someone_elses", "someone_elses_tag", position=70):
+            innergraph.install()
+        assert "someone_elses_tag" in optdb.__db__ and not optdb.__db__["someone_elses_tag"]
+        innergraph.uninstall()
+        try:
+            assert "someone_elses_tag" in optdb.__db__ and not optdb.__db__["someone_elses_tag"]
+            assert _leftovers() == []
+        finally:
+            optdb.__db__.pop("someone_elses_tag", None)
+
+
+def test_uninstall_takes_out_the_rest_when_one_pass_was_taken_out_before() -> None:
+    lift = optdb["innergraph_lift"]
+    db.unregister(optdb, "innergraph_lift", lift)
+    assert db.registered() == [name for name in [*OURS, *LOCAL] if name != "innergraph_lift"]
+    with innergraph.uninstalled():
+        assert db.registered() == [] and _leftovers() == []
+    assert db.registered() == [*OURS, *LOCAL] and optdb["innergraph_lift"] is lift
+
+
+def test_install_refuses_a_name_another_rewriter_holds_as_a_tag(registered_nothing: Any) -> None:
+    """PyTensor refuses to register a name that is a non-empty tag; install leaves the other rewriter's tag alone."""
+    with innergraph.uninstalled():
+        with registered_nothing(optdb, "someone_elses", "innergraph_lift", position=70) as rewriter:
+            with pytest.raises(ValueError, match="innergraph_lift"):
+                db.register_all()
+            try:
+                assert optdb.__db__["innergraph_lift"] == {rewriter} and "innergraph_lift" not in optdb._names
+                # the passes before it in the table are registered, the rest not
+                assert db.registered() == OURS[: OURS.index("innergraph_lift")]
+            finally:
+                db.unregister_all()
+        assert db.registered() == []
+    assert db.registered() == [*OURS, *LOCAL]
