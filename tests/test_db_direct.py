@@ -14,7 +14,11 @@ What is asserted, without compiling anything:
   consumer rewrites, in `CONSUMER_REWRITES`' order;
 * ``uninstall`` leaves ``optdb`` and its two sub-databases with the rewriters and tags of a
   process that never imported innergraph (the reference: one fresh interpreter), tags a query
-  left empty before install included; ``install`` twice registers once; `unregister`.
+  left empty before install included, and takes out only the keys innergraph's registration
+  made (another library's tag, emptied meanwhile, stays); it takes out the rest when one pass
+  was taken out by hand; ``install`` twice registers once, and refuses (as PyTensor does) a
+  name another rewriter holds as a tag, leaving that tag alone; `unregister`;
+* ``innergraph_set_rows`` is one walk: the writes its replacements add are not visited.
 
 PyTensor 3.3.6 and 3.3.8 hold the same ``optdb`` (positions, names and tags) around
 innergraph's passes (compared, 2026-12-02): the neighbours below are both versions'.
@@ -26,10 +30,12 @@ import sys
 from functools import partial
 from typing import Any
 
+import pytensor.tensor as pt
 import pytest
 from pytensor.compile.mode import get_mode, optdb
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import NodeRewriter
+from pytensor.tensor.subtensor import IncSubtensor
 
 import innergraph
 from innergraph.rewriting import db
@@ -416,3 +422,23 @@ def test_install_refuses_a_name_another_rewriter_holds_as_a_tag(registered_nothi
                 db.unregister_all()
         assert db.registered() == []
     assert db.registered() == [*OURS, *LOCAL]
+
+
+def test_set_rows_walks_the_graph_once(monkeypatch: Any) -> None:
+    """``innergraph_set_rows`` visits each node of the graph once, not the nodes its replacements add (one walk after specialize)."""
+    rewriter = optdb["innergraph_set_rows"]
+    x, v = pt.dmatrix("x"), pt.dvector("v")
+    fgraph = FunctionGraph([x, v], [pt.set_subtensor(x[1:2], v[None])], clone=False)
+    (written,) = [node for node in fgraph.apply_nodes if isinstance(node.op, IncSubtensor)]
+    visited: list[Any] = []
+    process_node = rewriter.process_node
+
+    def visit(graph: FunctionGraph, node: Any, *args: Any, **kwargs: Any) -> Any:
+        visited.append(node)
+        return process_node(graph, node, *args, **kwargs)
+
+    monkeypatch.setattr(rewriter, "process_node", visit)
+    rewriter.rewrite(fgraph)
+    row = fgraph.outputs[0].owner
+    assert isinstance(row.op, IncSubtensor) and row is not written and row.inputs[:2] == [x, v]  # x[1] = v
+    assert visited == [written]  # the ExpandDims was pruned with the write; the new write is not visited
