@@ -123,6 +123,17 @@ def test_innergraph_first_uninstall_leaves_pymcs_own_copy_and_install_puts_them_
     assert all("innergraph_sum_of_one_row" in looked_up(t, SUM) for t in trackers)  # the first's was cached while uninstalled
 
 
+def test_uninstall_leaves_a_copy_without_them_as_it_is(pymc: Any) -> None:
+    """A copy made by a query that excluded innergraph: uninstall changes nothing in it, its cached lookups included."""
+    trackers = pymc(*QUERY, "-innergraph")
+    assert all("innergraph_sum_of_one_row" not in looked_up(t, SUM) for t in trackers)  # cached now
+    cached = [(t.get_trackers, t._cached_composed_mro) for t in trackers]
+    before = [layout(t) for t in trackers]
+    innergraph.uninstall()
+    assert [layout(t) for t in trackers] == before
+    assert all(t.get_trackers is lookup and t._cached_composed_mro is mro for t, (lookup, mro) in zip(trackers, cached, strict=True))
+
+
 def test_remove_and_add_count_the_places(pymc: Any) -> None:
     trackers = pymc()
     installed = [layout(t) for t in trackers]
