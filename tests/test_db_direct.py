@@ -271,23 +271,36 @@ def _state() -> dict[str, Any]:
 
 
 _VANILLA = """
-import json
+import importlib, json, sys
 from typing import Any
 from pytensor.compile.mode import optdb
+for module in sys.argv[1:]:
+    importlib.import_module(module)
 {}
 {}
 print(json.dumps(_state()))
 """
 
+_vanilla: dict[tuple[str, ...], dict[str, Any]] = {}
 
-@pytest.fixture(scope="module")
+
 def vanilla() -> dict[str, Any]:
-    """The state of a process that imports PyTensor alone."""
+    """The state of a process that imports the PyTensor modules this one has imported, and not innergraph.
+
+    Only on a released PyTensor (its tests are ``monkey_patch_only``): a PyTensor built from the
+    series registers innergraph's rewrites when it is imported, and has no state without them.
+
+    Importing a module of PyTensor can register rewrites (``pytensor.sparse`` registers its own
+    when a test file of the same process compiled one): the reference imports the same ones.
+    """
     import inspect
 
-    script = _VANILLA.format(inspect.getsource(_members), inspect.getsource(_state))
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout)
+    modules = tuple(sorted(name for name in sys.modules if (name == "pytensor" or name.startswith("pytensor.")) and "innergraph" not in name))
+    if modules not in _vanilla:
+        script = _VANILLA.format(inspect.getsource(_members), inspect.getsource(_state))
+        out = subprocess.run([sys.executable, "-c", script, *modules], capture_output=True, text=True, check=True)
+        _vanilla[modules] = json.loads(out.stdout)
+    return _vanilla[modules]
 
 
 def _leftovers() -> list[tuple[str, str]]:
@@ -304,12 +317,13 @@ def _leftovers() -> list[tuple[str, str]]:
     return [(where, key) for where, (database, ours) in databases.items() for key in database.__db__ if key in ours]
 
 
-def test_uninstall_leaves_the_databases_of_a_process_without_innergraph(vanilla: dict[str, Any]) -> None:
+@pytest.mark.monkey_patch_only
+def test_uninstall_leaves_the_databases_of_a_process_without_innergraph() -> None:
     installed = _state()
-    assert installed != vanilla and set(db.registered()) == {*OURS, *LOCAL}
+    assert installed != vanilla() and set(db.registered()) == {*OURS, *LOCAL}
     with innergraph.uninstalled():
         assert db.registered() == []
-        assert _state() == vanilla
+        assert _state() == vanilla()
         assert _leftovers() == []
     assert db.registered() == [*OURS, *LOCAL]
     assert _state() == installed
@@ -323,7 +337,8 @@ def test_install_twice_registers_once() -> None:
     assert len(db.registered()) == 23
 
 
-def test_a_name_or_tag_a_query_left_empty_before_install(vanilla: dict[str, Any]) -> None:
+@pytest.mark.monkey_patch_only
+def test_a_name_or_tag_a_query_left_empty_before_install() -> None:
     """A query excluding ``innergraph_lift`` or ``innergraph`` while uninstalled (a mode unpickled from a lowered Scan) creates empty keys."""
     with innergraph.uninstalled():
         run_by(get_mode("FAST_RUN").excluding("innergraph_lift", "innergraph", "innergraph_sum_of_one_row"))
@@ -339,7 +354,7 @@ def test_a_name_or_tag_a_query_left_empty_before_install(vanilla: dict[str, Any]
             innergraph.uninstall()
         # the keys the query had left empty are innergraph's: uninstall takes them out
         assert _leftovers() == []
-        assert _state() == vanilla
+        assert _state() == vanilla()
 
 
 def test_uninstall_keeps_a_tag_another_rewriter_took_up(registered_nothing: Any) -> None:
