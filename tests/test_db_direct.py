@@ -8,8 +8,8 @@ What is asserted, without compiling anything:
   they pin the whole interleaving, so a position that moves a pass past any other pass fails,
   and one that moves it nowhere cannot (the same order is the same pipeline);
 * which passes each mode runs (``FAST_RUN``, ``FAST_COMPILE``, ``NUMBA``, ``JAX``, and
-  ``excluding`` each tag innergraph's passes carry), and the node rewriters in
-  ``canonicalize`` and ``specialize``;
+  ``excluding`` each tag innergraph's passes carry), which a query of one tag selects (a mode
+  whose linker requires nothing), and the node rewriters in ``canonicalize`` and ``specialize``;
 * ``innergraph_simplify``'s sub-database: a query gives one rewriter running the selected
   consumer rewrites, in `CONSUMER_REWRITES`' order;
 * ``uninstall`` leaves ``optdb`` and its two sub-databases with the rewriters and tags of a
@@ -190,6 +190,26 @@ NOT_JAX = {"innergraph_scan_split_solve", "innergraph_fusion"}
 )
 def test_which_passes_a_mode_runs(mode: Any, expected: list[str]) -> None:
     assert [name for name in run_by(mode) if name in NEIGHBOURS] == expected
+
+
+@pytest.mark.parametrize(
+    ("tag", "expected"),
+    [
+        ("fast_run", FAST_RUN),
+        # every linker PyTensor defines requires minimum_compile, so the fold's fast_compile and
+        # fast_run tags show in a query of the database alone (a linker that requires nothing)
+        ("fast_compile", ["innergraph_fold"]),
+        ("minimum_compile", ["innergraph_fold"]),
+        ("innergraph", [n for n in ORDER if n not in {"innergraph_fold", "innergraph_fusion"}]),
+        ("innergraph_ofg", ["innergraph_lift_ofg", "innergraph_ofg_dead_outputs"]),
+        ("jax", ["innergraph_scan_split_solve_jax"]),
+        ("fusion", ["innergraph_fusion"]),
+        ("scan", ["innergraph_scan_split_solve", "innergraph_scan_split_solve_jax"]),
+    ],
+)
+def test_which_passes_a_tag_selects(tag: str, expected: list[str]) -> None:
+    """A query of ``optdb`` itself (``Mode(linker, RewriteDatabaseQuery(include=[tag]))`` without the linker's requirements)."""
+    assert [r.name for r in optdb.query(f"+{tag}").data if r.name in NEIGHBOURS] == expected
 
 
 def test_every_pass_runs_under_its_own_name_alone() -> None:
