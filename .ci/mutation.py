@@ -68,6 +68,8 @@ MODULES: dict[str, dict[str, object]] = {
     },
     "innergraph/rewriting/carry.py": _one_file("tests/test_carry_direct.py"),  # about 3.5 s a mutant at load 1-3
     "innergraph/rewriting/carry_from_zero.py": _one_file("tests/test_carry_from_zero.py"),  # about 3.5 s a killed mutant, 7 s a survivor
+    "innergraph/rewriting/copies.py": _one_file("tests/test_copies_direct.py"),  # about 3-4.5 s a mutant at load 3
+    "innergraph/rewriting/db.py": _one_file("tests/test_db_direct.py"),  # about 3.5-5.5 s a mutant at load 3
     "innergraph/rewriting/dce.py": {
         "tests": [["tests/test_rewrites.py", "-k", "dead or keeps or pruned or live_slots"], ["tests/test_opfromgraph.py", "-k", "dead"]],
         "sample": 12,
