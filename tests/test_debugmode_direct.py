@@ -11,7 +11,6 @@ multi-output nodes, chains, repeats and cycles of hidden replacements). Each tes
 under an alarm: a fault planted in a walk that makes it endless fails in seconds.
 """
 
-import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,29 +21,17 @@ from pytensor.compile.debug.debugmode import _VariableEquivalenceTracker
 from pytensor.graph.basic import Constant, NominalVariable, Variable
 from pytensor.graph.fg import FunctionGraph
 
+from alarm import within
 from consumer_nodes import call_node, function
 from innergraph.rewriting.debugmode import _Runnable, _through_hidden, forget_hidden
 from typed import param
 
 
-class _Endless(Exception):
-    pass
-
-
 @pytest.fixture(autouse=True)
 def _alarm() -> Iterator[None]:
     """Fail a test that runs over 10 s (a walk a planted fault made endless) before its stack fills memory."""
-
-    def ring(signum: int, frame: Any) -> None:
-        raise _Endless("over 10 s")
-
-    previous = signal.signal(signal.SIGALRM, ring)
-    signal.alarm(10)
-    try:
+    with within(10, "the test"):
         yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 class _Tracker:

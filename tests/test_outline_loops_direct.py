@@ -12,7 +12,6 @@ after each pass, and compared with a NumPy loop.
 
 from __future__ import annotations
 
-import signal
 from types import SimpleNamespace
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
@@ -47,6 +46,7 @@ from innergraph.rewriting.outline_loops import (
     loop_groups,
     outline_loops,
 )
+from alarm import within
 from consumer_nodes import call_node, function
 from typed import one_tensor, param
 
@@ -56,15 +56,8 @@ PY = Mode(linker="py", optimizer="None")
 @pytest.fixture(autouse=True)
 def bounded() -> Iterator[None]:
     """A pass that loops forever (a mutant of the pass's ``while``) fails in 30 s, not at the mutation run's timeout."""
-
-    def stop(signum: int, frame: Any) -> None:
-        raise TimeoutError("outline_loops did not finish in 30 s")
-
-    previous = signal.signal(signal.SIGALRM, stop)
-    signal.alarm(30)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, previous)
+    with within(30, "outline_loops"):
+        yield
 
 
 def step(x_t: Any, acc: Any, w: Any) -> Any:
