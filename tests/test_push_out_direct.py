@@ -14,6 +14,8 @@ pushed-out sums and rows, with vanilla PyTensor's ``scan``.
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -1018,6 +1020,21 @@ def test_a_loop_of_257_row_wise_outputs_is_pushed_whole():
     pushed = push_out._pushed_outputs(fg, sig, AfterLoop(sig), row_wise=True, templates={})
     assert list(pushed) == fg.outputs
     np.testing.assert_allclose(evaluate(fg.inputs, [pushed[fg.outputs[-1]]], [XV, KV])[0], XV * KV + 256.0, rtol=1e-12)
+
+
+def test_a_body_of_257_arguments_keeps_its_template():
+    """Counts beyond CPython's cached ints (256): 257 distinct non-sequences, each bound once, still make a template."""
+    x = pt.dscalar("x")
+    ks = [pt.dscalar(f"k{i}") for i in range(257)]
+    outer = [pt.dscalar(f"kv{i}") for i in range(257)]
+    op = native([x, *ks], [functools.reduce(operator.add, ks, x)], n_seqs=1, n_nit_sot=1, n_non_seqs=257)
+    fg, sig = sig_of([one(op, N, XS, N, *outer)], [XS, *outer])
+    (slot,) = sig.having(Meaning.PER_STEP_OUTPUT)
+    templates: dict[Any, Any] = {}
+    vectorized = AfterLoop(sig).vectorized([slot.outputs[0][1]], templates)
+    assert vectorized is not None and len(templates) == 1
+    values = [XV, *np.linspace(0.0, 1.0, 257)]
+    np.testing.assert_allclose(evaluate(fg.inputs, vectorized, values)[0], XV + sum(values[1:]), rtol=1e-12)
 
 def test_a_step_count_passed_as_an_argument_keeps_no_template():
     """The first loop passes its step count as its non-sequence too: a later loop of the body passing another value must not get its count."""
