@@ -889,6 +889,17 @@ def test_an_untraced_state_starting_from_the_first_rows_is_not_an_after_loop_val
     np.testing.assert_allclose(after[0], rows, rtol=1e-12)
 
 
+
+def test_a_trace_starting_from_the_first_rows_is_not_an_after_loop_value():
+    """A traced state whose buffer is ``xs[:n]`` (as a sequence's rows look) has no after-loop value either ('trace' sorts after 'sequence')."""
+    x, s, k = pt.dscalar("x"), pt.dscalar("s"), pt.dscalar("k")
+    op = native([x, s, k], [s * 0.5 + 1.0, s * x * k], n_seqs=1, n_sit_sot=1, n_nit_sot=1, n_non_seqs=1)
+    trace, per_step = outs(op, N, XS, XS[:N], N, K)
+    fg, sig = sig_of([per_step, trace], [XS, K])
+    (slot,) = sig.having(Meaning.TRACE)
+    assert slot.args[0].owner is not None and isinstance(slot.args[0].owner.op, Subtensor)
+    assert slot.params[0][1] not in AfterLoop(sig) and slot.params[0][1] not in AfterLoop(sig, mit_mot=False)
+
 def test_outer_work_behind_the_rows_is_not_walked():
     """The rows are determinants of a batch of matrices (a Blockwise in the outer graph): the vectorized work stops at them."""
     mats: Any = pt.tensor3("mats")
