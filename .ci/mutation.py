@@ -95,6 +95,7 @@ MODULES: dict[str, dict[str, object]] = {
     "innergraph/rewriting/outer.py": _one_file("tests/test_outer_direct.py"),  # about 3.4 s a mutant at load 3-4
     "innergraph/rewriting/outline_loops.py": _one_file("tests/test_outline_loops_direct.py"),  # about 14 s a mutant at load 4-6
     "innergraph/rewriting/outlined.py": _one_file("tests/test_outlined_direct.py"),  # about 4-6 s a mutant at load 3
+    "innergraph/rewriting/push_out.py": _one_file("tests/test_push_out_direct.py"),  # about 7.4 s a mutant at load 3-4
     "innergraph/rewriting/push_out_cost.py": _one_file("tests/test_push_out_cost.py"),  # about 5 s a mutant on one core
     "innergraph/rewriting/read_back.py": _one_file("tests/test_read_back.py"),  # about 3.5 s a mutant on one core
     "innergraph/rewriting/remerge.py": _one_file("tests/test_remerge.py"),  # about 4 s a mutant on one core
