@@ -309,8 +309,8 @@ def test_fold_constant_work():
 def test_fold_constant_work_leaves_a_node_of_two_outputs():
     # one storage cell per folded node: a two-output Elemwise of constants is left to constant folding, as a
     # single-output node with a non-constant input is (the `or` of the guard, not an `and`)
-    a = float64("a")
-    first, second = Elemwise(Composite([a], [a + 1.0, a * 2.0]))(pt.constant(np.asarray([1.0, 2.0])))
+    a: Any = float64("a")
+    first, second = cast(Any, Elemwise(Composite([a], [a + 1.0, a * 2.0])))(pt.constant(np.asarray([1.0, 2.0])))
     assert fold_constant_work([first, second], stop=()) == [first, second]
 
 
