@@ -1,0 +1,50 @@
+"""PyTensor's whole suite on the written steps (`innergraph_patches.whole_suite`): which files, which judge."""
+
+import json
+
+import pytest
+
+from innergraph_patches import whole_suite
+
+pytestmark = pytest.mark.repository_tools
+
+
+def test_every_test_file_of_the_tree_is_taken():
+    files = whole_suite.test_files()
+    on_disk = sorted(str(p.relative_to(whole_suite._TREE)) for p in (whole_suite._TREE / "tests").rglob("test_*.py"))
+    assert files == on_disk
+    assert len(files) > 250
+    assert {"tests/scan/test_basic.py", "tests/tensor/test_basic.py", "tests/benchmarks/test_compilation.py"} <= set(files)
+
+
+def test_the_first_step_brings_its_own_test_file():
+    assert whole_suite.own_tests(1) == ["tests/link/numba/test_cache.py"]
+    assert not (whole_suite._TREE / "tests/link/numba/test_cache.py").exists()  # so it is run on its own, not judged
+
+
+def _record(folder, test_file, outcomes):
+    records = folder / "records"
+    records.mkdir(parents=True, exist_ok=True)
+    path = whole_suite._record_path(folder, test_file)
+    lines = [{"kind": "session", "session": test_file, "args": [test_file]}]
+    lines += [{"kind": "test", "session": test_file, "id": f"{test_file}::{name}", "outcome": outcome} for name, outcome in outcomes.items()]
+    lines.append({"kind": "finish", "session": test_file, "exitstatus": 0, "wall": 1.0, "innergraph": False})
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    path.with_suffix(".done").write_text("1\n")
+
+
+def test_a_regression_fails_and_a_file_done_in_one_variant_is_not_judged(tmp_path):
+    vanilla, steps = tmp_path / "vanilla", tmp_path / "steps-1-1"
+    _record(vanilla, "tests/a/test_x.py", {"test_one": "passed", "test_two": "xfailed"})
+    _record(steps, "tests/a/test_x.py", {"test_one": "passed", "test_two": "xfailed"})
+    _record(vanilla, "tests/a/test_y.py", {"test_three": "passed"})  # the steps have not run it yet
+    files = ["tests/a/test_x.py", "tests/a/test_y.py"]
+    same, text = whole_suite.compare_records(tmp_path, 1, files)
+    assert same, text
+    assert "1 of 2 test files run in both variants" in text
+    assert "steps-1-1 keeps vanilla's outcome for every test" in text
+
+    _record(steps, "tests/a/test_y.py", {"test_three": "failed"})
+    same, text = whole_suite.compare_records(tmp_path, 1, files)
+    assert not same
+    assert "regressed" in text and "tests/a/test_y.py::test_three" in text
