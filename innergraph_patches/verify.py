@@ -62,7 +62,7 @@ from innergraph_patches.sdist import PYTENSOR_VERSION, extract, sdist_path
 from innergraph_patches.series import SERIES
 from innergraph.startup.upstream import series_level
 
-__all__ = ["PARTIAL_TESTS", "VANILLA", "VANILLA_FAILURES", "counts", "judge", "main", "outcomes", "untouched_reason", "vanilla_reference", "verify"]
+__all__ = ["OUTCOMES_PLUGIN", "PARTIAL_TESTS", "UPSTREAM_RUNNER", "VANILLA", "VANILLA_FAILURES", "counts", "judge", "main", "outcomes", "recording_python", "untouched_reason", "vanilla_reference", "verify"]
 
 #: PyTensor 3.3.8's own test files (``run.sh``'s default list, rel-3.3.0's tests) on vanilla
 #: PyTensor (``../shared/upstream/README.md``): printed beside each run; the judge is per test id.
@@ -80,8 +80,10 @@ VANILLA_FAILURES = (
 #: innergraph's tests run after each inert patch (1-4) by default: the two forms, the series.
 PARTIAL_TESTS = ("tests/test_upstream_form.py", "tests/test_partial_series.py", "tests/test_patches_series.py")
 
-_UPSTREAM_RUNNER = REPOSITORY.parent / "shared" / "upstream" / "run.sh"
-_OUTCOMES = REPOSITORY / ".ci" / "outcomes.py"
+#: PyTensor's own tests, run on the installed PyTensor from the matching tree (``../shared/upstream/``).
+UPSTREAM_RUNNER = REPOSITORY.parent / "shared" / "upstream" / "run.sh"
+#: CI's per-test judge: a pytest plugin recording each test's outcome, and `compare`.
+OUTCOMES_PLUGIN = REPOSITORY / ".ci" / "outcomes.py"
 _EXPECTED = REPOSITORY / ".ci" / "expected-differences.toml"
 _FORM_CHECK = {
     "monkey-patched": "import innergraph, sys; assert innergraph.form() == 'monkey-patched', innergraph.form(); "
@@ -104,9 +106,9 @@ def outcomes() -> ModuleType:
     """``.ci/outcomes.py``, CI's per-test judge (a pytest plugin and `compare`), loaded from the repository."""
     name = "innergraph_ci_outcomes"
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, _OUTCOMES)
+        spec = importlib.util.spec_from_file_location(name, OUTCOMES_PLUGIN)
         if spec is None or spec.loader is None:
-            raise SystemExit(f"CI's per-test judge {_OUTCOMES} is missing")
+            raise SystemExit(f"CI's per-test judge {OUTCOMES_PLUGIN} is missing")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # its dataclasses look their module up
         spec.loader.exec_module(module)
@@ -165,11 +167,11 @@ def _installed_level(python: Path) -> int:
     return series_level(str(folder) if folder.is_dir() else None)
 
 
-def _recording_python(python: Path, folder: Path) -> Path:
+def recording_python(python: Path, folder: Path) -> Path:
     """An interpreter for run.sh that also finds ``.ci/outcomes.py`` (run.sh overwrites ``PYTHONPATH``; as ``.ci/upstream`` does)."""
     wrapper = folder / "bin" / "python"
     wrapper.parent.mkdir(parents=True, exist_ok=True)
-    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="${{PYTHONPATH:+$PYTHONPATH:}}{_OUTCOMES.parent}" exec "{python}" "$@"\n')
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="${{PYTHONPATH:+$PYTHONPATH:}}{OUTCOMES_PLUGIN.parent}" exec "{python}" "$@"\n')
     wrapper.chmod(0o755)
     return wrapper
 
@@ -183,7 +185,7 @@ def _run_upstream(python: Path, record: Path, files: str | None, append: bool = 
     if not append:
         record.unlink(missing_ok=True)
     env = {
-        "PY": str(_recording_python(python, record.parent)),
+        "PY": str(recording_python(python, record.parent)),
         "WITH_INNERGRAPH": "0",
         "NO_X": "1",  # every test of a file runs, so every id has an outcome
         "EXTRA": f"-p outcomes {os.environ.get('EXTRA', '')}".strip(),
@@ -192,7 +194,7 @@ def _run_upstream(python: Path, record: Path, files: str | None, append: bool = 
         "TIMEOUT": os.environ.get("TIMEOUT", "1800"),
         "FILES": files or "",
     }
-    _, output, seconds = _run(["bash", str(_UPSTREAM_RUNNER)], env=env)
+    _, output, seconds = _run(["bash", str(UPSTREAM_RUNNER)], env=env)
     total = next((line for line in output.splitlines() if line.startswith("==== TOTAL:")), "==== TOTAL: no summary")
     ran = [m.group(1) for m in re.finditer(r"^(tests/\S+\.py) +rc=", output, flags=re.M)]
     return total.removeprefix("==== TOTAL: ").split("|")[0].strip().rstrip(","), seconds, ran
@@ -292,7 +294,7 @@ def _outcome(record: Any, test_id: str) -> str | None:
 def _check_suite(python: Path, level: int, whole: bool, tests: list[str] | None, record: Path) -> tuple[bool, str]:
     form = _expected_form(level)
     record.unlink(missing_ok=True)
-    path = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(_OUTCOMES.parent)) if p)
+    path = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(OUTCOMES_PLUGIN.parent)) if p)
     env = {"INNERGRAPH_EXPECT_FORM": form, "INNERGRAPH_EXPECT_SERIES_LEVEL": str(level), "PYTHONPATH": path, "OUTCOMES_RECORD": str(record)}
     if form != "patched pytensor":  # a shard (INNERGRAPH_SHARD, .ci/patched) is of the last patch's whole suite only
         env["INNERGRAPH_SHARD"] = ""
@@ -423,8 +425,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--levels", default=None, help="check after these patches only (``2,3``), for a run split across machines or a re-run")
     args = parser.parse_args(argv)
     levels = {int(n) for n in args.levels.split(",")} if args.levels else None
-    if args.upstream != "none" and not _UPSTREAM_RUNNER.is_file():
-        raise SystemExit(f"PyTensor's test runner {_UPSTREAM_RUNNER} is missing")
+    if args.upstream != "none" and not UPSTREAM_RUNNER.is_file():
+        raise SystemExit(f"PyTensor's test runner {UPSTREAM_RUNNER} is missing")
     if args.vanilla is not None and not args.vanilla.is_file():
         raise SystemExit(f"no vanilla record {args.vanilla}")
     tests = args.suite_tests.split() if args.suite_tests else None

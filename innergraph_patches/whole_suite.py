@@ -50,7 +50,7 @@ from typing import Any
 
 from innergraph_patches.sdist import PYTENSOR_VERSION, extract, sdist_path
 from innergraph_patches.steps import STEPS, written_patch
-from innergraph_patches.verify import _OUTCOMES, _UPSTREAM_RUNNER, _recording_python, outcomes
+from innergraph_patches.verify import OUTCOMES_PLUGIN, UPSTREAM_RUNNER, recording_python, outcomes
 
 __all__ = ["REQUIREMENTS", "compare_records", "main", "own_tests", "prepare", "run_own_tests", "run_variant", "test_files"]
 
@@ -58,7 +58,7 @@ __all__ = ["REQUIREMENTS", "compare_records", "main", "own_tests", "prepare", "r
 #: and coverage): installed in vanilla's environment, then pinned for the steps' by its ``pip freeze``.
 REQUIREMENTS = ("pytest", "pytest-mock", "pytest-benchmark", "jax[cpu]", "etuples", "logical-unification", "miniKanren", "cons")
 
-_TREE = _UPSTREAM_RUNNER.parent / "pytensor-3.3"
+_TREE = UPSTREAM_RUNNER.parent / "pytensor-3.3"
 
 
 def test_files(tree: Path = _TREE) -> list[str]:
@@ -132,7 +132,7 @@ def run_variant(out: Path, variant: str, python: Path, files: list[str], timeout
     """Run ``files`` not yet done in ``variant``, one run.sh per file, each recorded on its own."""
     home = out / variant
     (home / "records").mkdir(parents=True, exist_ok=True)
-    wrapper = _recording_python(python, home / "wrapper")
+    wrapper = recording_python(python, home / "wrapper")
     todo = [f for f in files if not _record_path(home, f).with_suffix(".done").is_file()]
     _say(f"{variant}: {len(files) - len(todo)} of {len(files)} files done before; running {len(todo)}")
     for n, test_file in enumerate(todo, 1):
@@ -151,7 +151,7 @@ def run_variant(out: Path, variant: str, python: Path, files: list[str], timeout
             "COMPILEDIR": str(home / "compiledir"),
         }
         started = time.monotonic()
-        done = subprocess.run(["bash", str(_UPSTREAM_RUNNER)], env=env, capture_output=True, text=True)
+        done = subprocess.run(["bash", str(UPSTREAM_RUNNER)], env=env, capture_output=True, text=True)
         line = next((m.group(0) for m in re.finditer(r"^tests/\S+\.py +rc=.*$", done.stdout, flags=re.M)), "no line from run.sh")
         (home / "records" / (record.name.removesuffix(".jsonl") + ".log")).write_text(done.stdout + done.stderr)
         if "TIMEOUT after" in line:  # a wall-clock limit, so a machine busy elsewhere can cause it: not done, run again
@@ -177,7 +177,7 @@ def run_own_tests(out: Path, steps: int, python: Path) -> tuple[bool, str]:
     record.unlink(missing_ok=True)
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(tree), str(_OUTCOMES.parent)]),
+        "PYTHONPATH": os.pathsep.join([str(tree), str(OUTCOMES_PLUGIN.parent)]),
         "OUTCOMES_RECORD": str(record),
         "PYTENSOR_FLAGS": f"base_compiledir={home / 'compiledir'}",
     }
@@ -214,8 +214,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--compare-only", action="store_true", help="judge the files done so far and stop")
     parser.add_argument("--sdist", type=Path, default=None)
     args = parser.parse_args(argv)
-    if not _UPSTREAM_RUNNER.is_file():
-        raise SystemExit(f"PyTensor's test runner {_UPSTREAM_RUNNER} is missing")
+    if not UPSTREAM_RUNNER.is_file():
+        raise SystemExit(f"PyTensor's test runner {UPSTREAM_RUNNER} is missing")
     files = args.files or test_files()
     unknown = [f for f in files if not (_TREE / f).is_file()]
     if unknown:

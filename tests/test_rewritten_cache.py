@@ -44,14 +44,14 @@ FAST_RUN_PY = Mode(linker="py", optimizer="fast_run")
 def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """An empty store of this test's own, and counts from zero."""
     monkeypatch.setenv(rewritten_store.ENV, str(tmp_path))
-    monkeypatch.setattr(rewritten, "_written_here", set())
+    monkeypatch.setattr(rewritten, "_rewritten_here", set())
     monkeypatch.setattr(rewritten, "stats", dict.fromkeys(rewritten.stats, 0))
     yield tmp_path
 
 
 def another_process() -> None:
     """Let this process read what it stored, as any other process would."""
-    rewritten._written_here.clear()
+    rewritten._rewritten_here.clear()
 
 
 def served_after_warming(graph: Callable[[], tuple[pt.TensorVariable, pt.TensorVariable]], rounds: int = 3) -> Function:
@@ -116,6 +116,37 @@ def test_a_second_compilation_takes_the_stored_graph_and_computes_the_same(store
     with innergraph.uninstalled():
         reference = compiled(loop_graph())
     np.testing.assert_allclose(second(VALUES), reference(VALUES), rtol=1e-13)
+
+
+def test_a_graph_this_process_rewrote_is_rewritten_again_without_the_rest_of_the_key_or_the_store(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second compilation of one graph in one process: no full key, no read, no write, vanilla's numbers."""
+    first = compiled(loop_graph())
+    assert rewritten.stats["stored"] == 1
+    full_keys: list[rewritten_key.GraphPart] = []
+    real_full_key = rewritten_key.full_key
+
+    def counted(part: rewritten_key.GraphPart, mode: Mode) -> str | None:
+        full_keys.append(part)
+        return real_full_key(part, mode)
+
+    monkeypatch.setattr(rewritten_key, "full_key", counted)
+    real_read = rewritten_store.read
+    monkeypatch.setattr(rewritten_store, "read", lambda key: pytest.fail("the store was read for a graph this process rewrote"))
+    again = compiled(loop_graph())
+    monkeypatch.setattr(rewritten_store, "read", real_read)
+    assert rewritten.stats == {"hit": 0, "miss": 1, "stored": 1, "again": 1, "uncached": 0}
+    assert full_keys == []
+    assert len(entries(store)) == 1
+    assert equal_computations(
+        again.maker.fgraph.outputs, first.maker.fgraph.outputs, in_xs=again.maker.fgraph.inputs, in_ys=first.maker.fgraph.inputs
+    )
+    with innergraph.uninstalled():
+        reference = compiled(loop_graph())
+    np.testing.assert_allclose(again(VALUES), reference(VALUES), rtol=1e-13)
+    compiled(loop_graph(body_scale=3.0))  # another graph: its own key, looked up
+    assert len(full_keys) == 1 and rewritten.stats["miss"] == 2
 
 
 def test_a_hit_carries_what_the_rewriting_set_on_the_graph(store: Path) -> None:
@@ -298,7 +329,7 @@ def test_an_op_without_a_stable_description_is_rewritten_as_without_the_store(st
     xs, out = loop_graph()
     applied = Applied(lambda v: v * 2.0).make_node(pt.exp(xs)).outputs[0]
     fn = pytensor.function([xs], pt.sum(applied) + out, mode=FAST_RUN_PY)
-    assert rewritten.stats == {"hit": 0, "miss": 0, "stored": 0, "uncached": 1}
+    assert rewritten.stats == {"hit": 0, "miss": 0, "stored": 0, "again": 0, "uncached": 1}
     assert entries(store) == []
     np.testing.assert_allclose(fn(VALUES), 2 * np.exp(VALUES).sum() + compiled(loop_graph())(VALUES), rtol=1e-13)
 
@@ -327,7 +358,7 @@ class Unreadable(Applied):
 def test_an_op_the_key_cannot_read_is_rewritten_as_without_the_store(store: Path) -> None:
     xs = pt.dvector("xs")
     fn = pytensor.function([xs], pt.sum(Unreadable(np.exp).make_node(xs).outputs[0]), mode=FAST_RUN_PY)
-    assert rewritten.stats == {"hit": 0, "miss": 0, "stored": 0, "uncached": 1}
+    assert rewritten.stats == {"hit": 0, "miss": 0, "stored": 0, "again": 0, "uncached": 1}
     np.testing.assert_allclose(fn(VALUES), np.exp(VALUES).sum(), rtol=1e-13)
 
 

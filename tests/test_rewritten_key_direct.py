@@ -52,6 +52,7 @@ from innergraph.patching.rewritten_key import (
     database_modules,
     defining_modules,
     graph_key,
+    graph_part,
     mode_description,
     module_state,
     query_modules,
@@ -363,6 +364,30 @@ def test_an_op_the_key_cannot_read_has_no_key_and_is_logged(caplog: pytest.LogCa
     assert record.levelno == logging.DEBUG and "no key for rewriting" in record.getMessage() and "not readable" in record.getMessage()
 
 
+@pytest.mark.parametrize("raised", [Unstable("a rewrite no other process can describe"), ValueError("a database the key cannot read")])
+def test_a_process_part_that_cannot_be_described_leaves_the_request_part_and_no_key(
+    raised: Exception, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`full_key` fails alone: the request's part is still taken (what `rewritten` remembers), the key is None."""
+    caplog.set_level(logging.DEBUG, logger=module.__name__)
+    fgraph = FunctionGraph(*graph())
+    specs: tuple[list[Any], list[Any], list[Any]] = ([spec()], [spec()], [])
+    part = graph_part(fgraph, *specs, PY)
+    assert part is not None
+
+    def fails(db: Any) -> Any:
+        raise raised
+
+    monkeypatch.setattr(module, "database_description", fails)
+    assert graph_part(fgraph, *specs, PY) == part
+    assert module.full_key(part, PY) is None and graph_key(fgraph, *specs, PY) is None
+    logged = [r for r in caplog.records if r.name == module.__name__]
+    if isinstance(raised, Unstable):
+        assert logged == []  # an instability the key knows: nothing to report
+    else:
+        assert len(logged) == 2 and all("no key for rewriting with" in r.getMessage() and "cannot read" in r.getMessage() for r in logged)
+
+
 def test_a_mode_whose_rewriter_is_no_query_has_no_key() -> None:
     class Nothing(GraphRewriter):
         def apply(self, fgraph: Any) -> None:
@@ -374,7 +399,7 @@ def test_a_mode_whose_rewriter_is_no_query_has_no_key() -> None:
         mode_description(mode)
 
 
-def test_the_key_is_the_digest_of_format_3_and_its_parts() -> None:
+def test_the_key_is_the_digest_of_format_4_and_its_parts() -> None:
     """Recomputed from the parts, with the specs spelled out and the packages of the graph's and the database's classes."""
     x = pt.dvector("x")
     y = apply(Scaled(2.0, "a"), x, x)
@@ -383,11 +408,18 @@ def test_the_key_is_the_digest_of_format_3_and_its_parts() -> None:
     fgraph = FunctionGraph([x], [y, x])
     inputs = [spec(mutable=True, update=y)]
     found = graph_key(fgraph, inputs, [spec(borrow=True), spec()], [spec(borrow=True)], mode)
-    parts = (
-        3,
+    request = (
+        4,
         _Encoder().graph(fgraph.inputs, fgraph.outputs),
-        ((tuple([True, False, True]),), tuple([True, False, True])),  # two tuples, as graph_key builds them: a pickle keeps which objects are one
-        (mode_description(mode), database_description(db)),
+        ((tuple([True, False, True]),), tuple([True, False, True])),  # two tuples, as graph_part builds them: a pickle keeps which objects are one
+        mode_description(mode),
+    )
+    digest = hashlib.sha256(pickle.dumps(request, protocol=5)).hexdigest()
+    part = graph_part(fgraph, inputs, [spec(borrow=True), spec()], [spec(borrow=True)], mode)
+    assert part is not None and part.digest == digest
+    parts = (
+        digest,
+        database_description(db),
         code_fingerprint(["pytensor", HERE, "types"]),  # TensorType's package, this file (Scaled; the database's functions), types (a walk meets SimpleNamespace)
         (configuration(), module_state()),
     )

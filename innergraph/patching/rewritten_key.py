@@ -9,7 +9,10 @@ first's result (`innergraph.patching.rewritten`).
 Terms
 -----
 key
-    A SHA-256 digest (hex) of:
+    A SHA-256 digest (hex) of the request's part and the process's part. The request's
+    part (`graph_part`, itself a digest: what the same graph compiled again in this
+    process shares) covers the first three items below, the process's (`full_key`) the
+    other four:
 
     * the graph: its nodes in PyTensor's deterministic topological order, each Op by
       its class and ``__props__`` (an Op without props by its class and attributes),
@@ -71,12 +74,12 @@ from pytensor.graph.type import Type
 from pytensor.link.basic import Linker
 from pytensor.misc.ordered_set import OrderedSet
 
-__all__ = ["Unstable", "code_fingerprint", "defining_modules", "graph_key", "query_modules"]
+__all__ = ["GraphPart", "Unstable", "code_fingerprint", "defining_modules", "full_key", "graph_key", "graph_part", "query_modules"]
 
 _logger = logging.getLogger(__name__)
 
 #: Raised to the next version when what a key covers changes, so older entries are never read.
-FORMAT = 3  # 2: the payload holds the original constants apart (rewritten._payload); 3: the modules a rewrite reaches, an Op's functions and private names
+FORMAT = 4  # 2: the payload holds the original constants apart (rewritten._payload); 3: the modules a rewrite reaches, an Op's functions and private names; 4: the digest of the request's part (graph_part) in place of its parts
 
 #: The packages whose loaded modules' state (`module_state`) the key covers.
 _WATCHED = ("pytensor", "innergraph")
@@ -98,8 +101,34 @@ def graph_key(
     """The key of rewriting ``fgraph`` for ``mode`` (see the module docstring), or None if unstable.
 
     ``inputs``, ``outputs`` and ``additional_outputs`` are `FunctionMaker.prepare_fgraph`'s
-    specs (`SymbolicInput`, `SymbolicOutput`).
+    specs (`SymbolicInput`, `SymbolicOutput`). The same as `full_key` of `graph_part`.
     """
+    part = graph_part(fgraph, inputs, outputs, additional_outputs, mode)
+    return None if part is None else full_key(part, mode)
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphPart:
+    """What the request itself decides of a key: the graph, its specs and the mode's description.
+
+    ``digest`` is the SHA-256 of those three (and `FORMAT`); ``modules`` the packages of the
+    classes the graph's encoding met, which `full_key` fingerprints with the database's. Two
+    requests with equal digests ask for the same rewriting as long as the process's database,
+    code, flags and modules are the same.
+    """
+
+    digest: str
+    modules: frozenset[str]
+
+
+def graph_part(
+    fgraph: FunctionGraph,
+    inputs: Sequence[Any],
+    outputs: Sequence[Any],
+    additional_outputs: Sequence[Any],
+    mode: Mode,
+) -> GraphPart | None:
+    """The request's part of the key (`GraphPart`), or None if unstable; costs the graph's encoding only."""
     try:
         encoder = _Encoder()
         graph = encoder.graph(fgraph.inputs, fgraph.outputs)
@@ -107,16 +136,29 @@ def graph_key(
             tuple((bool(i.mutable), bool(i.borrow), i.update is not None) for i in inputs),
             tuple(bool(o.borrow) for o in (*outputs, *additional_outputs)),
         )
-        db: RewriteDatabase = getattr(mode, "optdb")  # set in Mode.__setstate__, untyped
-        context = (mode_description(mode), database_description(db))
-        code = code_fingerprint(encoder.modules | database_modules(db) | query_modules(mode))
-        state = (configuration(), module_state())
+        described = mode_description(mode)
     except Unstable:
         return None
     except Exception as exc:  # an object the encoder does not know how to read (slots, a property that raises, ...)
         _logger.debug("innergraph: no key for rewriting %s: %r", fgraph, exc)
         return None
-    payload = pickle.dumps((FORMAT, graph, specs, context, code, state), protocol=5)
+    digest = hashlib.sha256(pickle.dumps((FORMAT, graph, specs, described), protocol=5)).hexdigest()
+    return GraphPart(digest, frozenset(encoder.modules))
+
+
+def full_key(part: GraphPart, mode: Mode) -> str | None:
+    """The key of a request whose `graph_part` is ``part``: with the database, the code, the flags and the modules' state."""
+    try:
+        db: RewriteDatabase = getattr(mode, "optdb")  # set in Mode.__setstate__, untyped
+        context = database_description(db)
+        code = code_fingerprint(set(part.modules) | database_modules(db) | query_modules(mode))
+        state = (configuration(), module_state())
+    except Unstable:
+        return None
+    except Exception as exc:
+        _logger.debug("innergraph: no key for rewriting with %s: %r", mode, exc)
+        return None
+    payload = pickle.dumps((part.digest, context, code, state), protocol=5)
     return hashlib.sha256(payload).hexdigest()
 
 
