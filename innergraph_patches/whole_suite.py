@@ -198,7 +198,12 @@ def compare_records(out: Path, steps: int, files: list[str]) -> tuple[bool, str]
         records.append(tool.read_record(merged, variant))
     comparison = tool.compare(records[0], records[1], {}, files=done, disabled={"variant"})
     # the judge names its second record "innergraph"; here it is the steps
-    judged = tool.report(comparison).replace("outcomes: innergraph ", f"outcomes: {names[1]} ").replace("innergraph keeps", f"{names[1]} keeps")
+    judged = (
+        tool.report(comparison)
+        .replace("outcomes: innergraph ", f"outcomes: {names[1]} ")
+        .replace("innergraph keeps", f"{names[1]} keeps")
+        .replace("same with innergraph", f"same with {names[1]}")
+    )
     lines = [f"PyTensor {PYTENSOR_VERSION}, the rel-3.3.0 tree: {len(done)} of {len(files)} test files run in both variants", judged]
     for variant, record in zip(names, records, strict=True):
         lines += [f"-- {variant}, per file:", tool.summary(record)]
@@ -220,6 +225,8 @@ def main(argv: list[str]) -> int:
     unknown = [f for f in files if not (_TREE / f).is_file()]
     if unknown:
         raise SystemExit(f"not test files of {_TREE}: {', '.join(unknown)}")
+    if args.compare_only and not all((args.out / v / "records").is_dir() for v in _variant_names(args.steps)):
+        raise SystemExit(f"nothing to compare in {args.out}: run it without --compare-only first")
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.compare_only:
         pythons = prepare(args.out, args.steps, args.sdist)

@@ -35,14 +35,15 @@ def _record(folder, test_file, outcomes):
 
 def test_a_regression_fails_and_a_file_done_in_one_variant_is_not_judged(tmp_path):
     vanilla, steps = tmp_path / "vanilla", tmp_path / "steps-1-1"
-    _record(vanilla, "tests/a/test_x.py", {"test_one": "passed", "test_two": "xfailed"})
-    _record(steps, "tests/a/test_x.py", {"test_one": "passed", "test_two": "xfailed"})
+    _record(vanilla, "tests/a/test_x.py", {"test_one": "passed", "test_two": "xfailed", "test_own": "failed"})
+    _record(steps, "tests/a/test_x.py", {"test_one": "passed", "test_two": "xfailed", "test_own": "failed"})
     _record(vanilla, "tests/a/test_y.py", {"test_three": "passed"})  # the steps have not run it yet
     files = ["tests/a/test_x.py", "tests/a/test_y.py"]
     same, text = whole_suite.compare_records(tmp_path, 1, files)
     assert same, text
     assert "1 of 2 test files run in both variants" in text
     assert "steps-1-1 keeps vanilla's outcome for every test" in text
+    assert "vanilla's own failures, same with steps-1-1 (1, not judged)" in text and "innergraph" not in text
 
     _record(steps, "tests/a/test_y.py", {"test_three": "failed"})
     same, text = whole_suite.compare_records(tmp_path, 1, files)
