@@ -388,6 +388,14 @@ def test_a_process_part_that_cannot_be_described_leaves_the_request_part_and_no_
         assert len(logged) == 2 and all("no key for rewriting with" in r.getMessage() and "cannot read" in r.getMessage() for r in logged)
 
 
+def test_the_request_part_is_an_immutable_value() -> None:
+    """Equal parts of two builds of one graph are one set member; a part cannot be edited after it is taken."""
+    parts = [graph_part(FunctionGraph(*graph()), [spec()], [spec()], [], PY) for _ in range(2)]
+    assert parts[0] is not None and len(set(parts)) == 1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        parts[0].digest = "another"  # type: ignore[misc]
+
+
 def test_a_mode_whose_rewriter_is_no_query_has_no_key() -> None:
     class Nothing(GraphRewriter):
         def apply(self, fgraph: Any) -> None:
