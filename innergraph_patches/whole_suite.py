@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from innergraph_patches.sdist import PYTENSOR_VERSION, extract, sdist_path
-from innergraph_patches.steps import STEPS, written_patch
+from innergraph_patches.steps import STEPS, Step, written_patch
 from innergraph_patches.verify import OUTCOMES_PLUGIN, UPSTREAM_RUNNER, recording_python, outcomes
 
 __all__ = ["REQUIREMENTS", "compare_records", "main", "own_tests", "prepare", "run_own_tests", "run_variant", "test_files"]
@@ -66,10 +66,15 @@ def test_files(tree: Path = _TREE) -> list[str]:
     return sorted(str(p.relative_to(tree)) for p in (tree / "tests").rglob("test_*.py"))
 
 
+def _written(steps: int) -> list[Step]:
+    """The written steps 1 to ``steps`` (fewer if fewer are written)."""
+    return [step for step in STEPS if step.pr][:steps]
+
+
 def own_tests(steps: int) -> list[str]:
     """The test files the written steps 1 to ``steps`` add or edit, in order of first appearance."""
     found: dict[str, None] = {}
-    for step in [step for step in STEPS if step.pr][:steps]:
+    for step in _written(steps):
         for match in re.finditer(r"^\+\+\+ b/(tests/\S+\.py)$", written_patch(step).read_text(), flags=re.M):
             found.setdefault(match.group(1), None)
     return list(found)
@@ -96,7 +101,7 @@ def prepare(out: Path, steps: int, sdist: Path | None = None) -> dict[str, Path]
     The steps' environment installs vanilla's ``pip freeze`` (less PyTensor) as constraints, so
     both run the same versions of everything but PyTensor's own code.
     """
-    written = [step for step in STEPS if step.pr][:steps]
+    written = _written(steps)
     if len(written) < steps:
         raise SystemExit(f"--steps {steps}: only {len(written)} steps are written as pull requests")
     pythons = {}
@@ -153,7 +158,7 @@ def run_variant(out: Path, variant: str, python: Path, files: list[str], timeout
         started = time.monotonic()
         done = subprocess.run(["bash", str(UPSTREAM_RUNNER)], env=env, capture_output=True, text=True)
         line = next((m.group(0) for m in re.finditer(r"^tests/\S+\.py +rc=.*$", done.stdout, flags=re.M)), "no line from run.sh")
-        (home / "records" / (record.name.removesuffix(".jsonl") + ".log")).write_text(done.stdout + done.stderr)
+        record.with_suffix(".log").write_text(done.stdout + done.stderr)
         if "TIMEOUT after" in line:  # a wall-clock limit, so a machine busy elsewhere can cause it: not done, run again
             _say(f"{variant} [{n}/{len(todo)}] {line} -- not done: the next run takes it again")
             continue
@@ -248,6 +253,6 @@ def main(argv: list[str]) -> int:
     same, text = compare_records(args.out, args.steps, files)
     own_ok, own = run_own_tests(args.out, args.steps, args.out / _variant_names(args.steps)[1] / "venv" / "bin" / "python")
     (args.out / "report.txt").write_text(f"{text}\n{own}\n")
-    print("\n".join(line for line in text.splitlines() if not line.startswith(("tests/", "-- ")) or "total" in line))
+    print("\n".join(line for line in text.splitlines() if not line.startswith(("tests/", "-- "))))
     print(own)
     return 0 if same and own_ok else 1
