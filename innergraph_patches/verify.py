@@ -62,7 +62,7 @@ from innergraph_patches.sdist import PYTENSOR_VERSION, extract, sdist_path
 from innergraph_patches.series import SERIES
 from innergraph.startup.upstream import series_level
 
-__all__ = ["OUTCOMES_PLUGIN", "PARTIAL_TESTS", "UPSTREAM_RUNNER", "VANILLA", "VANILLA_FAILURES", "counts", "judge", "main", "outcomes", "recording_python", "untouched_reason", "vanilla_reference", "verify"]
+__all__ = ["OUTCOMES_PLUGIN", "PARTIAL_TESTS", "UPSTREAM_RUNNER", "VANILLA", "VANILLA_FAILURES", "counts", "judge", "main", "outcomes", "recording_python", "untouched_reason", "upstream_env", "vanilla_reference", "verify"]
 
 #: PyTensor 3.3.8's own test files (``run.sh``'s default list, rel-3.3.0's tests) on vanilla
 #: PyTensor (``../shared/upstream/README.md``): printed beside each run; the judge is per test id.
@@ -176,6 +176,25 @@ def recording_python(python: Path, folder: Path) -> Path:
     return wrapper
 
 
+def upstream_env(wrapper: Path, record: Path, files: str, timeout: str, extra: str = "", **settings: str) -> dict[str, str]:
+    """run.sh's settings for running ``files`` with ``wrapper`` (`recording_python`), each test's outcome recorded into ``record``.
+
+    Every test of a file runs (``NO_X=1``), so every id has an outcome; innergraph is
+    not imported by the harness; ``extra`` is added to pytest's arguments after the
+    recording plugin. ``settings`` are more of run.sh's variables (``FULL``, ``COMPILEDIR``).
+    """
+    return {
+        "PY": str(wrapper),
+        "WITH_INNERGRAPH": "0",
+        "NO_X": "1",
+        "EXTRA": f"-p outcomes {extra}".strip(),
+        "OUTCOMES_RECORD": str(record),
+        "TIMEOUT": timeout,
+        "FILES": files,
+        **settings,
+    }
+
+
 def _run_upstream(python: Path, record: Path, files: str | None, append: bool = False) -> tuple[str, float, list[str]]:
     """Run run.sh (its default list, or ``files``) recording each test's outcome into ``record`` (added to it with ``append``).
 
@@ -184,16 +203,9 @@ def _run_upstream(python: Path, record: Path, files: str | None, append: bool = 
     """
     if not append:
         record.unlink(missing_ok=True)
-    env = {
-        "PY": str(recording_python(python, record.parent)),
-        "WITH_INNERGRAPH": "0",
-        "NO_X": "1",  # every test of a file runs, so every id has an outcome
-        "EXTRA": f"-p outcomes {os.environ.get('EXTRA', '')}".strip(),
-        "OUTCOMES_RECORD": str(record),
-        # run.sh's 600 s per file is what scan/test_basic.py takes with a cold cache on a loaded machine
-        "TIMEOUT": os.environ.get("TIMEOUT", "1800"),
-        "FILES": files or "",
-    }
+    # run.sh's 600 s per file is what scan/test_basic.py takes with a cold cache on a loaded machine
+    timeout = os.environ.get("TIMEOUT", "1800")
+    env = upstream_env(recording_python(python, record.parent), record, files or "", timeout, extra=os.environ.get("EXTRA", ""))
     _, output, seconds = _run(["bash", str(UPSTREAM_RUNNER)], env=env)
     total = next((line for line in output.splitlines() if line.startswith("==== TOTAL:")), "==== TOTAL: no summary")
     ran = [m.group(1) for m in re.finditer(r"^(tests/\S+\.py) +rc=", output, flags=re.M)]

@@ -50,7 +50,7 @@ from typing import Any
 
 from innergraph_patches.sdist import PYTENSOR_VERSION, extract, sdist_path
 from innergraph_patches.steps import STEPS, Step, written_patch
-from innergraph_patches.verify import OUTCOMES_PLUGIN, UPSTREAM_RUNNER, recording_python, outcomes
+from innergraph_patches.verify import OUTCOMES_PLUGIN, UPSTREAM_RUNNER, outcomes, recording_python, upstream_env
 
 __all__ = ["REQUIREMENTS", "compare_records", "main", "own_tests", "prepare", "run_own_tests", "run_variant", "test_files"]
 
@@ -143,20 +143,11 @@ def run_variant(out: Path, variant: str, python: Path, files: list[str], timeout
     for n, test_file in enumerate(todo, 1):
         record = _record_path(home, test_file)
         record.unlink(missing_ok=True)
-        env = {
-            **os.environ,
-            "PY": str(wrapper),
-            "WITH_INNERGRAPH": "0",
-            "NO_X": "1",
-            "FULL": "1",
-            "EXTRA": "-p outcomes --benchmark-disable",
-            "OUTCOMES_RECORD": str(record),
-            "TIMEOUT": str(timeout),
-            "FILES": test_file,
-            "COMPILEDIR": str(home / "compiledir"),
-        }
+        settings = upstream_env(
+            wrapper, record, test_file, str(timeout), extra="--benchmark-disable", FULL="1", COMPILEDIR=str(home / "compiledir")
+        )
         started = time.monotonic()
-        done = subprocess.run(["bash", str(UPSTREAM_RUNNER)], env=env, capture_output=True, text=True)
+        done = subprocess.run(["bash", str(UPSTREAM_RUNNER)], env={**os.environ, **settings}, capture_output=True, text=True)
         line = next((m.group(0) for m in re.finditer(r"^tests/\S+\.py +rc=.*$", done.stdout, flags=re.M)), "no line from run.sh")
         record.with_suffix(".log").write_text(done.stdout + done.stderr)
         if "TIMEOUT after" in line:  # a wall-clock limit, so a machine busy elsewhere can cause it: not done, run again

@@ -1,6 +1,8 @@
 """PyTensor's whole suite on the written steps (`innergraph_patches.whole_suite`): which files, which judge."""
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -49,3 +51,18 @@ def test_a_regression_fails_and_a_file_done_in_one_variant_is_not_judged(tmp_pat
     same, text = whole_suite.compare_records(tmp_path, 1, files)
     assert not same
     assert "regressed" in text and "tests/a/test_y.py::test_three" in text
+
+
+def test_a_file_run_through_run_sh_is_recorded_test_by_test_and_marked_done(tmp_path):
+    """`run_variant` with run.sh's real settings (`verify.upstream_env`): one small file, this environment's PyTensor."""
+    test_file = "tests/assumptions/test_alloc.py"
+    whole_suite.run_variant(tmp_path, "vanilla", Path(sys.executable), [test_file], timeout=600)
+    record = whole_suite._record_path(tmp_path / "vanilla", test_file)
+    assert record.with_suffix(".done").is_file()
+    lines = [json.loads(line) for line in record.read_text().splitlines()]
+    tests = [line for line in lines if line["kind"] == "test"]
+    assert len(tests) > 10 and all(t["id"].startswith(test_file + "::") for t in tests)
+    assert {t["outcome"] for t in tests} == {"passed"}
+    finish = [line for line in lines if line["kind"] == "finish"]
+    assert finish and finish[0]["innergraph"] is False  # the harness imported no innergraph
+    assert (tmp_path / "vanilla" / "compiledir").is_dir()  # its own compile directory
