@@ -1,4 +1,4 @@
-"""``python -m innergraph_patches build|check [--sdist PATH]``: write or compare ``patches/`` (check: and apply the written steps); ``build --tree DIR --out F``: the same series on another PyTensor tree; ``verify [--each]``: test it (`innergraph_patches.verify`); ``whole-suite --steps K --out DIR``: PyTensor's whole suite on the written steps 1-K against vanilla (`innergraph_patches.whole_suite`)."""
+"""``python -m innergraph_patches build|check [--sdist PATH]``: write or compare ``patches/`` (check: and apply the written steps); ``build --tree DIR --out F``: the same series on another PyTensor tree; ``verify [--each]``: test it (`innergraph_patches.verify`); ``whole-suite --steps K --out DIR``: PyTensor's whole suite on the written steps 1-K against vanilla (`innergraph_patches.whole_suite`); ``step-tests [--steps K]``: the regrouped steps' own tests on trees of the steps up to each (`innergraph_patches.step_tests`)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from innergraph_patches.build import build_series, check_series
+from innergraph_patches.step_tests import main as step_tests
 from innergraph_patches.verify import main as verify
 from innergraph_patches.whole_suite import main as whole_suite
 
@@ -17,6 +18,8 @@ def main(argv: list[str] | None = None) -> int:
         return verify(argv[1:])
     if argv[:1] == ["whole-suite"]:
         return whole_suite(argv[1:])
+    if argv[:1] == ["step-tests"]:
+        return step_tests(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m innergraph_patches", description=__doc__)
     parser.add_argument("command", choices=["build", "check", "verify"])
     parser.add_argument("--sdist", type=Path, default=None, help="PyTensor's sdist (sdist.PYTENSOR_VERSION; default: downloaded once, cached)")

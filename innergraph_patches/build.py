@@ -9,7 +9,8 @@ The output is deterministic: fixed author and dates (`AUTHOR`, `DATE`), no signa
 written in sorted order. ``patches/README.md`` is generated with the series (its size
 table comes from the commits, its roadmap of review-sized steps from `innergraph_patches.steps`;
 its prose from ``README.in`` next to the series). `check_series` also applies the written
-steps (``patches/pr-N/``) in order to a fresh sdist tree.
+steps (``patches/pr-N/``) in order to a fresh sdist tree. `step_tree` lays the first K
+review-sized steps (`innergraph_patches.steps`) on a fresh sdist tree, with their own tests.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from pathlib import Path
 from innergraph_patches.sdist import PYTENSOR_VERSION, extract, sdist_path
 from innergraph_patches.series import SERIES, Delegate, Edit, PatchSpec, unassigned
 from innergraph_patches.shipping import REPOSITORY, library_source, rewrite_imports
-from innergraph_patches.steps import STEPS, roadmap_rows, written_patch
+from innergraph_patches.steps import STEPS, own_test_files, roadmap_rows, step_edits, written_patch
 
-__all__ = ["AUTHOR", "DATE", "REPOSITORY", "build_series", "check_series", "rewrite_imports", "written_step_problems"]
+__all__ = ["AUTHOR", "DATE", "REPOSITORY", "build_series", "check_series", "rewrite_imports", "step_tree", "written_step_problems"]
 
 AUTHOR = ("innergraph developers", "innergraph@users.noreply.github.com")
 DATE = "2026-01-01T00:00:00+00:00"
@@ -85,20 +86,25 @@ def _stub_init() -> str:
     return '"""innergraph: control-flow bodies as graph inputs (the package is completed by the series\' later patches)."""\n'
 
 
-def _commit(tree: Path, spec: PatchSpec, index: int) -> None:
-    if index == 0:
+def _lay_modules(tree: Path, modules: tuple[str, ...] | list[str], edits: list[Edit | Delegate]) -> None:
+    """Write ``modules`` in their upstream form under ``pytensor/innergraph/`` (the package started if new) and apply ``edits``."""
+    if not (tree / "pytensor/innergraph/__init__.py").exists():
         (tree / "pytensor/innergraph").mkdir(parents=True, exist_ok=True)
         (tree / "pytensor/innergraph/__init__.py").write_text(_stub_init())
-    for module in sorted(spec.modules):
+    for module in sorted(modules):
         target = tree / _target(module)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(rewrite_imports(library_source(module).read_text(), module))
-    for sub in sorted({Path(_target(m)).parent for m in spec.modules}):
+    for sub in sorted({Path(_target(m)).parent for m in modules}):
         init = tree / sub / "__init__.py"
         if not init.exists():
             init.write_text('"""Part of pytensor.innergraph."""\n')
-    for edit in spec.edits:
+    for edit in edits:
         _apply_edit(tree, edit)
+
+
+def _commit(tree: Path, spec: PatchSpec, index: int) -> None:
+    _lay_modules(tree, spec.modules, list(spec.edits))
     _git(tree, "add", "-A", "--force")  # a tree's .gitignore (PyTensor's ignores core/) must not drop files
     _git(tree, "commit", "-q", "--no-verify", "-m", f"{spec.subject}\n\n{spec.message}\n")
 
@@ -216,3 +222,37 @@ def written_step_problems(scratch: Path, sdist: Path | None = None) -> list[str]
             if done.returncode != 0:
                 return [f"patches/{step.pr}/{patch.name} does not apply to PyTensor {PYTENSOR_VERSION}'s sdist after the written steps before it:\n{done.stderr.strip()}"]
     return []
+
+
+def step_tree(steps: int, into: Path, sdist: Path | None = None) -> Path:
+    """PyTensor's sdist extracted into ``into`` with the first ``steps`` steps of `STEPS` laid on it; the tree.
+
+    A written step's patch is applied (``git apply``); a regrouped step's modules are
+    written in their upstream form and its edits applied, as the series does; a
+    regrouped step's own tests (`own_test_files`) are copied to their paths in the tree.
+    PyTensor's repository has ``tests/__init__.py`` and its sdist does not: the tree gets
+    an empty one, so that a step's ``tests/innergraph/`` imports as ``tests.innergraph``
+    there too. Raises `RuntimeError` naming the step that does not apply.
+    """
+    if not 1 <= steps <= len(STEPS):
+        raise ValueError(f"steps must be 1 to {len(STEPS)}, got {steps}")
+    into.mkdir(parents=True, exist_ok=True)
+    tree = extract(sdist_path(sdist), into)
+    for number, step in enumerate(STEPS[:steps], 1):
+        if step.pr:
+            done = subprocess.run(["git", "apply", str(written_patch(step))], cwd=tree, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise RuntimeError(f"step {number} (patches/{step.pr}) does not apply after the steps before it:\n{done.stderr.strip()}")
+            continue
+        try:
+            _lay_modules(tree, step.modules, step_edits(step))
+        except RuntimeError as error:
+            raise RuntimeError(f"step {number} ({step.title}): {error}") from None
+        folder = REPOSITORY / "patches" / step.tests
+        for path in own_test_files(step):
+            target = tree / path.relative_to(folder)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+    (tree / "tests").mkdir(exist_ok=True)
+    (tree / "tests" / "__init__.py").touch()
+    return tree

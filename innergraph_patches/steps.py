@@ -25,6 +25,12 @@ regrouped step
     every edit of `SERIES` is in exactly one of them (`partition_problems`).
 alone
     What the step delivers if no later step is ever merged.
+a step's own tests
+    A regrouped step's tests, written for it in PyTensor's test layout and style (not cut
+    out of innergraph's suite, which enables everything): the files under ``patches/<tests>/``
+    (``tests``, e.g. ``step-8``), laid over PyTensor's tree at the same paths. They reach
+    the step's modules as ``pytensor.innergraph.<path>`` with innergraph not enabled, as
+    PyTensor's users would before the last step (`innergraph_patches.step_tests` runs them).
 """
 
 from __future__ import annotations
@@ -36,7 +42,10 @@ from innergraph.startup.shipped import SHIPPED
 from innergraph_patches.series import ASSIGNED, EDITS, Delegate, Edit
 from innergraph_patches.shipping import REPOSITORY, library_source, rewrite_imports
 
-__all__ = ["MAX_LINES", "STEPS", "Step", "edit_lines", "partition_problems", "roadmap_rows", "step_lines", "tested", "written_patch"]
+__all__ = [
+    "MAX_LINES", "STEPS", "Step", "edit_lines", "own_test_files", "partition_problems", "roadmap_rows", "step_edits", "step_lines", "tested",
+    "written_patch",
+]
 
 #: The Numba backend's modules that compile units once, call them by reference and pass numbers as
 #: arguments: a step of their own after the conversions that use them (together over `MAX_LINES`).
@@ -57,7 +66,11 @@ class Step:
     modules: tuple[str, ...] = ()  # a regrouped step: library modules (paths under innergraph/)
     edits: tuple[str, ...] = ()  # a regrouped step: its edits, by the record they replace (or their file)
     tested: str = ""  # a written step: PyTensor's tests run on it (a regrouped step's come from its series patch)
+    tests: str = ""  # a regrouped step: the folder of patches/ holding its own tests (module docstring)
 
+
+#: The eighth step's own tests (`own_test_files`), run on steps 1-8 by `innergraph_patches.step_tests`.
+_STEP_8_TESTED = "its own tests (tests/innergraph/test_core.py, 11 tests) pass on steps 1-8 from source, `import pytensor` inert (`step-tests`)"
 
 _INERT = "nothing by itself: inert until the last step enables innergraph"
 
@@ -149,6 +162,8 @@ STEPS: tuple[Step, ...] = (
             "core/instantiate.py",
             "innergraph_pickle/__init__.py",
         ),
+        tests="step-8",
+        tested=_STEP_8_TESTED,
     ),
     Step(
         "innergraph: folding bodies into constants before linking; the records of the hooks",
@@ -357,15 +372,32 @@ def _patch_lines(patch: Path) -> tuple[int, int]:
     return code, tests
 
 
+def own_test_files(step: Step) -> list[Path]:
+    """A regrouped step's own test files (under ``patches/<step.tests>/``, PyTensor's layout below it), sorted; none without."""
+    if not step.tests:
+        return []
+    folder = REPOSITORY / "patches" / step.tests
+    files = sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
+    if not any(p.name.startswith("test_") for p in files):
+        raise FileNotFoundError(f"patches/{step.tests}: a step's tests folder holds no test_*.py file")
+    return files
+
+
+def step_edits(step: Step) -> list[Edit | Delegate]:
+    """The series' edits a regrouped step makes, in its order (`Step.edits` names them)."""
+    by_name = {_edit_name(edit): edit for edit in EDITS}
+    return [by_name[name] for name in step.edits]
+
+
 def step_lines(step: Step) -> tuple[int, int]:
-    """(changed lines of code, changed lines of tests) of ``step``; a step not written yet has no tests counted."""
+    """(changed lines of code, changed lines of tests) of ``step``; a regrouped step's tests are its own test files."""
     if step.pr:
         return _patch_lines(written_patch(step))
     if step.carries:
         return sum(_carried_lines(reference) for reference in step.carries), 0
-    by_name = {_edit_name(edit): edit for edit in EDITS}
     code = sum(_module_text(module).count("\n") for module in step.modules)
-    return code + sum(edit_lines(by_name[name]) for name in step.edits), 0
+    tests = sum(path.read_text().count("\n") for path in own_test_files(step))
+    return code + sum(edit_lines(edit) for edit in step_edits(step)), tests
 
 
 def partition_problems() -> list[str]:
@@ -386,7 +418,10 @@ def tested(step: Step) -> str:
     if step.pr or step.carries:
         return step.tested or "not run yet"
     patches = sorted({ASSIGNED[module] + 1 for module in step.modules})
-    return f"not run as a step; in series patch {', '.join(map(str, patches))}, which CI tests patch by patch"
+    series = f"in series patch {', '.join(map(str, patches))}, which CI tests patch by patch"
+    if step.tests:
+        return f"{step.tested}; PyTensor's own tests not run as a step: {series}"
+    return f"not run as a step; {series}"
 
 
 def roadmap_rows() -> list[str]:

@@ -35,7 +35,8 @@ __all__ = ["BACKENDS", "call", "new", "reduce"]
 PACKAGE = "innergraph"
 
 #: innergraph's backend modules, loaded with the first innergraph object of a pickle
-#: when the backend's own package is installed: ``(module, required top-level package)``.
+#: when the backend's own package is installed and the module exists (a PyTensor with
+#: only the first steps of the upstream path has none): ``(module, required top-level package)``.
 BACKENDS: list[tuple[str, str]] = [("innergraph.backends.numba", "numba")]
 
 
@@ -75,6 +76,14 @@ def _lookup(module: str, qualname: str) -> Any:
 _backends_loaded = False
 
 
+def _present(module: str) -> bool:
+    """Whether ``module`` exists: PyTensor with only the upstream path's first steps has no backend modules yet."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its package is missing
+        return False
+
+
 def _import(module: str) -> Any:
     global _backends_loaded
     if module in sys.modules and _backends_loaded:
@@ -88,7 +97,7 @@ def _import(module: str) -> Any:
         loaded = importlib.import_module(module)
         if not _backends_loaded:
             for backend, requires in BACKENDS:
-                if importlib.util.find_spec(requires) is not None:
+                if importlib.util.find_spec(requires) is not None and _present(backend):
                     importlib.import_module(backend)
             _backends_loaded = True
         return loaded
