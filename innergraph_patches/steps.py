@@ -72,6 +72,9 @@ class Step:
 #: The eighth step's own tests (`own_test_files`), run on steps 1-8 by `innergraph_patches.step_tests`.
 _STEP_8_TESTED = "its own tests (tests/innergraph/test_core.py, 11 tests) pass on steps 1-8 from source, `import pytensor` inert (`step-tests`)"
 
+#: The ninth step's own tests.
+_STEP_9_TESTED = "its own tests (tests/innergraph/test_fold.py, 8 tests) pass on steps 1-9 from source, with step 8's, `import pytensor` inert (`step-tests`)"
+
 _INERT = "nothing by itself: inert until the last step enables innergraph"
 
 #: PyTensor's tests on the written Numba steps, which were run together (each step's text names the others).
@@ -169,6 +172,8 @@ STEPS: tuple[Step, ...] = (
         "innergraph: folding bodies into constants before linking; the records of the hooks",
         _INERT,
         modules=("core/fold.py", "core/hidden_folds.py", "core/interning.py", "core/hooks.py", "core/dispatch.py", "core/collector.py"),
+        tests="step-9",
+        tested=_STEP_9_TESTED,
     ),
     Step(
         "innergraph: the consumer protocol (slots, step semantics, plans, lift and lower)",
