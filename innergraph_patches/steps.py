@@ -75,6 +75,9 @@ _STEP_8_TESTED = "its own tests (tests/innergraph/test_core.py, 11 tests) pass o
 #: The ninth step's own tests.
 _STEP_9_TESTED = "its own tests (tests/innergraph/test_fold.py, 8 tests) pass on steps 1-9 from source, with step 8's, `import pytensor` inert (`step-tests`)"
 
+#: The tenth step's own tests.
+_STEP_10_TESTED = "its own tests (tests/innergraph/test_protocol.py, 6 tests) pass on steps 1-10 from source, with steps 8 and 9's, `import pytensor` inert (`step-tests`)"
+
 _INERT = "nothing by itself: inert until the last step enables innergraph"
 
 #: PyTensor's tests on the written Numba steps, which were run together (each step's text names the others).
@@ -188,6 +191,8 @@ STEPS: tuple[Step, ...] = (
             "protocol/runtime.py",
             "protocol/conversion.py",
         ),
+        tests="step-10",
+        tested=_STEP_10_TESTED,
     ),
     Step(
         "Call innergraph's hooks from the linker, printing, pickling, DebugMode, Scan's gradient and JAX's dispatch",
