@@ -6,6 +6,14 @@ tests of its own among the first K (all by default: `innergraph_patches.steps`),
 and runs there, from source (``PYTHONPATH``, nothing installed), the own tests of that step
 and of every step before it: a later step must not break an earlier one's tests.
 
+``python -m innergraph_patches step-tests --upstream K [K ...] --out DIR`` runs PyTensor's
+own test files (``../shared/upstream/run.sh``'s default list, as CI's patched walk does) on
+the tree of steps 1 to K, from source, and judges each test id against vanilla's outcome on
+the sdist's plain tree run the same way (CI's judge, `innergraph_patches.verify.judge`; the
+differences listed for innergraph apply only once the last step enables it). The records stay
+in DIR; vanilla's is reused while its ``.done`` marker is there. Minutes per tree on 2 cores,
+so a documented command, not a CI step.
+
 Terms
 -----
 inert
@@ -23,17 +31,22 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from innergraph_patches.build import step_tree
-from innergraph_patches.sdist import PYTENSOR_VERSION
+from innergraph_patches.sdist import PYTENSOR_VERSION, extract, sdist_path
+from innergraph_patches.series import SERIES
 from innergraph_patches.shipping import REPOSITORY
 from innergraph_patches.steps import STEPS, own_test_files
+from innergraph_patches.verify import OUTCOMES_PLUGIN, UPSTREAM_RUNNER, judge, outcomes, upstream_env
 
-__all__ = ["main", "run_step_tests", "steps_with_tests"]
+__all__ = ["main", "run_step_tests", "steps_with_tests", "upstream_on_steps"]
 
 #: Run in the tree: pytest on the given files, then a failure if the library innergraph was imported.
 _RUN = """
@@ -61,15 +74,18 @@ def run_step_tests(number: int, scratch: Path, python: str = sys.executable, sdi
     env["PYTENSOR_FLAGS"] = f"base_compiledir={scratch / 'compiledir'}"
     inert = subprocess.run([python, "-c", _INERT], cwd=tree, env=env, capture_output=True, text=True)
     loaded = inert.stdout.strip()
+    enabling = number == len(STEPS)  # the last step enables innergraph on import
     files = [str(p) for p in _own_paths(number)]
     done = subprocess.run([python, "-c", _RUN, *files], cwd=tree, env=env, capture_output=True, text=True)
     lines = done.stdout.strip().splitlines()
     summary = next((line for line in reversed(lines) if " passed" in line or " failed" in line or " error" in line), "no summary")
     refused = [line for line in lines if line.startswith("FAILED: the tests' process")]
-    ok = done.returncode == 0 and inert.returncode == 0 and loaded == "[]"
+    ok = done.returncode == 0 and inert.returncode == 0 and (loaded != "[]" if enabling else loaded == "[]")
     report = [f"steps 1-{number} on PyTensor {PYTENSOR_VERSION}'s sdist, from source: {', '.join(files)}: {summary}"]
     if inert.returncode != 0:
         report.append(f"   FAILED: `import pytensor` fails on the tree:\n{inert.stderr[-2000:]}")
+    elif enabling:
+        report.append(f"   {'enabled: `import pytensor` loads pytensor.innergraph' if loaded != '[]' else 'FAILED: the last step does not enable pytensor.innergraph'}")
     elif loaded != "[]":
         report.append(f"   FAILED: `import pytensor` loads {loaded}: the steps are not inert")
     else:
@@ -90,11 +106,72 @@ def _own_paths(number: int) -> list[Path]:
     return paths
 
 
+def _run_upstream_from_source(tree: Path, home: Path, python: str) -> tuple[Any, list[str], str]:
+    """run.sh's default list with ``tree``'s PyTensor first on the path, recorded under ``home``; (record, files ran, its total line)."""
+    home.mkdir(parents=True, exist_ok=True)
+    only = home / "path"  # the tree's pytensor alone: its tests/ must not shadow run.sh's test tree
+    only.mkdir(exist_ok=True)
+    link = only / "pytensor"
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(tree / "pytensor", target_is_directory=True)
+    wrapper = home / "python"
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="${{PYTHONPATH:+$PYTHONPATH:}}{OUTCOMES_PLUGIN.parent}:{only}" exec "{python}" "$@"\n')
+    wrapper.chmod(0o755)
+    record = home / "record.jsonl"
+    record.unlink(missing_ok=True)
+    settings = upstream_env(wrapper, record, "", os.environ.get("TIMEOUT", "1800"), COMPILEDIR=str(home / "compiledir"))
+    done = subprocess.run(["bash", str(UPSTREAM_RUNNER)], env={**os.environ, **settings}, capture_output=True, text=True)
+    (home / "run.log").write_text(done.stdout + done.stderr)
+    ran = [m.group(1) for m in re.finditer(r"^(tests/\S+\.py) +rc=", done.stdout, flags=re.M)]
+    total = next((line for line in done.stdout.splitlines() if line.startswith("==== TOTAL:")), "==== TOTAL: no summary")
+    return outcomes().read_record(record, home.name), ran, total.removeprefix("==== TOTAL: ").split("|")[0].strip().rstrip(",")
+
+
+def upstream_on_steps(numbers: list[int], out: Path, python: str = sys.executable, sdist: Path | None = None) -> tuple[bool, list[str]]:
+    """PyTensor's default test list on the trees of steps 1..K for each K of ``numbers``, judged against the plain sdist's."""
+    lines = []
+    vanilla_home = out / "vanilla"
+    if (vanilla_home / "record.done").is_file():
+        vanilla = outcomes().read_record(vanilla_home / "record.jsonl", "vanilla")
+        lines.append(f"vanilla PyTensor {PYTENSOR_VERSION} from source: the record {vanilla_home / 'record.jsonl'}")
+    else:
+        plain = extract(sdist_path(sdist), out / "plain")
+        vanilla, ran, total = _run_upstream_from_source(plain, vanilla_home, python)
+        if not ran:
+            return False, [f"FAILED: vanilla ran no file (see {vanilla_home / 'run.log'})"]
+        (vanilla_home / "record.done").touch()
+        lines.append(f"vanilla PyTensor {PYTENSOR_VERSION} from source: {total} over {len(ran)} files")
+    ok = True
+    for number in numbers:
+        home = out / f"steps-1-{number}"
+        shutil.rmtree(home / "src", ignore_errors=True)
+        tree = step_tree(number, home / "src", sdist)
+        record, ran, total = _run_upstream_from_source(tree, home, python)
+        level = len(SERIES) if number == len(STEPS) else 1  # innergraph's listed differences once it is enabled
+        comparison = judge(vanilla, record, level, ran)
+        failures = comparison.failures
+        ok &= not failures and bool(ran)
+        verdict = "every test id vanilla's outcome" if not failures else f"{len(failures)} ids NOT vanilla's outcome"
+        lines.append(f"steps 1-{number}: {total} over {len(ran)} files: {verdict}")
+        if failures:
+            lines += ["      " + row for row in outcomes().report(comparison).splitlines()]
+    return ok, lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m innergraph_patches step-tests", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=None, help=f"take the steps with tests among the first K (1-{len(STEPS)}; default: all)")
     parser.add_argument("--sdist", type=Path, default=None, help="PyTensor's sdist (default: downloaded once, cached)")
+    parser.add_argument("--upstream", type=int, nargs="+", metavar="K", help="instead: PyTensor's default test list on the trees of steps 1-K, judged against vanilla")
+    parser.add_argument("--out", type=Path, default=None, help="with --upstream: the folder of the records (kept; vanilla's reused)")
     args = parser.parse_args(argv)
+    if args.upstream:
+        if args.out is None or not all(1 <= k <= len(STEPS) for k in args.upstream):
+            parser.error(f"--upstream K ... needs --out DIR and each K in 1-{len(STEPS)}")
+        ok, lines = upstream_on_steps(args.upstream, args.out, sdist=args.sdist)
+        print("\n".join(lines))
+        return 0 if ok else 1
     numbers = steps_with_tests(args.steps)
     if not numbers:
         print("no regrouped step among them has tests of its own")

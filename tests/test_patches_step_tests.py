@@ -35,7 +35,8 @@ def _steps(tmp_path, monkeypatch, test_text):
     (own / "tests" / "innergraph" / "test_errors.py").write_text(test_text)
     # absolute folders: patches/ / folder is folder
     regrouped = steps.Step("regrouped", "nothing", modules=("core/errors.py",), tests=str(own), tested="its own tests")
-    chosen = (steps.Step("written", "something", pr=str(written)), regrouped)
+    last = steps.Step("enabling", "everything", modules=("core/types.py",), tests=str(own), tested="its own tests")
+    chosen = (steps.Step("written", "something", pr=str(written)), regrouped, last)
     monkeypatch.setattr(build, "STEPS", chosen)
     monkeypatch.setattr(step_tests, "STEPS", chosen)
     return regrouped
@@ -61,14 +62,14 @@ def test_a_step_tree_holds_the_written_patches_the_modules_in_their_upstream_for
     assert (tree / "tests/__init__.py").is_file()  # PyTensor's repository has one; its sdist does not
     assert steps.step_lines(regrouped)[1] == _PASSES.count("\n")
     assert "its own tests; PyTensor's own tests not run as a step" in steps.tested(regrouped)
-    with pytest.raises(ValueError, match="steps must be 1 to 2"):
-        build.step_tree(3, tmp_path / "other", sdist)
+    with pytest.raises(ValueError, match="steps must be 1 to 3"):
+        build.step_tree(4, tmp_path / "other", sdist)
 
 
 def test_own_tests_pass_on_an_inert_tree(tmp_path, monkeypatch):
     _steps(tmp_path, monkeypatch, _PASSES)
     sdist = _sdist(tmp_path, {"pytensor/__init__.py": "", "pytensor/a.py": "old\n"})
-    assert step_tests.steps_with_tests() == [2]
+    assert step_tests.steps_with_tests() == [2, 3]
     ok, report = step_tests.run_step_tests(2, tmp_path / "run", sdist=sdist)
     assert ok, report
     assert "tests/innergraph/test_errors.py: 1 passed" in report
@@ -95,6 +96,17 @@ def test_a_failing_test_and_a_test_that_imports_the_library_fail_the_tree(tmp_pa
     ok, report = step_tests.run_step_tests(2, tmp_path / "two", sdist=sdist)
     assert not ok
     assert "FAILED: the tests' process imported the library innergraph" in report
+
+
+def test_the_last_step_must_enable_its_innergraph(tmp_path, monkeypatch):
+    _steps(tmp_path, monkeypatch, _PASSES)
+    inert = _sdist(tmp_path, {"pytensor/__init__.py": "", "pytensor/a.py": "old\n"})
+    ok, report = step_tests.run_step_tests(3, tmp_path / "one", sdist=inert)
+    assert not ok and "FAILED: the last step does not enable pytensor.innergraph" in report, report
+    (tmp_path / "b").mkdir()
+    enabling = _sdist(tmp_path / "b", {"pytensor/__init__.py": "import pytensor.innergraph.core.errors\n", "pytensor/a.py": "old\n"})
+    ok, report = step_tests.run_step_tests(3, tmp_path / "two", sdist=enabling)
+    assert ok and "enabled: `import pytensor` loads pytensor.innergraph" in report, report
 
 
 def _imported_modules(path):
