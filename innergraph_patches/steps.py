@@ -35,6 +35,7 @@ a step's own tests
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,13 +44,9 @@ from innergraph_patches.series import ASSIGNED, EDITS, Delegate, Edit
 from innergraph_patches.shipping import REPOSITORY, library_source, rewrite_imports
 
 __all__ = [
-    "MAX_LINES", "STEPS", "Step", "edit_lines", "own_test_files", "partition_problems", "roadmap_rows", "step_edits", "step_lines", "tested",
-    "written_patch",
+    "MAX_LINES", "STEPS", "Step", "edit_lines", "import_problems", "import_time_dependencies", "own_test_files", "partition_problems",
+    "roadmap_rows", "step_edits", "step_lines", "tested", "written_patch",
 ]
-
-#: The Numba backend's modules that compile units once, call them by reference and pass numbers as
-#: arguments: a step of their own after the conversions that use them (together over `MAX_LINES`).
-_NUMBA_UNITS = ("backends/numba_link.py", "backends/numba_once.py", "backends/numba_reference.py", "backends/numba_rows.py")
 
 #: The most changed lines (library code or PyTensor's code, tests apart) a step may have.
 MAX_LINES = 2000
@@ -70,13 +67,13 @@ class Step:
 
 
 #: The eighth step's own tests (`own_test_files`), run on steps 1-8 by `innergraph_patches.step_tests`.
-_STEP_8_TESTED = "its own tests (tests/innergraph/test_core.py, 11 tests) pass on steps 1-8 from source, `import pytensor` inert (`step-tests`)"
+_STEP_8_TESTED = "its own tests (tests/innergraph/test_core.py, 11 tests) pass on steps 1-8 from source and on the last step's tree"
 
 #: The ninth step's own tests.
-_STEP_9_TESTED = "its own tests (tests/innergraph/test_fold.py, 8 tests) pass on steps 1-9 from source, with step 8's, `import pytensor` inert (`step-tests`)"
+_STEP_9_TESTED = "its own tests (tests/innergraph/test_fold.py, 8 tests) pass on steps 1-9 from source, with step 8's, and on the last step's tree"
 
 #: The tenth step's own tests.
-_STEP_10_TESTED = "its own tests (tests/innergraph/test_protocol.py, 6 tests) pass on steps 1-10 from source, with steps 8 and 9's, `import pytensor` inert (`step-tests`)"
+_STEP_10_TESTED = "its own tests (tests/innergraph/test_protocol.py, 6 tests) pass on steps 1-10 from source, with steps 8 and 9's, and on the last step's tree"
 
 _INERT = "nothing by itself: inert until the last step enables innergraph"
 
@@ -197,7 +194,18 @@ STEPS: tuple[Step, ...] = (
     Step(
         "Call innergraph's hooks from the linker, printing, pickling, DebugMode, Scan's gradient and JAX's dispatch",
         "nothing by itself: each hook returns what PyTensor computed until innergraph is enabled",
-        modules=SHIPPED["innergraph-hooks"],  # the series' second patch, as it is
+        # the hooks' own modules that import nothing later; the package's __init__, the
+        # gradient's and the linker's hooks need later steps and come with the last one
+        modules=(
+            "patching/debugmode.py",
+            "patching/on_import.py",
+            "patching/pickles.py",
+            "patching/pickling.py",
+            "patching/printing.py",
+            "patching/rewritten.py",
+            "patching/rewritten_key.py",
+            "patching/rewritten_store.py",
+        ),
         edits=(
             "Linker.schedule",
             "printing.debugprint",
@@ -209,55 +217,77 @@ STEPS: tuple[Step, ...] = (
         ),
     ),
     Step(
-        "innergraph: the in-graph OpFromGraph (Call) and IfElse, lifting PyTensor's into them",
+        "innergraph: the in-graph Scan (with its checkpointed gradient), OpFromGraph (Call) and IfElse",
+        _INERT,
+        modules=("ops/scan.py", "ops/scan_slots.py", "ops/checkpoint.py", "ops/call.py", "ops/ifelse.py", "ops/link_argument.py"),
+    ),
+    Step(
+        "innergraph: loops that take bodies (while_loop, do_while, fori_loop, Loop); lifting PyTensor's Scan, IfElse and OpFromGraph",
         _INERT,
         modules=(
             "ops/__init__.py",
-            "ops/call.py",
-            "ops/ifelse.py",
-            "ops/link_argument.py",
-            "lifting/__init__.py",
-            "lifting/rules.py",
-            "lifting/handover.py",
-            "builders.py",
-            "consumer.py",
-            "stats.py",
-        ),
-    ),
-    Step(
-        "innergraph: the in-graph Scan and its checkpointed gradient",
-        _INERT,
-        modules=("ops/scan.py", "ops/scan_slots.py", "ops/checkpoint.py"),
-    ),
-    Step(
-        "innergraph: loops that take bodies (while_loop, do_while, fori_loop, Loop)",
-        _INERT,
-        modules=(
             "ops/loop.py",
             "ops/loop_build.py",
             "ops/loop_derivatives.py",
             "loops.py",
             "loops_reverse.py",
+            "lifting/__init__.py",
+            "lifting/rules.py",
+            "lifting/handover.py",
         ),
     ),
     Step(
-        "innergraph: Numba conversions of the consumers",
+        "innergraph: lifting, lowering and cleaning up bodies (rewrites, not registered)",
         _INERT,
-        modules=tuple(m for m in SHIPPED["innergraph-backends"] if "/jax" not in m and m not in _NUMBA_UNITS),
+        modules=(
+            "rewriting/__init__.py",
+            "rewriting/lift.py",
+            "rewriting/args.py",
+            "rewriting/lift_ofg.py",
+            "rewriting/fold_inner_functions.py",
+            "rewriting/dce.py",
+            "rewriting/remerge.py",
+            "rewriting/duplicates.py",
+            "rewriting/copies.py",
+            "rewriting/stand_in.py",
+            "rewriting/debugmode.py",
+            "rewriting/tracks.py",
+            "rewriting/outlined.py",
+            "rewriting/link_arguments.py",
+            "rewriting/forward.py",
+            "rewriting/inline_args.py",
+            "rewriting/ofg_outputs.py",
+        ),
+    ),
+    Step(
+        "innergraph: Numba units compiled once and called by reference; Numba's messages, literals and slices",
+        _INERT,
+        modules=(
+            "backends/__init__.py",
+            "backends/numba_once.py",
+            "backends/numba_reference.py",
+            "backends/numba_rows.py",
+            "backends/numba_gc.py",
+            "backends/numba_literals.py",
+            "backends/numba_messages.py",
+            "backends/numba_slices.py",
+            "backends/numba_code.py",
+        ),
+        edits=("numba_basic.numba_funcify_ensure_cache", "numba_funcify_and_cache_key[Alloc]"),
+    ),
+    Step(
+        "innergraph: Numba conversions of the consumers, numbers passed as arguments",
+        _INERT,
+        modules=("backends/numba.py", "backends/numba_generated.py", "backends/numba_link.py"),
         edits=(
-            "numba_basic.numba_funcify_ensure_cache",
             "numba_funcify_and_cache_key[Scan]",
             "numba_funcify_and_cache_key[OpFromGraph]",
             "numba_funcify_and_cache_key[AbstractFunctionGraph]",
             "numba_basic.cache_key_for_constant",
-            "numba_funcify_and_cache_key[Alloc]",
+            "NumbaLinker.fgraph_convert",
+            "NumbaLinker.create_thunk_inputs",
+            "NumbaLinker.jit_compile",
         ),
-    ),
-    Step(
-        "innergraph: Numba units compiled once and called by reference, numbers passed as arguments",
-        _INERT,
-        modules=_NUMBA_UNITS,  # with the step before, the series' fourth patch less JAX
-        edits=("NumbaLinker.fgraph_convert", "NumbaLinker.create_thunk_inputs", "NumbaLinker.jit_compile"),
     ),
     Step(
         "innergraph: JAX conversions of the consumers",
@@ -266,48 +296,22 @@ STEPS: tuple[Step, ...] = (
         edits=("jax_funcify[Scan]", "JAXLinker.jit_compile"),
     ),
     Step(
-        "innergraph: lifting, lowering and cleaning up bodies (rewrites, not registered)",
-        _INERT,
-        modules=(
-            "rewriting/__init__.py",
-            "rewriting/lift.py",
-            "rewriting/lift_ofg.py",
-            "rewriting/fold_inner_functions.py",
-            "rewriting/dce.py",
-            "rewriting/remerge.py",
-            "rewriting/duplicates.py",
-            "rewriting/simplify.py",
-            "rewriting/copies.py",
-            "rewriting/stand_in.py",
-            "rewriting/debugmode.py",
-            "rewriting/untrace.py",
-            "rewriting/tracks.py",
-            "rewriting/outlined.py",
-            "rewriting/link_arguments.py",
-            "rewriting/forward.py",
-            "rewriting/read_back.py",
-            "rewriting/inline_args.py",
-            "rewriting/ofg_outputs.py",
-            "rewriting/share_branch.py",
-        ),
-    ),
-    Step(
-        "innergraph: moving work out of loops (push-out, loop-invariant code, carries)",
+        "innergraph: moving work out of loops (push-out, loop-invariant code, carries, untracing)",
         _INERT,
         modules=(
             "rewriting/push_out.py",
             "rewriting/push_out_cost.py",
             "rewriting/licm.py",
             "rewriting/outer.py",
-            "rewriting/args.py",
+            "rewriting/untrace.py",
+            "rewriting/lengths.py",
             "rewriting/carry.py",
             "rewriting/carry_from_zero.py",
-            "rewriting/fresh_carry.py",
             "rewriting/zero_increments.py",
         ),
     ),
     Step(
-        "innergraph: loops as a whole (batching, outlining, merging, lengths, until to while, in place)",
+        "innergraph: loops as a whole (batching, outlining, merging, until to while, in place) and the consumer rewrites' fixpoint",
         _INERT,
         modules=(
             "rewriting/scan_inplace.py",
@@ -315,16 +319,28 @@ STEPS: tuple[Step, ...] = (
             "rewriting/batch_loops.py",
             "rewriting/outline_loops.py",
             "rewriting/merge_loops.py",
-            "rewriting/lengths.py",
             "rewriting/until_while.py",
             "rewriting/scan_solve.py",
             "rewriting/fusion.py",
+            "rewriting/fresh_carry.py",
+            "rewriting/read_back.py",
+            "rewriting/share_branch.py",
+            "rewriting/simplify.py",
         ),
     ),
     Step(
-        "Register innergraph's rewrites in optdb and enable it on import",
+        "Register innergraph's rewrites in optdb, install its hooks and enable it on import; the user API",
         "everything the series does: the representation, its rewrites and the backends switched on for every graph",
-        modules=("rewriting/db.py", "__init__.py"),
+        modules=(
+            "rewriting/db.py",
+            "patching/__init__.py",
+            "patching/gradient.py",
+            "patching/linker.py",
+            "builders.py",
+            "consumer.py",
+            "stats.py",
+            "__init__.py",
+        ),
         edits=("pytensor/__init__.py",),
     ),
 )
@@ -423,15 +439,70 @@ def partition_problems() -> list[str]:
     return problems
 
 
+def _module_path(name: str) -> str | None:
+    """The series module (a path under ``innergraph/``) that the dotted ``name`` is, or None."""
+    if name == "innergraph_pickle":
+        return "innergraph_pickle/__init__.py"
+    if not name.startswith("innergraph."):
+        return None
+    relative = name.removeprefix("innergraph.").replace(".", "/")
+    return next((path for path in (f"{relative}.py", f"{relative}/__init__.py") if path in ASSIGNED), None)
+
+
+def import_time_dependencies(module: str) -> set[str]:
+    """The series modules ``module`` imports when it is imported (its module-level imports, within ``if``/``try``/``with`` too).
+
+    ``from innergraph.rewriting import db`` depends on ``rewriting/db.py``; on the package's
+    ``__init__`` only for a name that is no module of it (a step tree holds a stub ``__init__``
+    for a package whose own comes later, and Python needs no more to import a submodule).
+    """
+    found: set[str] = set()
+    pending = list(ast.parse(library_source(module).read_text()).body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.If, ast.Try, ast.With)):
+            pending += [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", [])]
+            pending += [statement for handler in getattr(node, "handlers", []) for statement in handler.body]
+        elif isinstance(node, ast.Import):
+            found |= {path for alias in node.names if (path := _module_path(alias.name))}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and (path := _module_path(node.module)):
+            if not path.endswith("__init__.py"):
+                found.add(path)
+                continue
+            for alias in node.names:
+                found.add(_module_path(f"{node.module}.{alias.name}") or path)
+    found.discard(module)
+    return found
+
+
+def import_problems(steps: tuple[Step, ...] | None = None) -> list[str]:
+    """Modules of a regrouped step that import, when imported, a module of a later step (empty: every step tree imports).
+
+    Each step has to leave PyTensor working *and* its own modules importable: a pull request
+    whose new module fails to import cannot be merged before the one that brings what it needs.
+    """
+    chosen = STEPS if steps is None else steps
+    step_of = {module: number for number, step in enumerate(chosen, 1) for module in step.modules}
+    problems = []
+    for module, number in step_of.items():
+        for needed in sorted(import_time_dependencies(module)):
+            if step_of.get(needed, 0) > number:
+                problems.append(f"step {number}'s {module} imports {needed}, which step {step_of[needed]} brings")
+    return sorted(problems)
+
+
 def tested(step: Step) -> str:
     """What PyTensor's tests say of ``step``: its own runs if written, else those of the series patches its modules are in."""
     if step.pr or step.carries:
         return step.tested or "not run yet"
     patches = sorted({ASSIGNED[module] + 1 for module in step.modules})
     series = f"in series patch {', '.join(map(str, patches))}, which CI tests patch by patch"
-    if step.tests:
-        return f"{step.tested}; PyTensor's own tests not run as a step: {series}"
-    return f"not run as a step; {series}"
+    parts = [step.tested] if step.tests else []
+    if step in STEPS:
+        number = STEPS.index(step) + 1
+        state = "enables innergraph" if number == len(STEPS) else "is inert"
+        parts.append(f"on steps 1-{number} every module imports and `import pytensor` {state} (`step-tests`)")
+    return "; ".join([*parts, f"PyTensor's own tests not run as a step: {series}"])
 
 
 def roadmap_rows() -> list[str]:

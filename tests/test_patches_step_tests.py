@@ -35,7 +35,7 @@ def _steps(tmp_path, monkeypatch, test_text):
     (own / "tests" / "innergraph" / "test_errors.py").write_text(test_text)
     # absolute folders: patches/ / folder is folder
     regrouped = steps.Step("regrouped", "nothing", modules=("core/errors.py",), tests=str(own), tested="its own tests")
-    last = steps.Step("enabling", "everything", modules=("core/types.py",), tests=str(own), tested="its own tests")
+    last = steps.Step("enabling", "everything", modules=("innergraph_pickle/__init__.py",))  # imports no PyTensor
     chosen = (steps.Step("written", "something", pr=str(written)), regrouped, last)
     monkeypatch.setattr(build, "STEPS", chosen)
     monkeypatch.setattr(step_tests, "STEPS", chosen)
@@ -69,7 +69,8 @@ def test_a_step_tree_holds_the_written_patches_the_modules_in_their_upstream_for
 def test_own_tests_pass_on_an_inert_tree(tmp_path, monkeypatch):
     _steps(tmp_path, monkeypatch, _PASSES)
     sdist = _sdist(tmp_path, {"pytensor/__init__.py": "", "pytensor/a.py": "old\n"})
-    assert step_tests.steps_with_tests() == [2, 3]
+    assert step_tests.steps_with_tests() == [2]
+    assert step_tests.regrouped_steps() == [2, 3]
     ok, report = step_tests.run_step_tests(2, tmp_path / "run", sdist=sdist)
     assert ok, report
     assert "tests/innergraph/test_errors.py: 1 passed" in report
@@ -143,3 +144,14 @@ def test_each_steps_own_tests_import_only_modules_of_that_step_and_the_steps_bef
             assert imported <= laid, f"{path} imports modules of later steps: {sorted(imported - laid)}"
             checked += bool(imported)
     assert checked >= 1  # step 8's tests import its modules
+
+
+def test_a_module_that_does_not_import_on_its_tree_fails_it(tmp_path, monkeypatch):
+    _steps(tmp_path, monkeypatch, _PASSES)
+    broken = steps.Step("needs more", "nothing", modules=("core/graph.py",))  # imports PyTensor, which the stand-in lacks
+    monkeypatch.setattr(build, "STEPS", (*step_tests.STEPS[:2], broken, step_tests.STEPS[2]))
+    monkeypatch.setattr(step_tests, "STEPS", build.STEPS)
+    sdist = _sdist(tmp_path, {"pytensor/__init__.py": "", "pytensor/a.py": "old\n"})
+    ok, report = step_tests.run_step_tests(3, tmp_path / "run", sdist=sdist)
+    assert not ok
+    assert "FAILED: modules that do not import:" in report and "pytensor.innergraph.core.graph: " in report

@@ -100,3 +100,21 @@ def test_written_steps_apply_in_order_and_one_that_no_longer_applies_is_reported
     monkeypatch.setattr(build, "STEPS", (steps.Step("x", "y", pr=str(folders[1])),))
     problems = build.written_step_problems(tmp_path / "three", applies)  # the second alone: its base is missing
     assert len(problems) == 1 and f"{folders[1].name}/0001-x.patch does not apply" in problems[0], problems
+
+
+def test_every_regrouped_step_imports_only_what_it_and_the_steps_before_it_bring():
+    assert steps.import_problems() == []
+
+
+def test_a_module_that_imports_a_later_steps_module_is_named():
+    # core/canonical.py imports core/graph.py and core/types.py at import time
+    early = steps.Step("canonical first", "nothing", modules=("core/canonical.py",))
+    late = steps.Step("the graph after", "nothing", modules=("core/graph.py", "core/types.py"))
+    assert steps.import_problems((early, late)) == [
+        "step 1's core/canonical.py imports core/graph.py, which step 2 brings",
+        "step 1's core/canonical.py imports core/types.py, which step 2 brings",
+    ]
+    assert steps.import_problems((late, early)) == []
+    # a submodule taken from its package is the dependency, not the package's __init__
+    assert "rewriting/db.py" in steps.import_time_dependencies("patching/__init__.py")
+    assert "rewriting/__init__.py" not in steps.import_time_dependencies("patching/__init__.py")
