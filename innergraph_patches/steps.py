@@ -75,6 +75,10 @@ _STEP_9_TESTED = "its own tests (tests/innergraph/test_fold.py, 8 tests) pass on
 #: The tenth step's own tests.
 _STEP_10_TESTED = "its own tests (tests/innergraph/test_protocol.py, 6 tests) pass on steps 1-10 from source, with steps 8 and 9's, and on the last step's tree"
 
+#: The hooks' modules that import later steps' (the rewrite database, the consumers, the lifting
+#: rules): they come with the last step, the other hooks' modules with the hooks' edits.
+_LAST_HOOKS = ("patching/__init__.py", "patching/gradient.py", "patching/linker.py")
+
 _INERT = "nothing by itself: inert until the last step enables innergraph"
 
 #: PyTensor's tests on the written Numba steps, which were run together (each step's text names the others).
@@ -194,18 +198,7 @@ STEPS: tuple[Step, ...] = (
     Step(
         "Call innergraph's hooks from the linker, printing, pickling, DebugMode, Scan's gradient and JAX's dispatch",
         "nothing by itself: each hook returns what PyTensor computed until innergraph is enabled",
-        # the hooks' own modules that import nothing later; the package's __init__, the
-        # gradient's and the linker's hooks need later steps and come with the last one
-        modules=(
-            "patching/debugmode.py",
-            "patching/on_import.py",
-            "patching/pickles.py",
-            "patching/pickling.py",
-            "patching/printing.py",
-            "patching/rewritten.py",
-            "patching/rewritten_key.py",
-            "patching/rewritten_store.py",
-        ),
+        modules=tuple(m for m in SHIPPED["innergraph-hooks"] if m not in _LAST_HOOKS),
         edits=(
             "Linker.schedule",
             "printing.debugprint",
@@ -333,9 +326,7 @@ STEPS: tuple[Step, ...] = (
         "everything the series does: the representation, its rewrites and the backends switched on for every graph",
         modules=(
             "rewriting/db.py",
-            "patching/__init__.py",
-            "patching/gradient.py",
-            "patching/linker.py",
+            *_LAST_HOOKS,
             "builders.py",
             "consumer.py",
             "stats.py",

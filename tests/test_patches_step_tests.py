@@ -1,27 +1,13 @@
 """The regrouped steps' own tests (`innergraph_patches.step_tests`): the trees they run on, what fails them."""
 
 import ast
-import io
-import tarfile
 
 import pytest
 
 from innergraph_patches import build, step_tests, steps
-from innergraph_patches.sdist import PYTENSOR_VERSION
+from stand_in_sdist import stand_in_sdist
 
 pytestmark = pytest.mark.repository_tools
-
-
-def _sdist(tmp_path, files):
-    """A stand-in for PyTensor's sdist holding ``files`` (path -> text)."""
-    path = tmp_path / f"pytensor-{PYTENSOR_VERSION}.tar.gz"
-    with tarfile.open(path, "w:gz") as archive:
-        for name, text in files.items():
-            data = text.encode()
-            info = tarfile.TarInfo(f"pytensor-{PYTENSOR_VERSION}/{name}")
-            info.size = len(data)
-            archive.addfile(info, io.BytesIO(data))
-    return path
 
 
 def _steps(tmp_path, monkeypatch, test_text):
@@ -53,7 +39,7 @@ def test_an_arity_error_is_a_type_error():
 
 def test_a_step_tree_holds_the_written_patches_the_modules_in_their_upstream_form_and_the_own_tests(tmp_path, monkeypatch):
     regrouped = _steps(tmp_path, monkeypatch, _PASSES)
-    sdist = _sdist(tmp_path, {"pytensor/__init__.py": "", "pytensor/a.py": "old\n"})
+    sdist = stand_in_sdist(tmp_path, {"pytensor/__init__.py": "", "pytensor/a.py": "old\n"})
     tree = build.step_tree(2, tmp_path / "tree", sdist)
     assert (tree / "pytensor/a.py").read_text() == "new\n"
     assert (tree / "pytensor/innergraph/__init__.py").is_file()
@@ -68,7 +54,7 @@ def test_a_step_tree_holds_the_written_patches_the_modules_in_their_upstream_for
 
 def test_own_tests_pass_on_an_inert_tree(tmp_path, monkeypatch):
     _steps(tmp_path, monkeypatch, _PASSES)
-    sdist = _sdist(tmp_path, {"pytensor/__init__.py": "", "pytensor/a.py": "old\n"})
+    sdist = stand_in_sdist(tmp_path, {"pytensor/__init__.py": "", "pytensor/a.py": "old\n"})
     assert step_tests.steps_with_tests() == [2]
     assert step_tests.regrouped_steps() == [2, 3]
     ok, report = step_tests.run_step_tests(2, tmp_path / "run", sdist=sdist)
@@ -79,14 +65,14 @@ def test_own_tests_pass_on_an_inert_tree(tmp_path, monkeypatch):
 
 def test_a_tree_whose_pytensor_imports_its_innergraph_is_not_inert(tmp_path, monkeypatch):
     _steps(tmp_path, monkeypatch, _PASSES)
-    sdist = _sdist(tmp_path, {"pytensor/__init__.py": "import pytensor.innergraph.core.errors\n", "pytensor/a.py": "old\n"})
+    sdist = stand_in_sdist(tmp_path, {"pytensor/__init__.py": "import pytensor.innergraph.core.errors\n", "pytensor/a.py": "old\n"})
     ok, report = step_tests.run_step_tests(2, tmp_path / "run", sdist=sdist)
     assert not ok
     assert "FAILED: `import pytensor` loads ['pytensor.innergraph', 'pytensor.innergraph.core', 'pytensor.innergraph.core.errors']" in report
 
 
 def test_a_failing_test_and_a_test_that_imports_the_library_fail_the_tree(tmp_path, monkeypatch):
-    sdist = _sdist(tmp_path, {"pytensor/__init__.py": "", "pytensor/a.py": "old\n"})
+    sdist = stand_in_sdist(tmp_path, {"pytensor/__init__.py": "", "pytensor/a.py": "old\n"})
     _steps(tmp_path, monkeypatch, _PASSES + "\n\ndef test_wrong():\n    assert ArityError is ValueError\n")
     ok, report = step_tests.run_step_tests(2, tmp_path / "one", sdist=sdist)
     assert not ok and "1 failed, 1 passed" in report, report
@@ -101,11 +87,11 @@ def test_a_failing_test_and_a_test_that_imports_the_library_fail_the_tree(tmp_pa
 
 def test_the_last_step_must_enable_its_innergraph(tmp_path, monkeypatch):
     _steps(tmp_path, monkeypatch, _PASSES)
-    inert = _sdist(tmp_path, {"pytensor/__init__.py": "", "pytensor/a.py": "old\n"})
+    inert = stand_in_sdist(tmp_path, {"pytensor/__init__.py": "", "pytensor/a.py": "old\n"})
     ok, report = step_tests.run_step_tests(3, tmp_path / "one", sdist=inert)
     assert not ok and "FAILED: the last step does not enable pytensor.innergraph" in report, report
     (tmp_path / "b").mkdir()
-    enabling = _sdist(tmp_path / "b", {"pytensor/__init__.py": "import pytensor.innergraph.core.errors\n", "pytensor/a.py": "old\n"})
+    enabling = stand_in_sdist(tmp_path / "b", {"pytensor/__init__.py": "import pytensor.innergraph.core.errors\n", "pytensor/a.py": "old\n"})
     ok, report = step_tests.run_step_tests(3, tmp_path / "two", sdist=enabling)
     assert ok and "enabled: `import pytensor` loads pytensor.innergraph" in report, report
 
@@ -151,7 +137,7 @@ def test_a_module_that_does_not_import_on_its_tree_fails_it(tmp_path, monkeypatc
     broken = steps.Step("needs more", "nothing", modules=("core/graph.py",))  # imports PyTensor, which the stand-in lacks
     monkeypatch.setattr(build, "STEPS", (*step_tests.STEPS[:2], broken, step_tests.STEPS[2]))
     monkeypatch.setattr(step_tests, "STEPS", build.STEPS)
-    sdist = _sdist(tmp_path, {"pytensor/__init__.py": "", "pytensor/a.py": "old\n"})
+    sdist = stand_in_sdist(tmp_path, {"pytensor/__init__.py": "", "pytensor/a.py": "old\n"})
     ok, report = step_tests.run_step_tests(3, tmp_path / "run", sdist=sdist)
     assert not ok
     assert "FAILED: modules that do not import:" in report and "pytensor.innergraph.core.graph: " in report

@@ -1,15 +1,13 @@
 """The upstream path in review-sized steps (`innergraph_patches.steps`): sizes, the partition of the series, written steps that apply."""
 
 import dataclasses
-import io
-import tarfile
 import textwrap
 
 import pytest
 
 from innergraph_patches import build, steps
-from innergraph_patches.sdist import PYTENSOR_VERSION
 from innergraph_patches.series import ASSIGNED, EDITS
+from stand_in_sdist import stand_in_sdist
 
 pytestmark = pytest.mark.repository_tools
 
@@ -71,18 +69,6 @@ def test_the_written_step_is_in_the_roadmap_with_its_patch_size():
         assert (build.REPOSITORY / "patches" / step.pr / "DESCRIPTION.md").is_file()
 
 
-def _sdist(tmp_path, files):
-    """A stand-in for PyTensor's sdist holding ``files`` (path -> text)."""
-    path = tmp_path / f"pytensor-{PYTENSOR_VERSION}.tar.gz"
-    with tarfile.open(path, "w:gz") as archive:
-        for name, text in files.items():
-            data = text.encode()
-            info = tarfile.TarInfo(f"pytensor-{PYTENSOR_VERSION}/{name}")
-            info.size = len(data)
-            archive.addfile(info, io.BytesIO(data))
-    return path
-
-
 def test_written_steps_apply_in_order_and_one_that_no_longer_applies_is_reported(tmp_path, monkeypatch):
     folders = []
     for name, (before, after) in {"pr-8": ("old", "new"), "pr-9": ("new", "newer")}.items():
@@ -92,9 +78,9 @@ def test_written_steps_apply_in_order_and_one_that_no_longer_applies_is_reported
         folders.append(folder)
     # the second step applies only on top of the first (absolute folders: patches/ / folder is folder)
     monkeypatch.setattr(build, "STEPS", tuple(steps.Step("x", "y", pr=str(folder)) for folder in folders))
-    applies = _sdist(tmp_path, {"pytensor/__init__.py": "", "pytensor/a.py": "kept\nold\n"})
+    applies = stand_in_sdist(tmp_path, {"pytensor/__init__.py": "", "pytensor/a.py": "kept\nold\n"})
     assert build.written_step_problems(tmp_path / "one", applies) == []
-    changed = _sdist(tmp_path, {"pytensor/__init__.py": "", "pytensor/a.py": "kept\nchanged upstream\n"})
+    changed = stand_in_sdist(tmp_path, {"pytensor/__init__.py": "", "pytensor/a.py": "kept\nchanged upstream\n"})
     problems = build.written_step_problems(tmp_path / "two", changed)
     assert len(problems) == 1 and f"{folders[0].name}/0001-x.patch does not apply" in problems[0], problems
     monkeypatch.setattr(build, "STEPS", (steps.Step("x", "y", pr=str(folders[1])),))
