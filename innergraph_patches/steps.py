@@ -75,6 +75,12 @@ _STEP_9_TESTED = "its own tests (tests/innergraph/test_fold.py, 8 tests) pass on
 #: The tenth step's own tests.
 _STEP_10_TESTED = "its own tests (tests/innergraph/test_protocol.py, 6 tests) pass on steps 1-10 from source, with steps 8 and 9's, and on the last step's tree"
 
+#: The eleventh step's own tests.
+_STEP_11_TESTED = (
+    "its own tests (tests/innergraph/test_hooks.py, 5 tests) pass on steps 1-11 from source, with steps 8-10's; "
+    "on the last step's tree the two that check that hooks are inert are skipped"
+)
+
 #: The hooks' modules that import later steps' (the rewrite database, the consumers, the lifting
 #: rules): they come with the last step, the other hooks' modules with the hooks' edits.
 _LAST_HOOKS = ("patching/__init__.py", "patching/gradient.py", "patching/linker.py")
@@ -199,6 +205,8 @@ STEPS: tuple[Step, ...] = (
         "Call innergraph's hooks from the linker, printing, pickling, DebugMode, Scan's gradient and JAX's dispatch",
         "nothing by itself: each hook returns what PyTensor computed until innergraph is enabled",
         modules=tuple(m for m in SHIPPED["innergraph-hooks"] if m not in _LAST_HOOKS),
+        tests="step-11",
+        tested=_STEP_11_TESTED,
         edits=(
             "Linker.schedule",
             "printing.debugprint",
