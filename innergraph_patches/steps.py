@@ -81,6 +81,9 @@ _STEP_11_TESTED = (
     "on the last step's tree the two that check that hooks are inert are skipped"
 )
 
+#: The twelfth step's own tests.
+_STEP_12_TESTED = "its own tests (tests/innergraph/test_consumers.py, 3 tests) pass on steps 1-12 from source, with steps 8-11's, and on the last step's tree"
+
 #: The hooks' modules that import later steps' (the rewrite database, the consumers, the lifting
 #: rules): they come with the last step, the other hooks' modules with the hooks' edits.
 _LAST_HOOKS = ("patching/__init__.py", "patching/gradient.py", "patching/linker.py")
@@ -221,6 +224,8 @@ STEPS: tuple[Step, ...] = (
         "innergraph: the in-graph Scan (with its checkpointed gradient), OpFromGraph (Call) and IfElse",
         _INERT,
         modules=("ops/scan.py", "ops/scan_slots.py", "ops/checkpoint.py", "ops/call.py", "ops/ifelse.py", "ops/link_argument.py"),
+        tests="step-12",
+        tested=_STEP_12_TESTED,
     ),
     Step(
         "innergraph: loops that take bodies (while_loop, do_while, fori_loop, Loop); lifting PyTensor's Scan, IfElse and OpFromGraph",
