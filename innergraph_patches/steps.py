@@ -84,6 +84,9 @@ _STEP_11_TESTED = (
 #: The twelfth step's own tests.
 _STEP_12_TESTED = "its own tests (tests/innergraph/test_consumers.py, 3 tests) pass on steps 1-12 from source, with steps 8-11's, and on the last step's tree"
 
+#: The thirteenth step's own tests.
+_STEP_13_TESTED = "its own tests (tests/innergraph/test_loops.py, 3 tests) pass on steps 1-13 from source, with steps 8-12's, and on the last step's tree"
+
 #: The hooks' modules that import later steps' (the rewrite database, the consumers, the lifting
 #: rules): they come with the last step, the other hooks' modules with the hooks' edits.
 _LAST_HOOKS = ("patching/__init__.py", "patching/gradient.py", "patching/linker.py")
@@ -241,6 +244,8 @@ STEPS: tuple[Step, ...] = (
             "lifting/rules.py",
             "lifting/handover.py",
         ),
+        tests="step-13",
+        tested=_STEP_13_TESTED,
     ),
     Step(
         "innergraph: lifting, lowering and cleaning up bodies (rewrites, not registered)",
