@@ -87,6 +87,9 @@ _STEP_12_TESTED = "its own tests (tests/innergraph/test_consumers.py, 3 tests) p
 #: The thirteenth step's own tests.
 _STEP_13_TESTED = "its own tests (tests/innergraph/test_loops.py, 3 tests) pass on steps 1-13 from source, with steps 8-12's, and on the last step's tree"
 
+#: The fourteenth step's own tests.
+_STEP_14_TESTED = "its own tests (tests/innergraph/test_rewrites.py, 3 tests) pass on steps 1-14 from source, with steps 8-13's, and on the last step's tree"
+
 #: The hooks' modules that import later steps' (the rewrite database, the consumers, the lifting
 #: rules): they come with the last step, the other hooks' modules with the hooks' edits.
 _LAST_HOOKS = ("patching/__init__.py", "patching/gradient.py", "patching/linker.py")
@@ -269,6 +272,8 @@ STEPS: tuple[Step, ...] = (
             "rewriting/inline_args.py",
             "rewriting/ofg_outputs.py",
         ),
+        tests="step-14",
+        tested=_STEP_14_TESTED,
     ),
     Step(
         "innergraph: Numba units compiled once and called by reference; Numba's messages, literals and slices",
