@@ -90,6 +90,9 @@ _STEP_13_TESTED = "its own tests (tests/innergraph/test_loops.py, 3 tests) pass 
 #: The fourteenth step's own tests.
 _STEP_14_TESTED = "its own tests (tests/innergraph/test_rewrites.py, 3 tests) pass on steps 1-14 from source, with steps 8-13's, and on the last step's tree"
 
+#: The eighteenth step's own tests.
+_STEP_18_TESTED = "its own tests (tests/innergraph/test_loop_work.py, 2 tests) pass on steps 1-18 from source, with steps 8-14's, and on the last step's tree"
+
 #: The hooks' modules that import later steps' (the rewrite database, the consumers, the lifting
 #: rules): they come with the last step, the other hooks' modules with the hooks' edits.
 _LAST_HOOKS = ("patching/__init__.py", "patching/gradient.py", "patching/linker.py")
@@ -325,6 +328,8 @@ STEPS: tuple[Step, ...] = (
             "rewriting/carry_from_zero.py",
             "rewriting/zero_increments.py",
         ),
+        tests="step-18",
+        tested=_STEP_18_TESTED,
     ),
     Step(
         "innergraph: loops as a whole (batching, outlining, merging, until to while, in place) and the consumer rewrites' fixpoint",
