@@ -93,6 +93,9 @@ _STEP_14_TESTED = "its own tests (tests/innergraph/test_rewrites.py, 3 tests) pa
 #: The eighteenth step's own tests.
 _STEP_18_TESTED = "its own tests (tests/innergraph/test_loop_work.py, 2 tests) pass on steps 1-18 from source, with steps 8-14's, and on the last step's tree"
 
+#: The nineteenth step's own tests.
+_STEP_19_TESTED = "its own tests (tests/innergraph/test_whole_loops.py, 2 tests) pass on steps 1-19 from source, with steps 8-14 and 18's, and on the last step's tree"
+
 #: The hooks' modules that import later steps' (the rewrite database, the consumers, the lifting
 #: rules): they come with the last step, the other hooks' modules with the hooks' edits.
 _LAST_HOOKS = ("patching/__init__.py", "patching/gradient.py", "patching/linker.py")
@@ -348,6 +351,8 @@ STEPS: tuple[Step, ...] = (
             "rewriting/share_branch.py",
             "rewriting/simplify.py",
         ),
+        tests="step-19",
+        tested=_STEP_19_TESTED,
     ),
     Step(
         "Register innergraph's rewrites in optdb, install its hooks and enable it on import; the user API",
