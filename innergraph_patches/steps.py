@@ -96,6 +96,9 @@ _STEP_18_TESTED = "its own tests (tests/innergraph/test_loop_work.py, 2 tests) p
 #: The nineteenth step's own tests.
 _STEP_19_TESTED = "its own tests (tests/innergraph/test_whole_loops.py, 2 tests) pass on steps 1-19 from source, with steps 8-14 and 18's, and on the last step's tree"
 
+#: The last step's own tests.
+_STEP_20_TESTED = "its own tests (tests/innergraph/test_enabled.py, 2 tests) and those of steps 8-14, 18 and 19 pass on steps 1-20 from source"
+
 #: The hooks' modules that import later steps' (the rewrite database, the consumers, the lifting
 #: rules): they come with the last step, the other hooks' modules with the hooks' edits.
 _LAST_HOOKS = ("patching/__init__.py", "patching/gradient.py", "patching/linker.py")
@@ -365,6 +368,8 @@ STEPS: tuple[Step, ...] = (
             "stats.py",
             "__init__.py",
         ),
+        tests="step-20",
+        tested=_STEP_20_TESTED,
         edits=("pytensor/__init__.py",),
     ),
 )
