@@ -1,10 +1,12 @@
-"""Run the regrouped steps' own tests on PyTensor trees of the steps up to each of them.
+"""Check the regrouped steps on PyTensor trees of the steps up to each of them: imports, inertness, own tests.
 
-``python -m innergraph_patches step-tests [--steps K]`` takes every regrouped step with
-tests of its own among the first K (all by default: `innergraph_patches.steps`), lays steps
-1 to that step on a fresh extract of PyTensor's sdist (`innergraph_patches.build.step_tree`),
-and runs there, from source (``PYTHONPATH``, nothing installed), the own tests of that step
-and of every step before it: a later step must not break an earlier one's tests.
+``python -m innergraph_patches step-tests [--steps K]`` takes every regrouped step among
+the first K (all by default: `innergraph_patches.steps`), lays steps 1 to that step on a
+fresh extract of PyTensor's sdist (`innergraph_patches.build.step_tree`) and checks there,
+from source (``PYTHONPATH``, nothing installed), that every module of ``pytensor.innergraph``
+imports and that the tree is inert (the last step's: enabled). On the tree of a step with
+tests of its own, and on the last tree, it runs the own tests of that step and of every step
+before it: a later step must not break an earlier one's tests.
 
 ``python -m innergraph_patches step-tests --upstream K [K ...] --out DIR`` runs PyTensor's
 own test files (``../shared/upstream/run.sh``'s default list, as CI's patched walk does) on
