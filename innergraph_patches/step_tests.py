@@ -5,8 +5,8 @@ the first K (all by default: `innergraph_patches.steps`), lays steps 1 to that s
 fresh extract of PyTensor's sdist (`innergraph_patches.build.step_tree`) and checks there,
 from source (``PYTHONPATH``, nothing installed), that every module of ``pytensor.innergraph``
 imports and that the tree is inert (the last step's: enabled). On the tree of a step with
-tests of its own, and on the last tree, it runs the own tests of that step and of every step
-before it: a later step must not break an earlier one's tests.
+tests of its own it runs them; on the last tree, the own tests of every step: a later step
+must not break an earlier one's tests.
 
 ``python -m innergraph_patches step-tests --upstream K [K ...] --out DIR`` runs PyTensor's
 own test files (``../shared/upstream/run.sh``'s default list, as CI's patched walk does) on
@@ -97,7 +97,8 @@ def run_step_tests(
     imports = subprocess.run([python, "-c", _IMPORTS], cwd=tree, env=env, capture_output=True, text=True)
     loaded, *unimportable = imports.stdout.strip().splitlines() or [""]
     enabling = number == len(STEPS)  # the last step enables innergraph on import
-    files = [str(p) for p in _own_paths(number)] if run_tests else []
+    # a step's tree runs its own tests; the last tree every step's (a later step must not break them)
+    files = [str(p) for p in _own_paths(number, only_its_own=not enabling)] if run_tests else []
     modules = sum(1 for _ in (tree / "pytensor" / "innergraph").rglob("*.py"))
     if files:
         done = subprocess.run([python, "-c", _RUN, *files], cwd=tree, env=env, capture_output=True, text=True)
@@ -129,10 +130,10 @@ def run_step_tests(
     return ok, "\n".join(report)
 
 
-def _own_paths(number: int) -> list[Path]:
-    """The own test files of steps 1..``number`` as paths in a step tree (relative to each step's folder)."""
+def _own_paths(number: int, only_its_own: bool = False) -> list[Path]:
+    """The own test files of steps 1..``number`` (``only_its_own``: of step ``number``) as paths in a step tree."""
     paths: list[Path] = []
-    for step in STEPS[:number]:
+    for step in STEPS[number - 1 : number] if only_its_own else STEPS[:number]:
         if step.tests:
             folder = REPOSITORY / "patches" / step.tests
             paths += [p.relative_to(folder) for p in own_test_files(step) if p.name.startswith("test_")]
@@ -210,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     failed = 0
     for number in numbers:
-        # the own tests run where a step brings some, and on the last tree (a later step must not break them)
+        # own tests run where a step brings some, and all of them on the last tree
         with_tests = bool(STEPS[number - 1].tests) or number == numbers[-1]
         with tempfile.TemporaryDirectory(prefix=f"innergraph-step-{number}-") as scratch:
             ok, report = run_step_tests(number, Path(scratch), sdist=args.sdist, run_tests=with_tests)

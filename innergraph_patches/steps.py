@@ -70,34 +70,34 @@ class Step:
 _STEP_8_TESTED = "its own tests (tests/innergraph/test_core.py, 11 tests) pass on steps 1-8 from source and on the last step's tree"
 
 #: The ninth step's own tests.
-_STEP_9_TESTED = "its own tests (tests/innergraph/test_fold.py, 8 tests) pass on steps 1-9 from source, with step 8's, and on the last step's tree"
+_STEP_9_TESTED = "its own tests (tests/innergraph/test_fold.py, 8 tests) pass on steps 1-9 from source and on the last step's tree"
 
 #: The tenth step's own tests.
-_STEP_10_TESTED = "its own tests (tests/innergraph/test_protocol.py, 6 tests) pass on steps 1-10 from source, with steps 8 and 9's, and on the last step's tree"
+_STEP_10_TESTED = "its own tests (tests/innergraph/test_protocol.py, 6 tests) pass on steps 1-10 from source and on the last step's tree"
 
 #: The eleventh step's own tests.
 _STEP_11_TESTED = (
-    "its own tests (tests/innergraph/test_hooks.py, 5 tests) pass on steps 1-11 from source, with steps 8-10's; "
-    "on the last step's tree the two that check that hooks are inert are skipped"
+    "its own tests (tests/innergraph/test_hooks.py, 5 tests) pass on steps 1-11 from source and on the last step's tree, "
+    "where the two that check that hooks are inert are skipped"
 )
 
 #: The twelfth step's own tests.
-_STEP_12_TESTED = "its own tests (tests/innergraph/test_consumers.py, 3 tests) pass on steps 1-12 from source, with steps 8-11's, and on the last step's tree"
+_STEP_12_TESTED = "its own tests (tests/innergraph/test_consumers.py, 3 tests) pass on steps 1-12 from source and on the last step's tree"
 
 #: The thirteenth step's own tests.
-_STEP_13_TESTED = "its own tests (tests/innergraph/test_loops.py, 3 tests) pass on steps 1-13 from source, with steps 8-12's, and on the last step's tree"
+_STEP_13_TESTED = "its own tests (tests/innergraph/test_loops.py, 3 tests) pass on steps 1-13 from source and on the last step's tree"
 
 #: The fourteenth step's own tests.
-_STEP_14_TESTED = "its own tests (tests/innergraph/test_rewrites.py, 3 tests) pass on steps 1-14 from source, with steps 8-13's, and on the last step's tree"
+_STEP_14_TESTED = "its own tests (tests/innergraph/test_rewrites.py, 3 tests) pass on steps 1-14 from source and on the last step's tree"
 
 #: The eighteenth step's own tests.
-_STEP_18_TESTED = "its own tests (tests/innergraph/test_loop_work.py, 2 tests) pass on steps 1-18 from source, with steps 8-14's, and on the last step's tree"
+_STEP_18_TESTED = "its own tests (tests/innergraph/test_loop_work.py, 2 tests) pass on steps 1-18 from source and on the last step's tree"
 
 #: The nineteenth step's own tests.
-_STEP_19_TESTED = "its own tests (tests/innergraph/test_whole_loops.py, 2 tests) pass on steps 1-19 from source, with steps 8-14 and 18's, and on the last step's tree"
+_STEP_19_TESTED = "its own tests (tests/innergraph/test_whole_loops.py, 2 tests) pass on steps 1-19 from source and on the last step's tree"
 
 #: The last step's own tests.
-_STEP_20_TESTED = "its own tests (tests/innergraph/test_enabled.py, 2 tests) and those of steps 8-14, 18 and 19 pass on steps 1-20 from source"
+_STEP_20_TESTED = "its own tests (tests/innergraph/test_enabled.py, 2 tests) and every other step's pass on steps 1-20 from source"
 
 #: The hooks' modules that import later steps' (the rewrite database, the consumers, the lifting
 #: rules): they come with the last step, the other hooks' modules with the hooks' edits.
