@@ -64,6 +64,7 @@ class Step:
     edits: tuple[str, ...] = ()  # a regrouped step: its edits, by the record they replace (or their file)
     tested: str = ""  # a written step: PyTensor's tests run on it (a regrouped step's come from its series patch)
     tests: str = ""  # a regrouped step: the folder of patches/ holding its own tests (module docstring)
+    upstream: str = ""  # a regrouped step: PyTensor's own tests run on its tree (`step-tests --upstream`), as recorded
 
 
 #: The eighth step's own tests (`own_test_files`), run on steps 1-8 by `innergraph_patches.step_tests`.
@@ -98,6 +99,12 @@ _STEP_19_TESTED = "its own tests (tests/innergraph/test_whole_loops.py, 2 tests)
 
 #: The last step's own tests.
 _STEP_20_TESTED = "its own tests (tests/innergraph/test_enabled.py, 2 tests) and every other step's pass on steps 1-20 from source"
+
+#: PyTensor's default test list on the last step's tree (`innergraph_patches.step_tests`, ``--upstream 20``).
+_STEP_20_UPSTREAM = (
+    "PyTensor's default list (27 files of the rel-3.3.0 tree, 585 ids) on steps 1-20 from source, innergraph enabled: "
+    "every id vanilla's outcome, judged against the plain sdist run the same way (`step-tests --upstream 20`)"
+)
 
 #: The hooks' modules that import later steps' (the rewrite database, the consumers, the lifting
 #: rules): they come with the last step, the other hooks' modules with the hooks' edits.
@@ -370,6 +377,7 @@ STEPS: tuple[Step, ...] = (
         ),
         tests="step-20",
         tested=_STEP_20_TESTED,
+        upstream=_STEP_20_UPSTREAM,
         edits=("pytensor/__init__.py",),
     ),
 )
@@ -531,7 +539,8 @@ def tested(step: Step) -> str:
         number = STEPS.index(step) + 1
         state = "enables innergraph" if number == len(STEPS) else "is inert"
         parts.append(f"on steps 1-{number} every module imports and `import pytensor` {state} (`step-tests`)")
-    return "; ".join([*parts, f"PyTensor's own tests not run as a step: {series}"])
+    upstream = step.upstream or f"PyTensor's own tests not run as a step: {series}"
+    return "; ".join([*parts, upstream])
 
 
 def roadmap_rows() -> list[str]:
