@@ -100,6 +100,12 @@ _STEP_19_TESTED = "its own tests (tests/innergraph/test_whole_loops.py, 2 tests)
 #: The last step's own tests.
 _STEP_20_TESTED = "its own tests (tests/innergraph/test_enabled.py, 2 tests) and every other step's pass on steps 1-20 from source"
 
+#: PyTensor's default test list on the tree of the hooks' edits (`innergraph_patches.step_tests`, ``--upstream 11``).
+_STEP_11_UPSTREAM = (
+    "PyTensor's default list (27 files of the rel-3.3.0 tree, 585 ids) on steps 1-11 from source: "
+    "every id vanilla's outcome (`step-tests --upstream 11`)"
+)
+
 #: PyTensor's default test list on the last step's tree (`innergraph_patches.step_tests`, ``--upstream 20``).
 _STEP_20_UPSTREAM = (
     "PyTensor's default list (27 files of the rel-3.3.0 tree, 585 ids) on steps 1-20 from source, innergraph enabled: "
@@ -232,6 +238,7 @@ STEPS: tuple[Step, ...] = (
         modules=tuple(m for m in SHIPPED["innergraph-hooks"] if m not in _LAST_HOOKS),
         tests="step-11",
         tested=_STEP_11_TESTED,
+        upstream=_STEP_11_UPSTREAM,
         edits=(
             "Linker.schedule",
             "printing.debugprint",
