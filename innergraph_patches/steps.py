@@ -106,6 +106,12 @@ _STEP_11_UPSTREAM = (
     "every id vanilla's outcome (`step-tests --upstream 11`)"
 )
 
+#: PyTensor's default test list on the tree of the Numba conversions and the linker's edits (``--upstream 16``).
+_STEP_16_UPSTREAM = (
+    "PyTensor's default list (27 files of the rel-3.3.0 tree, 585 ids) on steps 1-16 from source: "
+    "every id vanilla's outcome (`step-tests --upstream 16`)"
+)
+
 #: PyTensor's default test list on the last step's tree (`innergraph_patches.step_tests`, ``--upstream 20``).
 _STEP_20_UPSTREAM = (
     "PyTensor's default list (27 files of the rel-3.3.0 tree, 585 ids) on steps 1-20 from source, innergraph enabled: "
@@ -318,6 +324,7 @@ STEPS: tuple[Step, ...] = (
         "innergraph: Numba conversions of the consumers, numbers passed as arguments",
         _INERT,
         modules=("backends/numba.py", "backends/numba_generated.py", "backends/numba_link.py"),
+        upstream=_STEP_16_UPSTREAM,
         edits=(
             "numba_funcify_and_cache_key[Scan]",
             "numba_funcify_and_cache_key[OpFromGraph]",
