@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -46,7 +45,7 @@ from innergraph_patches.sdist import PYTENSOR_VERSION, extract, sdist_path
 from innergraph_patches.series import SERIES
 from innergraph_patches.shipping import REPOSITORY
 from innergraph_patches.steps import STEPS, own_test_files
-from innergraph_patches.verify import OUTCOMES_PLUGIN, UPSTREAM_RUNNER, judge, outcomes, upstream_env
+from innergraph_patches.verify import UPSTREAM_RUNNER, judge, outcomes, recording_python, run_summary, upstream_env
 
 __all__ = ["main", "regrouped_steps", "run_step_tests", "steps_with_tests", "upstream_on_steps"]
 
@@ -148,17 +147,14 @@ def _run_upstream_from_source(tree: Path, home: Path, python: str) -> tuple[Any,
     only = home / "path"
     shutil.rmtree(only, ignore_errors=True)
     shutil.copytree(tree / "pytensor", only / "pytensor")
-    wrapper = home / "python"
-    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="${{PYTHONPATH:+$PYTHONPATH:}}{OUTCOMES_PLUGIN.parent}:{only}" exec "{python}" "$@"\n')
-    wrapper.chmod(0o755)
+    wrapper = recording_python(python, home, only)
     record = home / "record.jsonl"
     record.unlink(missing_ok=True)
     settings = upstream_env(wrapper, record, "", os.environ.get("TIMEOUT", "1800"), COMPILEDIR=str(home / "compiledir"))
     done = subprocess.run(["bash", str(UPSTREAM_RUNNER)], env={**os.environ, **settings}, capture_output=True, text=True)
     (home / "run.log").write_text(done.stdout + done.stderr)
-    ran = [m.group(1) for m in re.finditer(r"^(tests/\S+\.py) +rc=", done.stdout, flags=re.M)]
-    total = next((line for line in done.stdout.splitlines() if line.startswith("==== TOTAL:")), "==== TOTAL: no summary")
-    return outcomes().read_record(record, home.name), ran, total.removeprefix("==== TOTAL: ").split("|")[0].strip().rstrip(",")
+    total, ran = run_summary(done.stdout)
+    return outcomes().read_record(record, home.name), ran, total
 
 
 def upstream_on_steps(numbers: list[int], out: Path, python: str = sys.executable, sdist: Path | None = None) -> tuple[bool, list[str]]:
@@ -194,7 +190,7 @@ def upstream_on_steps(numbers: list[int], out: Path, python: str = sys.executabl
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m innergraph_patches step-tests", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=None, help=f"take the steps with tests among the first K (1-{len(STEPS)}; default: all)")
+    parser.add_argument("--steps", type=int, default=None, help=f"check the regrouped steps among the first K (1-{len(STEPS)}; default: all)")
     parser.add_argument("--sdist", type=Path, default=None, help="PyTensor's sdist (default: downloaded once, cached)")
     parser.add_argument("--upstream", type=int, nargs="+", metavar="K", help="instead: PyTensor's default test list on the trees of steps 1-K, judged against vanilla")
     parser.add_argument("--out", type=Path, default=None, help="with --upstream: the folder of the records (kept; vanilla's reused)")

@@ -62,7 +62,7 @@ from innergraph_patches.sdist import PYTENSOR_VERSION, extract, sdist_path
 from innergraph_patches.series import SERIES
 from innergraph.startup.upstream import series_level
 
-__all__ = ["OUTCOMES_PLUGIN", "PARTIAL_TESTS", "UPSTREAM_RUNNER", "VANILLA", "VANILLA_FAILURES", "counts", "judge", "main", "outcomes", "recording_python", "untouched_reason", "upstream_env", "vanilla_reference", "verify"]
+__all__ = ["OUTCOMES_PLUGIN", "PARTIAL_TESTS", "UPSTREAM_RUNNER", "VANILLA", "VANILLA_FAILURES", "counts", "judge", "main", "outcomes", "recording_python", "run_summary", "untouched_reason", "upstream_env", "vanilla_reference", "verify"]
 
 #: PyTensor 3.3.8's own test files (``run.sh``'s default list, rel-3.3.0's tests) on vanilla
 #: PyTensor (``../shared/upstream/README.md``): printed beside each run; the judge is per test id.
@@ -167,11 +167,15 @@ def _installed_level(python: Path) -> int:
     return series_level(str(folder) if folder.is_dir() else None)
 
 
-def recording_python(python: Path, folder: Path) -> Path:
-    """An interpreter for run.sh that also finds ``.ci/outcomes.py`` (run.sh overwrites ``PYTHONPATH``; as ``.ci/upstream`` does)."""
+def recording_python(python: Path | str, folder: Path, *also: Path) -> Path:
+    """An interpreter for run.sh that also finds ``.ci/outcomes.py`` (run.sh overwrites ``PYTHONPATH``; as ``.ci/upstream`` does).
+
+    ``also``: more folders put on the path after it (a source tree's ``pytensor``).
+    """
     wrapper = folder / "bin" / "python"
     wrapper.parent.mkdir(parents=True, exist_ok=True)
-    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="${{PYTHONPATH:+$PYTHONPATH:}}{OUTCOMES_PLUGIN.parent}" exec "{python}" "$@"\n')
+    path = ":".join(str(p) for p in (OUTCOMES_PLUGIN.parent, *also))
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="${{PYTHONPATH:+$PYTHONPATH:}}{path}" exec "{python}" "$@"\n')
     wrapper.chmod(0o755)
     return wrapper
 
@@ -207,9 +211,15 @@ def _run_upstream(python: Path, record: Path, files: str | None, append: bool = 
     timeout = os.environ.get("TIMEOUT", "1800")
     env = upstream_env(recording_python(python, record.parent), record, files or "", timeout, extra=os.environ.get("EXTRA", ""))
     _, output, seconds = _run(["bash", str(UPSTREAM_RUNNER)], env=env)
+    total, ran = run_summary(output)
+    return total, seconds, ran
+
+
+def run_summary(output: str) -> tuple[str, list[str]]:
+    """run.sh's TOTAL counts and the files it says it ran (one line each, also for a pytest that crashed)."""
     total = next((line for line in output.splitlines() if line.startswith("==== TOTAL:")), "==== TOTAL: no summary")
     ran = [m.group(1) for m in re.finditer(r"^(tests/\S+\.py) +rc=", output, flags=re.M)]
-    return total.removeprefix("==== TOTAL: ").split("|")[0].strip().rstrip(","), seconds, ran
+    return total.removeprefix("==== TOTAL: ").split("|")[0].strip().rstrip(","), ran
 
 
 def _vanilla_line(record: Any, seconds: float | None, default: list[str] | None = None) -> tuple[bool, str]:
