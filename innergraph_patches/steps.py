@@ -91,6 +91,15 @@ _STEP_13_TESTED = "its own tests (tests/innergraph/test_loops.py, 3 tests) pass 
 #: The fourteenth step's own tests.
 _STEP_14_TESTED = "its own tests (tests/innergraph/test_rewrites.py, 3 tests) pass on steps 1-14 from source and on the last step's tree"
 
+#: The fifteenth step's own tests.
+_STEP_15_TESTED = "its own tests (tests/innergraph/test_numba_units.py, 6 tests) pass on steps 1-15 from source and on the last step's tree"
+
+#: The sixteenth step's own tests.
+_STEP_16_TESTED = "its own tests (tests/innergraph/test_numba_consumers.py, 3 tests) pass on steps 1-16 from source and on the last step's tree"
+
+#: The seventeenth step's own tests.
+_STEP_17_TESTED = "its own tests (tests/innergraph/test_jax_consumers.py, 4 tests) pass on steps 1-17 from source and on the last step's tree"
+
 #: The eighteenth step's own tests.
 _STEP_18_TESTED = "its own tests (tests/innergraph/test_loop_work.py, 2 tests) pass on steps 1-18 from source and on the last step's tree"
 
@@ -319,11 +328,15 @@ STEPS: tuple[Step, ...] = (
             "backends/numba_code.py",
         ),
         edits=("numba_basic.numba_funcify_ensure_cache", "numba_funcify_and_cache_key[Alloc]"),
+        tests="step-15",
+        tested=_STEP_15_TESTED,
     ),
     Step(
         "innergraph: Numba conversions of the consumers, numbers passed as arguments",
         _INERT,
         modules=("backends/numba.py", "backends/numba_generated.py", "backends/numba_link.py"),
+        tests="step-16",
+        tested=_STEP_16_TESTED,
         upstream=_STEP_16_UPSTREAM,
         edits=(
             "numba_funcify_and_cache_key[Scan]",
@@ -340,6 +353,8 @@ STEPS: tuple[Step, ...] = (
         _INERT,
         modules=tuple(m for m in SHIPPED["innergraph-backends"] if "/jax" in m),
         edits=("jax_funcify[Scan]", "JAXLinker.jit_compile"),
+        tests="step-17",
+        tested=_STEP_17_TESTED,
     ),
     Step(
         "innergraph: moving work out of loops (push-out, loop-invariant code, carries, untracing)",
