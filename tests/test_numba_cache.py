@@ -214,6 +214,57 @@ def test_an_unreadable_entry_is_removed_and_recompiled_with_one_warning(tmp_path
     assert again["compiled"] == 0 and again["warnings"] == []
 
 
+def test_every_damaged_entry_is_removed_and_recompiled_with_one_warning_each(tmp_path):
+    # every entry innergraph wrote, PyTensor's wrapper of a fused loop (`WRAPPED`) among them: a
+    # damaged wrapper entry once crashed the compilation (found by damaging every file at once)
+    _child(tmp_path, "innergraph")
+    folder = Path(tmp_path) / "numba"
+    indexes = sorted(n for n in _ours(tmp_path) if n.endswith(".nbi"))
+    assert any("_innergraph_wrapped_" in n for n in indexes) and any("_innergraph_direct_" in n for n in indexes)
+    for i, index in enumerate(indexes):  # half the functions lose their index, half their data
+        stem = index.removesuffix(".nbi")
+        for path in [folder / index] if i % 2 else sorted(folder.glob(f"{stem}.*.nbc")):
+            path.write_bytes(b"\x11damaged" + path.read_bytes()[8:])
+    got = _child(tmp_path, "innergraph")
+    assert got["value"] == pytest.approx(_expected("density", 1.5), rel=1e-14)
+    assert len(got["warnings"]) == len(indexes) and all("could not be read" in w for w in got["warnings"])
+    again = _child(tmp_path, "innergraph")
+    assert again["compiled"] == 0 and again["warnings"] == []
+
+
+def test_an_index_damaged_before_a_save_is_written_anew_with_one_warning(monkeypatch):
+    import numba
+
+    from innergraph.backends.numba_once import GuardedCache, cached_itself
+
+    def halve(v):
+        return v * 0.5
+
+    key = f"test_save_guard_{os.getpid()}_{id(halve)}"
+    first = cached_itself(numba.njit(halve), key)
+    assert first(3.0) == 1.5  # compiled and saved: float64
+    index = Path(first._cache._cache_path) / first._cache._cache_file._index_name
+    assert index.exists()
+    # damaged after this process read the index and before it saves the int64 compilation
+    load = GuardedCache.load_overload
+
+    def load_then_damage(self, sig, target_context):
+        found = load(self, sig, target_context)
+        index.write_bytes(b"\x11damaged")
+        return found
+
+    monkeypatch.setattr(GuardedCache, "load_overload", load_then_damage)
+    with pytest.warns(RuntimeWarning, match="could not be written .* cached it anew") as caught:
+        assert first(4) == 2.0
+    assert len([w for w in caught if "innergraph" in str(w.message)]) == 1
+    monkeypatch.undo()
+    again = cached_itself(numba.njit(halve), key)
+    again.compile((numba.int64,))
+    assert again._cache_hits[(numba.int64,)] == 1  # loaded from the index written anew
+    again.compile((numba.float64,))
+    assert again._cache_misses[(numba.float64,)] == 1  # the damaged index took the float64 entry with it
+
+
 def test_an_entry_of_another_pytensor_numba_or_format_is_not_used(tmp_path):
     _child(tmp_path, "innergraph")
     other = _child(tmp_path, "innergraph", version="3.3.0+other")

@@ -15,10 +15,12 @@ its disk cache next time. PyTensor's own entries (the wrappers) are left alone:
 is not a plain jitted Python function gets PyTensor's wrapper, as without innergraph,
 under a key of innergraph's (`WRAPPED`).
 
-Every function innergraph caches this way (and the final function of
-`innergraph.backends.numba_link`) reads its entry through `GuardedCache`: an entry that
-cannot be read (truncated, overwritten, written by something else) is removed with one
-warning and the function compiled again, where Numba would raise.
+Every function innergraph caches this way (PyTensor's wrapper under `WRAPPED` too, and the
+final function of `innergraph.backends.numba_link`) reads and writes its entry through
+`GuardedCache`: an entry that cannot be read (truncated, overwritten, written by something
+else) is removed with one warning and the function compiled again, where Numba would raise;
+an index found damaged when the compiled function is saved (damaged since it was read) is
+removed and written anew, with one warning.
 
 Terms
 -----
@@ -116,6 +118,30 @@ class GuardedCache(FunctionCache):
             )
             return None
 
+    def save_overload(self, sig: Any, data: Any) -> None:
+        """Numba's save; an index it cannot read (damaged since the load) is removed and the entry saved anew, with one warning.
+
+        Numba reads the index again to add the new entry, and raises where it cannot. The
+        function is compiled by then: a save that still fails leaves it uncached, with the
+        same one warning, and never fails the compilation.
+        """
+        try:
+            super().save_overload(sig, data)
+            return
+        except Exception as exc:  # an unreadable index (pickle, EOF), or a folder that cannot be written
+            removed = self.remove_entries()
+            try:
+                super().save_overload(sig, data)
+                outcome = "cached it anew"
+            except Exception:
+                outcome = "the function is compiled, not cached"
+            warnings.warn(
+                f"innergraph: the Numba cache entry of {self._py_func.__name__} could not be written ({exc!r}); "
+                f"removed {len(removed)} file(s) from {self._cache_path}; {outcome}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
     def remove_entries(self) -> list[str]:
         """Delete this function's index and data files; their names."""
         cache_file, folder = self._cache_file, Path(self._cache_path)
@@ -125,7 +151,7 @@ class GuardedCache(FunctionCache):
             try:
                 path.unlink()
                 removed.append(path.name)
-            except FileNotFoundError:  # another process removed it first
+            except OSError:  # another process removed it first, or a folder this process cannot write
                 pass
         return removed
 
@@ -197,4 +223,4 @@ def compiled_once(op: Any, node: Any = None, *args: Any, **kwargs: Any) -> tuple
         global_env=vars(numba_basic) | {"jitable_func": fn},
         cache_key=direct_key(key, WRAPPED),
     )
-    return numba_basic.numba_njit(wrapper, cache=True), key
+    return guarded(numba_basic.numba_njit(wrapper)), key
