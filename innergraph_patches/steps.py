@@ -121,6 +121,16 @@ _STEP_16_UPSTREAM = (
     "every id vanilla's outcome (`step-tests --upstream 16`)"
 )
 
+#: PyTensor's default test list on the trees of steps 1-15 and 1-17 (``--upstream 15 17``, 2026-12-03).
+_STEP_15_UPSTREAM = (
+    "PyTensor's default list (27 files of the rel-3.3.0 tree, 585 ids) on steps 1-15 from source: "
+    "every id vanilla's outcome (`step-tests --upstream 15`)"
+)
+_STEP_17_UPSTREAM = (
+    "PyTensor's default list (27 files of the rel-3.3.0 tree, 585 ids) on steps 1-17 from source: "
+    "every id vanilla's outcome (`step-tests --upstream 17`)"
+)
+
 #: PyTensor's default test list on the last step's tree (`innergraph_patches.step_tests`, ``--upstream 20``).
 _STEP_20_UPSTREAM = (
     "PyTensor's default list (27 files of the rel-3.3.0 tree, 585 ids) on steps 1-20 from source, innergraph enabled: "
@@ -330,6 +340,7 @@ STEPS: tuple[Step, ...] = (
         edits=("numba_basic.numba_funcify_ensure_cache", "numba_funcify_and_cache_key[Alloc]"),
         tests="step-15",
         tested=_STEP_15_TESTED,
+        upstream=_STEP_15_UPSTREAM,
     ),
     Step(
         "innergraph: Numba conversions of the consumers, numbers passed as arguments",
@@ -355,6 +366,7 @@ STEPS: tuple[Step, ...] = (
         edits=("jax_funcify[Scan]", "JAXLinker.jit_compile"),
         tests="step-17",
         tested=_STEP_17_TESTED,
+        upstream=_STEP_17_UPSTREAM,
     ),
     Step(
         "innergraph: moving work out of loops (push-out, loop-invariant code, carries, untracing)",
