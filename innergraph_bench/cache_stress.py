@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CHILD", "DAMAGED_SUFFIXES", "Outcome", "damage_one", "judge", "main", "run_child"]
+__all__ = ["CHILD", "DAMAGED_SUFFIXES", "Outcome", "Tally", "damage_one", "judge", "main", "run_child"]
 
 #: The files the damager picks from: Numba's indexes and data, and the store's entries.
 DAMAGED_SUFFIXES = (".nbi", ".nbc", ".graph")
@@ -155,6 +155,58 @@ def _damager(root: Path, stop: threading.Event, damaged: list[str], seed: int) -
         time.sleep(rng.uniform(0.05, 0.4))
 
 
+@dataclass
+class Tally:
+    """What the rounds so far gave: processes run, innergraph's warnings, processes that failed, files damaged."""
+
+    processes: int = 0
+    warnings: int = 0
+    failures: int = 0
+    damaged: int = 0
+
+
+def _references(numbers: Sequence[float]) -> dict[float, list[Any]] | str:
+    """The model's values under vanilla's Python linker per constant, or the reference's error."""
+    reference = {}
+    for number in numbers:
+        with tempfile.TemporaryDirectory() as scratch:
+            outcome = _outcome(run_child(Path(scratch), "python", number))
+        if outcome.value is None:
+            return f"the reference failed:\n{outcome.error}"
+        reference[number] = outcome.value
+    return reference
+
+
+def _round(r: int, processes: int, seed: int, reference: dict[float, list[Any]], tally: Tally) -> None:
+    """Round ``r`` on a fresh compile directory: two waves of ``processes``, damaged as the module docstring says."""
+    numbers = sorted(reference)
+    root = Path(tempfile.mkdtemp(prefix="innergraph-cache-stress-"))
+    damaged: list[str] = []
+    try:
+        for wave in (0, 1):
+            stop = threading.Event()
+            damager = None
+            if wave == 1 or r % 2 == 1:
+                damager = threading.Thread(target=_damager, args=(root, stop, damaged, seed + r))
+                damager.start()
+            started = [(numbers[i % 2], run_child(root, "innergraph", numbers[i % 2])) for i in range(processes)]
+            for number, process in started:
+                outcome = _outcome(process)
+                tally.processes += 1
+                tally.warnings += len(outcome.warnings)
+                why = judge(outcome, reference[number])
+                if why is not None:
+                    tally.failures += 1
+                    print(f"round {r}, wave {wave}, constant {number}: FAILED\n{why}")
+            stop.set()
+            if damager is not None:
+                damager.join()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    tally.damaged += len(damaged)
+    print(f"round {r}: {len(damaged)} files damaged; failures so far {tally.failures}", flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the rounds (module docstring); 0 when every process gave vanilla's values."""
     parser = argparse.ArgumentParser(prog="python -m innergraph_bench.cache_stress", description=__doc__.splitlines()[0])
@@ -162,44 +214,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, default=3, help="processes per wave (default 3)")
     parser.add_argument("--seed", type=int, default=1, help="the damager's seed (default 1)")
     args = parser.parse_args(argv)
-    numbers = (1.5, 2.5)
-    reference = {}
-    for number in numbers:
-        with tempfile.TemporaryDirectory() as scratch:
-            outcome = _outcome(run_child(Path(scratch), "python", number))
-        if outcome.value is None:
-            print(f"the reference failed:\n{outcome.error}")
-            return 1
-        reference[number] = outcome.value
-    failures = processes = warned = damages = 0
+    reference = _references((1.5, 2.5))
+    if isinstance(reference, str):
+        print(reference)
+        return 1
+    tally = Tally()
     for r in range(args.rounds):
-        root = Path(tempfile.mkdtemp(prefix="innergraph-cache-stress-"))
-        damaged: list[str] = []
-        try:
-            for wave in (0, 1):
-                stop = threading.Event()
-                damager = None
-                if wave == 1 or r % 2 == 1:
-                    damager = threading.Thread(target=_damager, args=(root, stop, damaged, args.seed + r))
-                    damager.start()
-                started = [(numbers[i % 2], run_child(root, "innergraph", numbers[i % 2])) for i in range(args.processes)]
-                for number, process in started:
-                    outcome = _outcome(process)
-                    processes += 1
-                    warned += len(outcome.warnings)
-                    why = judge(outcome, reference[number])
-                    if why is not None:
-                        failures += 1
-                        print(f"round {r}, wave {wave}, constant {number}: FAILED\n{why}")
-                stop.set()
-                if damager is not None:
-                    damager.join()
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
-        damages += len(damaged)
-        print(f"round {r}: {len(damaged)} files damaged; failures so far {failures}", flush=True)
-    print(f"{processes} processes, {damages} damaged files, {warned} warnings, {failures} processes failed or differed from vanilla")
-    return 1 if failures else 0
+        _round(r, args.processes, args.seed, reference, tally)
+    print(
+        f"{tally.processes} processes, {tally.damaged} damaged files, {tally.warnings} warnings, "
+        f"{tally.failures} processes failed or differed from vanilla"
+    )
+    return 1 if tally.failures else 0
 
 
 if __name__ == "__main__":
