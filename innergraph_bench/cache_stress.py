@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import shutil
 import subprocess
@@ -46,6 +45,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from innergraph_bench.cold import child_env
 
 __all__ = ["CHILD", "DAMAGED_SUFFIXES", "Outcome", "Tally", "damage_one", "judge", "main", "run_child"]
 
@@ -100,8 +101,8 @@ class Outcome:
 
 
 def run_child(compiledir: Path, variant: str, number: float) -> subprocess.Popen[str]:
-    """Start one process compiling the model (`CHILD`) on ``compiledir``."""
-    env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={compiledir}", "OMP_NUM_THREADS": "1"}
+    """Start one process compiling the model (`CHILD`) on ``compiledir``, in `innergraph_bench.cold`'s child environment."""
+    env = child_env(str(compiledir), sys.executable)
     return subprocess.Popen(
         [sys.executable, "-c", CHILD, variant, repr(number)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
